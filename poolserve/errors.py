@@ -1,0 +1,55 @@
+"""The exception tree: every error a client can cause carries its HTTP status and error type.
+
+Raised anywhere below the HTTP layer; `server/errors.py` turns them into the OpenAI-style body
+`{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+
+class PoolserveError(Exception):
+    """Base of all poolserve errors; `status` is the HTTP status it maps to."""
+
+    status: int = 500
+    error_type: str = "internal_server_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequestError(PoolserveError):
+    """The request is malformed or asks for something impossible (400)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InputTooLongError(InvalidRequestError):
+    """An input has more tokens than the model accepts and truncation was not asked for."""
+
+
+class ModelNotFoundError(PoolserveError):
+    """The request names a model this server does not serve (404)."""
+
+    status = 404
+    error_type = "not_found_error"
+
+
+class EngineUnavailableError(PoolserveError):
+    """The engine cannot take work: it is shut down or its runner thread has died (503)."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
+class InferenceError(PoolserveError):
+    """The forward pass failed for the batch this request was in (500)."""
+
+    status = 500
+    error_type = "internal_server_error"
+
+
+class ModelLoadError(Exception):
+    """The model could not be found or loaded; raised at start-up, never during a request."""

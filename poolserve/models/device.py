@@ -1,0 +1,44 @@
+"""Choosing device and dtype: `auto` means CUDA when present, bf16 where the hardware is fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from poolserve.errors import ModelLoadError
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def choose_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda was asked for, but torch sees no CUDA device")
+    if requested not in ("cpu", "cuda"):
+        raise ModelLoadError(f"unknown device {requested!r}; use auto, cpu or cuda")
+    return torch.device(requested)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where the CPU has AMX or AVX512-BF16 (Linux: read from /proc/cpuinfo)."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="ignore")
+    except OSError:
+        return False
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return bool(flags & {"amx_bf16", "avx512_bf16"})
+    return False
+
+
+def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested != "auto":
+        if requested not in _DTYPES:
+            raise ModelLoadError(f"unknown dtype {requested!r}; use auto, {', '.join(_DTYPES)}")
+        return _DTYPES[requested]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32

@@ -1,0 +1,155 @@
+"""Reading a model directory's layout: the sentence-transformers modules around the transformer.
+
+A sentence-transformers directory lists its modules in `modules.json` (Transformer, Pooling,
+Dense, Normalize); a plain transformers directory has only `config.json`, and then pooling falls
+back to mean pooling with normalization, the common default for embedding models.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poolserve.errors import ModelLoadError
+
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# sentence-transformers' older boolean keys, in its concatenation order.
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    """A sentence-transformers Dense module: a linear layer and an activation."""
+
+    directory: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What poolserve needs to know about a model directory before loading weights."""
+
+    directory: Path
+    architecture: str
+    hf_config: dict[str, Any]
+    # Pooling modes, concatenated in this order.
+    pooling_modes: tuple[str, ...]
+    dense: tuple[DenseSpec, ...]
+    normalize: bool
+    max_model_len: int
+    hidden_size: int
+
+    @property
+    def embedding_dim(self) -> int:
+        if self.dense:
+            return self.dense[-1].out_features
+        return self.hidden_size * len(self.pooling_modes)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+
+
+def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayout:
+    """Read config.json and the sentence-transformers module files of a model directory."""
+    hf_config = _read_json(directory / "config.json")
+    architectures = hf_config.get("architectures") or ["AutoModel"]
+    hidden_size = int(hf_config.get("hidden_size") or hf_config.get("d_model") or 0)
+    if hidden_size <= 0:
+        raise ModelLoadError(f"{directory}/config.json does not give the hidden size")
+
+    pooling_modes: tuple[str, ...] = ("mean",)
+    dense: list[DenseSpec] = []
+    normalize = True
+    modules_file = directory / "modules.json"
+    if modules_file.is_file():
+        normalize = False
+        for module in _read_json(modules_file):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            module_dir = directory / module.get("path", "")
+            if kind == "Pooling":
+                pooling_modes = _read_pooling_modes(module_dir / "config.json")
+            elif kind == "Dense":
+                dense.append(_read_dense(module_dir))
+            elif kind == "Normalize":
+                normalize = True
+
+    limit = _model_length_limit(directory, hf_config)
+    if max_model_len is not None:
+        if max_model_len > limit:
+            raise ModelLoadError(
+                f"--max-model-len {max_model_len} is more than the model supports ({limit})"
+            )
+        limit = max_model_len
+    return ModelLayout(
+        directory=directory,
+        architecture=str(architectures[0]),
+        hf_config=hf_config,
+        pooling_modes=pooling_modes,
+        dense=tuple(dense),
+        normalize=normalize,
+        max_model_len=limit,
+        hidden_size=hidden_size,
+    )
+
+
+def _read_pooling_modes(path: Path) -> tuple[str, ...]:
+    """Pooling modes from either config format: `pooling_mode` (new) or the boolean keys (old)."""
+    config = _read_json(path)
+    declared = config.get("pooling_mode")
+    if declared is not None:
+        modes = (declared,) if isinstance(declared, str) else tuple(declared)
+    else:
+        modes = tuple(mode for key, mode in _LEGACY_POOLING_KEYS.items() if config.get(key))
+    unknown = [mode for mode in modes if mode not in POOLING_MODES]
+    if unknown:
+        raise ModelLoadError(f"{path}: pooling mode {unknown} is not supported ({POOLING_MODES})")
+    return modes or ("mean",)
+
+
+def _read_dense(directory: Path) -> DenseSpec:
+    config = _read_json(directory / "config.json")
+    return DenseSpec(
+        directory=directory,
+        in_features=int(config["in_features"]),
+        out_features=int(config["out_features"]),
+        bias=bool(config.get("bias", True)),
+        activation=str(config.get("activation_function", "torch.nn.modules.linear.Identity")),
+    )
+
+
+def _model_length_limit(directory: Path, hf_config: dict[str, Any]) -> int:
+    """sentence-transformers' max_seq_length, else the smaller of the model's and tokenizer's."""
+    st_config = directory / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_seq_length = _read_json(st_config).get("max_seq_length")
+        if max_seq_length:
+            return int(max_seq_length)
+    limits = []
+    positions = hf_config.get("max_position_embeddings")
+    if positions:
+        limits.append(int(positions))
+    tokenizer_config = directory / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        tokenizer_max = _read_json(tokenizer_config).get("model_max_length")
+        # Tokenizers without a limit store a huge sentinel (int(1e30)).
+        if isinstance(tokenizer_max, int | float) and 0 < tokenizer_max < 1_000_000:
+            limits.append(int(tokenizer_max))
+    if not limits:
+        raise ModelLoadError(f"{directory}: cannot tell the model's maximum length")
+    return min(limits)

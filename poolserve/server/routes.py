@@ -1,0 +1,145 @@
+"""The HTTP routes: each validates, builds a context and hands over to the shared template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from poolserve import __version__
+from poolserve.errors import InvalidRequestError
+from poolserve.server.body import json_body_schema, parse_body
+from poolserve.server.errors import error_response
+from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from poolserve.server.state import ServingState
+from poolserve.tasks.base import ServeContext, serve
+from poolserve.tasks.embed import EmbedRequest, resolve_pooling_params
+
+router = APIRouter()
+
+
+def _state(request: Request) -> ServingState:
+    state: ServingState = request.app.state.serving
+    return state
+
+
+def _json(body: bytes, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
+    timings = ctx.timings
+    return {
+        "x-request-id": ctx.request_id,
+        "x-queue-time": f"{timings.queue * 1000:.3f}",
+        "x-inference-time": f"{timings.inference * 1000:.3f}",
+        "x-total-time": f"{timings.total * 1000:.3f}",
+    }
+
+
+@router.post("/v1/embeddings", openapi_extra=json_body_schema(EmbeddingRequest))
+async def create_embeddings(request: Request) -> Response:
+    state = _state(request)
+    engine = state.engine
+    wire = await parse_body(request, EmbeddingRequest, engine.core.cpu)
+    state.check_model(wire.model)
+    params = resolve_pooling_params(
+        max_model_len=engine.max_model_len,
+        embedding_dim=engine.embedding_dim,
+        num_special_tokens=engine.num_special_tokens,
+        normalize=wire.wants_normalize(),
+        dimensions=wire.dimensions,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+    )
+    ctx = ServeContext(
+        EmbedRequest(wire.inputs(), wire.encoding_format),
+        model_name=state.model_name,
+        pooling_params=params,
+        request_id=request.headers.get("x-request-id") or ServeContext.new_request_id(),
+    )
+    body = await serve(engine.core, engine.embed_task, ctx)
+    return _json(body, _timing_headers(ctx))
+
+
+def _tokenize(state: ServingState, wire: TokenizeRequest) -> bytes:
+    tokenizer = state.engine.core.cpu.tokenizer()
+    ids = tokenizer.encode_batch(
+        [wire.prompt], truncate_to=None, add_special_tokens=wire.add_special_tokens
+    )[0]
+    return orjson.dumps(
+        {
+            "count": len(ids),
+            "max_model_len": state.engine.max_model_len,
+            "tokens": ids,
+            "token_strs": tokenizer.token_strings(ids) if wire.return_token_strs else None,
+        }
+    )
+
+
+@router.post("/tokenize", openapi_extra=json_body_schema(TokenizeRequest))
+async def tokenize(request: Request) -> Response:
+    state = _state(request)
+    cpu = state.engine.core.cpu
+    wire = await parse_body(request, TokenizeRequest, cpu)
+    state.check_model(wire.model)
+    return _json(await cpu.run(_tokenize, state, wire))
+
+
+def _detokenize(state: ServingState, wire: DetokenizeRequest) -> bytes:
+    tokenizer = state.engine.core.cpu.tokenizer()
+    for token in wire.tokens:
+        if not 0 <= token < tokenizer.vocab_size:
+            raise InvalidRequestError(
+                f"token id {token} is outside the model's vocabulary "
+                f"(0 to {tokenizer.vocab_size - 1})",
+                param="tokens",
+            )
+    return orjson.dumps({"prompt": tokenizer.decode(wire.tokens)})
+
+
+@router.post("/detokenize", openapi_extra=json_body_schema(DetokenizeRequest))
+async def detokenize(request: Request) -> Response:
+    state = _state(request)
+    cpu = state.engine.core.cpu
+    wire = await parse_body(request, DetokenizeRequest, cpu)
+    state.check_model(wire.model)
+    return _json(await cpu.run(_detokenize, state, wire))
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    state = _state(request)
+    models = [
+        {
+            "id": name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "poolserve",
+            "root": state.engine.name,
+            "max_model_len": state.engine.max_model_len,
+        }
+        for name in state.served_names
+    ]
+    return _json(orjson.dumps({"object": "list", "data": models}))
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    if _state(request).engine.alive:
+        return _json(b"{}")
+    return error_response(503, "the model runner is not running; the server log says why")
+
+
+@router.get("/version")
+async def version() -> Response:
+    return _json(orjson.dumps({"version": __version__}))
+
+
+@router.get("/stats", include_in_schema=False)
+async def engine_stats(request: Request) -> Response:
+    """Engine counters (batches, batch sizes, skipped items): for tests and benchmarks."""
+    core = _state(request).engine.core
+    stats = {**core.stats.snapshot(), "queued_items": core.queued_items}
+    return _json(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))

@@ -1,0 +1,29 @@
+"""What the routes share: the engine, the names the model is served under, the task processors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from poolserve.errors import ModelNotFoundError
+from poolserve.offline import Engine
+
+
+@dataclass(frozen=True)
+class ServingState:
+    engine: Engine
+    # The first name is the one responses carry; clients may use any of them.
+    served_names: tuple[str, ...]
+    created: int = field(default=0)
+
+    @property
+    def model_name(self) -> str:
+        return self.served_names[0]
+
+    def check_model(self, requested: str | None) -> None:
+        """A request may omit `model`; if it names one, it must be one we serve."""
+        if requested is not None and requested not in self.served_names:
+            raise ModelNotFoundError(
+                f"model {requested!r} is not served here; this server serves "
+                + ", ".join(repr(name) for name in self.served_names),
+                param="model",
+            )

@@ -1,0 +1,1 @@
+"""Task processors: what each kind of request tokenizes, and how its outputs become a response."""
