@@ -1,7 +1,11 @@
 """poolserve: a serving engine for pooling models (embeddings, rerankers, classifiers, ...)."""
 
-from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.offline import Engine
+from poolserve._environment import apply_defaults
+
+apply_defaults()
+
+from poolserve.config import EngineConfig, ModelConfig, ServerConfig  # noqa: E402
+from poolserve.offline import Engine  # noqa: E402
 
 __version__ = "0.1.0"
 

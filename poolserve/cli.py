@@ -25,7 +25,13 @@ def _env(name: str, default: Any, kind: type = str) -> Any:
         return value.strip().lower() in ("1", "true", "yes", "on")
     if kind is tuple:
         return tuple(part for part in value.replace(",", " ").split() if part)
-    return kind(value)
+    try:
+        return kind(value)
+    except ValueError:
+        variable = "POOLSERVE_" + name.upper().replace("-", "_")
+        raise SystemExit(
+            f"poolserve: {variable}={value!r} is not a valid {kind.__name__}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
-from poolserve.models import load_model
+from poolserve.models import prepare_model
 from poolserve.tasks.base import ServeContext, run_sync
 from poolserve.tasks.embed import EmbedRequest, EmbedTask, resolve_pooling_params
 
@@ -32,12 +32,13 @@ class Engine:
     ) -> None:
         self.model_config = model_config or ModelConfig(model=model)
         self.engine_config = engine_config or EngineConfig()
-        loaded = load_model(self.model_config)
+        loaded = prepare_model(self.model_config)
         self.core = EngineCore(loaded, self.engine_config)
         self.core.start()
         self.name = loaded.name
         self.max_model_len = loaded.max_model_len
         self.embedding_dim = loaded.embedding_dim
+        self.normalizes = loaded.layout.normalize
         self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
         self.embed_task = EmbedTask(max_model_len=loaded.max_model_len)
 
@@ -45,11 +46,16 @@ class Engine:
         self,
         texts: str | Sequence[str],
         *,
-        normalize: bool = True,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
     ) -> np.ndarray:
-        """Embed texts; returns a float32 array of shape (len(texts), dim)."""
+        """Embed texts; returns a float32 array of shape (len(texts), dim).
+
+        `normalize` None follows the model's configuration; `dimensions` keeps the first N
+        (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
+        (special tokens kept), -1 to the model's maximum.
+        """
         inputs = [texts] if isinstance(texts, str) else list(texts)
         if not inputs:
             raise InvalidRequestError("texts is empty; pass at least one text")
@@ -57,6 +63,7 @@ class Engine:
             max_model_len=self.max_model_len,
             embedding_dim=self.embedding_dim,
             num_special_tokens=self.num_special_tokens,
+            model_normalizes=self.normalizes,
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,

@@ -6,15 +6,18 @@ Its size is explicit (`--cpu-workers`). Each of its threads lazily builds its ow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.errors import EngineUnavailableError
 
 P = ParamSpec("P")
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class CpuPool:
@@ -34,11 +37,46 @@ class CpuPool:
         return tokenizer
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        return self._executor.submit(fn, *args, **kwargs)
+        try:
+            return self._executor.submit(fn, *args, **kwargs)
+        except RuntimeError as exc:  # the executor was shut down
+            raise EngineUnavailableError("the engine is closed; it takes no more work") from exc
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn` in the pool and await it without blocking the event loop."""
-        return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
+        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+
+    def then(self, source: Future[A], fn: Callable[[A], T]) -> Future[T]:
+        """A future for `fn(source's result)`, run in the pool as soon as `source` succeeds.
+
+        The thread that completes `source` (the runner) hands the next stage straight to the
+        pool, so the event loop wakes once per request instead of once per stage.
+        """
+        result: Future[T] = Future()
+
+        def copy_outcome(stage: Future[Any]) -> None:
+            # The waiter may cancel `result` from its own thread at any moment.
+            with contextlib.suppress(InvalidStateError):
+                if stage.cancelled():
+                    result.cancel()
+                elif (error := stage.exception()) is not None:
+                    result.set_exception(error)
+                else:
+                    result.set_result(stage.result())
+
+        def start_next(done: Future[A]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                copy_outcome(done)
+            elif result.set_running_or_notify_cancel():
+                try:
+                    stage = self.submit(fn, done.result())
+                except EngineUnavailableError as exc:
+                    result.set_exception(exc)
+                else:
+                    stage.add_done_callback(copy_outcome)
+
+        source.add_done_callback(start_next)
+        return result
 
     def warm_up(self) -> None:
         """Build every thread's tokenizer now rather than on the first requests."""

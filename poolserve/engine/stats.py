@@ -15,6 +15,8 @@ class EngineStats:
     items: int = 0
     padded_tokens: int = 0
     failed_batches: int = 0
+    # Seconds the runner spent in forward passes (the rest of its time it waited for work).
+    busy_seconds: float = 0.0
     # Items dropped before reaching the model because their request was cancelled or failed.
     items_skipped: int = 0
     batch_sizes: Counter[int] = field(default_factory=Counter)
@@ -29,6 +31,7 @@ class EngineStats:
             "items": self.items,
             "padded_tokens": self.padded_tokens,
             "failed_batches": self.failed_batches,
+            "busy_seconds": self.busy_seconds,
             "items_skipped": self.items_skipped,
             "max_batch_size": self.max_batch_size,
             "batch_sizes": dict(sorted(self.batch_sizes.items())),

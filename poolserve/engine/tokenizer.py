@@ -7,13 +7,9 @@ bundled MiniLM file truncates and pads at 128): lengths are checked and cut here
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
-
-# A request is already split across the CPU pool; the tokenizer must not fan out on its own.
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Loading pooling models: finding the directory, reading its layout, building the module."""
 
-from poolserve.models.loader import LoadedModel, load_model
+from poolserve.models.loader import EmbeddingModule, ModelSpec, load_module, prepare_model
 
-__all__ = ["LoadedModel", "load_model"]
+__all__ = ["EmbeddingModule", "ModelSpec", "load_module", "prepare_model"]

@@ -50,13 +50,17 @@ class EmbeddingModule(torch.nn.Module):
 
 
 @dataclass(frozen=True)
-class LoadedModel:
-    """A model ready to run: its layout, tokenizer definition, module, device and dtype."""
+class ModelSpec:
+    """Everything known about a model before its weights are loaded: no torch work is done here.
+
+    The weights are loaded by `load_module` on the thread that will run the model: torch's OpenMP
+    thread team belongs to the thread that first runs an operator, and a second team (say the
+    main thread's, from loading) makes every operator of the runner thread about twice as slow.
+    """
 
     name: str
     layout: ModelLayout
     tokenizer_json: str
-    module: EmbeddingModule
     device: torch.device
     dtype: torch.dtype
 
@@ -67,6 +71,10 @@ class LoadedModel:
     @property
     def embedding_dim(self) -> int:
         return self.layout.embedding_dim
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.layout.hf_config.get("pad_token_id") or 0)
 
 
 def _model_name(config: ModelConfig, directory: Path) -> str:
@@ -94,38 +102,46 @@ def load_tokenizer_json(directory: Path) -> str:
     return json_text
 
 
-def load_model(config: ModelConfig) -> LoadedModel:
-    """Resolve, read and load the model the config names; raises ModelLoadError with the reason."""
-    from transformers import AutoModel
-
+def prepare_model(config: ModelConfig) -> ModelSpec:
+    """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason."""
     directory = resolve_model_dir(config.model, config.revision)
     layout = read_layout(directory, config.max_model_len)
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     tokenizer_json = load_tokenizer_json(directory)
-    Tokenizer.from_str(tokenizer_json)  # fail at start-up, not on the first request
     try:
-        transformer = AutoModel.from_pretrained(
-            str(directory), dtype=dtype, attn_implementation="sdpa"
-        )
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the transformer from {directory}: {exc}") from exc
-    dense = [build_dense(spec).to(dtype=torch.float32) for spec in layout.dense]
-    module = EmbeddingModule(transformer, layout.pooling_modes, dense).to(device).eval()
-    logger.info(
-        "loaded %s (%s, %s on %s, max_model_len %d, dim %d)",
-        directory,
-        layout.architecture,
-        dtype,
-        device,
-        layout.max_model_len,
-        layout.embedding_dim,
-    )
-    return LoadedModel(
+        Tokenizer.from_str(tokenizer_json)  # fail at start-up, not on the first request
+    except Exception as exc:
+        raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    return ModelSpec(
         name=_model_name(config, directory),
         layout=layout,
         tokenizer_json=tokenizer_json,
-        module=module,
         device=device,
         dtype=dtype,
     )
+
+
+def load_module(spec: ModelSpec) -> EmbeddingModule:
+    """Load the weights and build the module on the spec's device (call on the runner thread)."""
+    from transformers import AutoModel
+
+    layout = spec.layout
+    try:
+        transformer = AutoModel.from_pretrained(
+            str(layout.directory), dtype=spec.dtype, attn_implementation="sdpa"
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the transformer from {layout.directory}: {exc}") from exc
+    dense = [build_dense(dense_spec) for dense_spec in layout.dense]
+    module = EmbeddingModule(transformer, layout.pooling_modes, dense).to(spec.device).eval()
+    logger.info(
+        "loaded %s (%s, %s on %s, max_model_len %d, dim %d)",
+        layout.directory,
+        layout.architecture,
+        spec.dtype,
+        spec.device,
+        layout.max_model_len,
+        layout.embedding_dim,
+    )
+    return module

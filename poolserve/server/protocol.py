@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 TokenIds = list[StrictInt]
 
@@ -20,13 +28,13 @@ class EmbeddingRequest(WireModel):
     """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options."""
 
     input: StrictStr | list[StrictStr] | TokenIds | list[TokenIds]
-    model: str | None = None
+    model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
-    user: str | None = None
-    truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
-    normalize: bool | None = None
-    use_activation: bool | None = None
+    user: StrictStr | None = None
+    truncate_prompt_tokens: Annotated[StrictInt, Field(ge=-1)] | None = None
+    normalize: StrictBool | None = None
+    use_activation: StrictBool | None = None
 
     @field_validator("input")
     @classmethod
@@ -53,23 +61,22 @@ class EmbeddingRequest(WireModel):
             return [value]
         return value
 
-    def wants_normalize(self) -> bool:
-        if self.normalize is not None:
-            return self.normalize
-        return True if self.use_activation is None else self.use_activation
+    def wants_normalize(self) -> bool | None:
+        """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
+        return self.normalize if self.normalize is not None else self.use_activation
 
 
 class TokenizeRequest(WireModel):
     """vLLM `POST /tokenize`."""
 
     prompt: StrictStr
-    model: str | None = None
-    add_special_tokens: bool = True
-    return_token_strs: bool = False
+    model: StrictStr | None = None
+    add_special_tokens: StrictBool = True
+    return_token_strs: StrictBool = False
 
 
 class DetokenizeRequest(WireModel):
     """vLLM `POST /detokenize`."""
 
     tokens: TokenIds
-    model: str | None = None
+    model: StrictStr | None = None

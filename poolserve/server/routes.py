@@ -49,6 +49,7 @@ async def create_embeddings(request: Request) -> Response:
         max_model_len=engine.max_model_len,
         embedding_dim=engine.embedding_dim,
         num_special_tokens=engine.num_special_tokens,
+        model_normalizes=engine.normalizes,
         normalize=wire.wants_normalize(),
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
@@ -57,7 +58,7 @@ async def create_embeddings(request: Request) -> Response:
         EmbedRequest(wire.inputs(), wire.encoding_format),
         model_name=state.model_name,
         pooling_params=params,
-        request_id=request.headers.get("x-request-id") or ServeContext.new_request_id(),
+        request_id=request.headers.get("x-request-id") or state.new_request_id(),
     )
     body = await serve(engine.core, engine.embed_task, ctx)
     return _json(body, _timing_headers(ctx))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass, field
 
 from poolserve.errors import ModelNotFoundError
@@ -14,6 +16,12 @@ class ServingState:
     # The first name is the one responses carry; clients may use any of them.
     served_names: tuple[str, ...]
     created: int = field(default=0)
+    # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
+    _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
+    _id_counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    def new_request_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._id_counter)}"
 
     @property
     def model_name(self) -> str:

@@ -1,7 +1,7 @@
 """The request template every task shares, and the context that travels through its stages.
 
-    validate ─► preprocess (CPU pool, chunk by chunk) ─► submit ─► await outputs
-             ─► postprocess + build_response (CPU pool)
+    validate ─► preprocess (CPU pool, chunk by chunk) ─► submit ─► [engine]
+             ─► postprocess + build_response (CPU pool, started by the runner) ─► await bytes
 
 A task supplies only its differences (`Task`); `serve` (async, for HTTP) and `run_sync`
 (for the offline API) are the two drivers of the same stages, so both give identical results.
@@ -13,8 +13,8 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -62,7 +62,12 @@ class ServeContext(Generic[RequestT]):
     pooling_params: PoolingParams
     request_id: str = field(default_factory=lambda: ServeContext.new_request_id())
     timings: Timings = field(default_factory=Timings)
-    prompt_tokens: int = 0
+    # Prompt tokens of each chunk of inputs, filled in as chunks are tokenized.
+    chunk_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.chunk_tokens)
 
     @staticmethod
     def new_request_id() -> str:
@@ -95,19 +100,29 @@ class Task(Protocol[RequestT, ResultT]):
         ...
 
 
-def _tokenize_chunk(
+def _prepare_chunk(
     engine: EngineCore,
     task: Task[RequestT, Any],
     ctx: ServeContext[RequestT],
     group: RequestGroup,
-    start: int,
-    chunk: Sequence[Any],
-) -> list[WorkItem]:
-    tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
-    return [
-        WorkItem(group, start + offset, text.input_ids, text.token_type_ids)
-        for offset, text in enumerate(tokenized)
-    ]
+    chunk_index: int,
+    inputs: Sequence[Any],
+) -> None:
+    """Tokenize one chunk and submit it (CPU pool). Never raises: a failure fails the group."""
+    start = chunk_index * engine.config.tokenize_chunk_size
+    chunk = inputs[start : start + engine.config.tokenize_chunk_size]
+    try:
+        tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
+        items = [
+            WorkItem(group, start + offset, text.input_ids, text.token_type_ids)
+            for offset, text in enumerate(tokenized)
+        ]
+        # One slot per chunk: chunks may be prepared on several threads at once.
+        ctx.chunk_tokens[chunk_index] = sum(item.length for item in items)
+        if not group.finished:
+            engine.submit(items)
+    except BaseException as exc:
+        group.fail(exc)
 
 
 def _finish(
@@ -116,6 +131,7 @@ def _finish(
     group: RequestGroup,
     outputs: list[np.ndarray],
 ) -> bytes:
+    """Post-process and serialize (CPU pool), recording the engine's timings first."""
     ctx.timings.queue = group.queue_time
     ctx.timings.inference = group.inference_time
     body = task.build_response(ctx, task.postprocess(ctx, outputs))
@@ -123,8 +139,13 @@ def _finish(
     return body
 
 
-def _count_tokens(ctx: ServeContext[Any], items: list[WorkItem]) -> None:
-    ctx.prompt_tokens += sum(item.length for item in items)
+def _open(
+    engine: EngineCore, task: Task[RequestT, Any], ctx: ServeContext[RequestT]
+) -> tuple[Sequence[Any], RequestGroup, int]:
+    inputs = task.inputs(ctx)
+    chunks = -(-len(inputs) // engine.config.tokenize_chunk_size)
+    ctx.chunk_tokens = [0] * chunks
+    return inputs, engine.open_group(len(inputs)), chunks
 
 
 async def serve(
@@ -132,49 +153,36 @@ async def serve(
 ) -> bytes:
     """Run one request through every stage without doing CPU work on the event loop.
 
-    Large requests are tokenized one chunk at a time, each chunk submitted as soon as it is ready,
-    so that a small request arriving meanwhile gets the CPU pool between two chunks.
+    Every stage after validation runs off the loop and hands over to the next by itself
+    (tokenize+submit in the pool, forward on the runner, finish in the pool), so the loop wakes
+    once per request. Large requests are prepared one chunk at a time, each chunk awaited, so
+    that a small request arriving meanwhile gets the CPU pool between two chunks.
     """
-    inputs = task.inputs(ctx)
-    group = engine.open_group(len(inputs))
-    chunk_size = engine.config.tokenize_chunk_size
+    inputs, group, chunks = _open(engine, task, ctx)
+    finished = engine.cpu.then(group.future, partial(_finish, task, ctx, group))
     try:
-        for start in range(0, len(inputs), chunk_size):
-            chunk = inputs[start : start + chunk_size]
-            items = await engine.cpu.run(_tokenize_chunk, engine, task, ctx, group, start, chunk)
-            _count_tokens(ctx, items)
-            engine.submit(items)
-        ctx.timings.tokenized = time.perf_counter()
-        outputs = await asyncio.wrap_future(group.future)
+        for index in range(chunks - 1):
+            await engine.cpu.run(_prepare_chunk, engine, task, ctx, group, index, inputs)
+            if group.finished:
+                break
+        else:
+            engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, chunks - 1, inputs)
+        return await asyncio.wrap_future(finished)
     except BaseException:
         group.cancel()
         raise
-    return await engine.cpu.run(_finish, task, ctx, group, outputs)
 
 
 def run_sync(
     engine: EngineCore, task: Task[RequestT, ResultT], ctx: ServeContext[RequestT]
 ) -> ResultT:
-    """The same stages for a caller thread (the offline API): every chunk is tokenized at once."""
-    inputs = task.inputs(ctx)
-    group = engine.open_group(len(inputs))
-    chunk_size = engine.config.tokenize_chunk_size
-    pending: list[Future[list[WorkItem]]] = []
+    """The same stages for a caller thread (the offline API): all chunks are prepared at once."""
+    inputs, group, chunks = _open(engine, task, ctx)
+    for index in range(chunks):
+        engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, index, inputs)
     try:
-        pending = [
-            engine.cpu.submit(
-                _tokenize_chunk, engine, task, ctx, group, start, inputs[start : start + chunk_size]
-            )
-            for start in range(0, len(inputs), chunk_size)
-        ]
-        for future in pending:
-            items = future.result()
-            _count_tokens(ctx, items)
-            engine.submit(items)
         outputs = group.future.result()
     except BaseException:
         group.cancel()
-        for future in pending:
-            future.cancel()
         raise
     return task.postprocess(ctx, outputs)

@@ -31,11 +31,16 @@ def resolve_pooling_params(
     max_model_len: int,
     embedding_dim: int,
     num_special_tokens: int,
-    normalize: bool = True,
+    model_normalizes: bool = True,
+    normalize: bool | None = None,
     dimensions: int | None = None,
     truncate_prompt_tokens: int | None = None,
 ) -> PoolingParams:
-    """Check the request's pooling options against the model and fill in their meaning."""
+    """Check the request's pooling options against the model and fill in their meaning.
+
+    `normalize` None follows the model's configuration (a sentence-transformers Normalize module,
+    or normalization for a plain transformers directory), as sentence-transformers would.
+    """
     if dimensions is not None and not 1 <= dimensions <= embedding_dim:
         raise InvalidRequestError(
             f"dimensions must be between 1 and {embedding_dim} for this model, got {dimensions}",
@@ -58,7 +63,9 @@ def resolve_pooling_params(
                 param="truncate_prompt_tokens",
             )
     return PoolingParams(
-        normalize=normalize, dimensions=dimensions, truncate_prompt_tokens=truncate
+        normalize=model_normalizes if normalize is None else normalize,
+        dimensions=dimensions,
+        truncate_prompt_tokens=truncate,
     )
 
 

@@ -1,0 +1,127 @@
+"""Failures stay local: a failing batch is a 500 for its request only, and /health tells the truth.
+
+The engine core here is the real one on the real model, with its forward wrapped so that inputs
+holding a POISON token id fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from asgi_lifespan import LifespanManager
+
+from poolserve import EngineConfig, ServerConfig
+from poolserve.engine.core import EngineCore
+from poolserve.engine.work import WorkItem
+from poolserve.errors import EngineUnavailableError
+from poolserve.server import create_app
+from tests.api.helpers import assert_openai_error, embed, vectors
+from tests.reference import assert_close_vectors, st_encode
+
+pytestmark = pytest.mark.anyio
+
+POISON = 29999  # a real vocabulary id that no test text produces
+WAIT = 10
+
+
+class Fatal(BaseException):
+    """Escapes the runner's per-batch `except Exception`, so the runner thread dies."""
+
+
+class PoisonCore(EngineCore):
+    """The real engine core whose forward raises `error()` on batches holding POISON."""
+
+    def __init__(self, *args: Any, error: Callable[[], BaseException], **kwargs: Any) -> None:
+        self.error = error
+        super().__init__(*args, **kwargs)
+
+    def _load_forward(self) -> Callable[[Any], np.ndarray]:
+        forward = super()._load_forward()
+
+        def guarded(batch: Any) -> np.ndarray:
+            if any(POISON in item.input_ids for item in batch.items):
+                raise self.error()
+            return forward(batch)
+
+        return guarded
+
+
+@pytest.fixture
+def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
+    """A copy of the session engine with its own PoisonCore (same model spec, own threads)."""
+    cores: list[EngineCore] = []
+
+    def make(error: Callable[[], BaseException]) -> Any:
+        core = PoisonCore(engine.core.model, EngineConfig(cpu_workers=1), error=error)
+        core.start()
+        cores.append(core)
+        poisoned = copy.copy(engine)
+        poisoned.core = core
+        return poisoned
+
+    yield make
+    for core in cores:
+        core.close(timeout=WAIT)
+
+
+@asynccontextmanager
+async def client_for(engine: Any) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(engine, ServerConfig())
+    async with (
+        LifespanManager(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        yield client
+
+
+async def test_failed_batch_is_a_500_for_its_request_and_serving_goes_on(
+    make_engine: Callable[..., Any], st_model: Any
+) -> None:
+    poisoned = make_engine(lambda: RuntimeError("poisoned batch"))
+    async with client_for(poisoned) as client:
+        response = await client.post("/v1/embeddings", json={"input": [101, POISON, 102]})
+        error = assert_openai_error(response, 500)
+        assert "inference failed" in error["message"]
+
+        assert (await client.get("/health")).status_code == 200
+        texts = ["still serving", "after a failed batch"]
+        assert_close_vectors(vectors(await embed(client, input=texts)), st_encode(st_model, texts))
+        stats = (await client.get("/stats")).json()
+        assert stats["failed_batches"] == 1
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_dead_runner_turns_health_red_and_refuses_work(
+    make_engine: Callable[..., Any],
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def fatal() -> BaseException:
+        entered.set()
+        release.wait(WAIT)
+        return Fatal("the runner thread is going down")
+
+    poisoned = make_engine(fatal)
+    core = poisoned.core
+    in_flight = core.open_group(1)
+    core.submit([WorkItem(in_flight, 0, [101, POISON, 102])])
+    assert entered.wait(WAIT)
+    waiting = core.open_group(1)
+    core.submit([WorkItem(waiting, 0, [101, 2000, 102])])
+    release.set()
+    # The runner fails every waiting request as it dies.
+    assert isinstance(waiting.future.exception(WAIT), EngineUnavailableError)
+
+    async with client_for(poisoned) as client:
+        health = await client.get("/health")
+        assert health.status_code == 503
+        response = await client.post("/v1/embeddings", json={"input": "anyone there?"})
+        error = assert_openai_error(response, 503)
+        assert "not running" in error["message"]

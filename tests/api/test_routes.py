@@ -1,0 +1,80 @@
+"""The other routes: /tokenize, /detokenize, /v1/models, /health, /version, /stats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from poolserve import __version__
+from tests.reference import MAX_LEN, MODEL_ID, Corpus
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_tokenize_matches_the_reference_tokenizer(
+    client: httpx.AsyncClient, hf_tokenizer: Any, corpus: Corpus
+) -> None:
+    for text in [corpus.within[0], corpus.within[35], corpus.within[-1], corpus.over[0]]:
+        response = await client.post(
+            "/tokenize", json={"prompt": text, "return_token_strs": True, "model": MODEL_ID}
+        )
+        assert response.status_code == 200
+        body = response.json()
+        expected = hf_tokenizer(text, truncation=False)["input_ids"]
+        assert body["tokens"] == expected
+        assert body["count"] == len(expected)
+        assert body["max_model_len"] == MAX_LEN
+        assert body["token_strs"] == hf_tokenizer.convert_ids_to_tokens(expected)
+
+
+async def test_tokenize_without_special_tokens(
+    client: httpx.AsyncClient, hf_tokenizer: Any
+) -> None:
+    text = "Hello there, tokenizer!"
+    body = (
+        await client.post("/tokenize", json={"prompt": text, "add_special_tokens": False})
+    ).json()
+    assert body["tokens"] == hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert body["count"] == len(body["tokens"])
+
+
+async def test_detokenize_round_trip(client: httpx.AsyncClient, hf_tokenizer: Any) -> None:
+    text = "round trip of some text"
+    ids = hf_tokenizer(text)["input_ids"]
+    response = await client.post("/detokenize", json={"tokens": ids})
+    assert response.status_code == 200
+    assert response.json()["prompt"] == hf_tokenizer.decode(ids)
+    assert "round trip of some text" in response.json()["prompt"]
+
+
+async def test_models(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list"
+    assert len(body["data"]) == 1
+    model = body["data"][0]
+    assert model["id"] == MODEL_ID
+    assert model["object"] == "model"
+    assert model["max_model_len"] == MAX_LEN
+
+
+async def test_health_and_version(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/health")).status_code == 200
+    response = await client.get("/version")
+    assert response.status_code == 200
+    assert response.json()["version"] == __version__
+
+
+async def test_stats_count_the_work_done(client: httpx.AsyncClient) -> None:
+    before = (await client.get("/stats")).json()
+    response = await client.post("/v1/embeddings", json={"input": ["one", "two", "three"]})
+    assert response.status_code == 200
+    after = (await client.get("/stats")).json()
+    assert after["items"] - before["items"] == 3
+    assert after["batches"] - before["batches"] == 1
+    assert after["batch_sizes"].get("3", 0) - before["batch_sizes"].get("3", 0) == 1
+    assert after["max_batch_size"] >= 3
+    assert after["queued_items"] == 0

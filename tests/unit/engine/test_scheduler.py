@@ -1,0 +1,189 @@
+"""Scheduler batch formation: padding-aware token budget, batch size, oldest first, cancellation.
+
+The test plays the runner: it calls `next_batch` until the queue is drained. Everything is
+submitted and the scheduler closed first, so the sequence of batches is deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
+from poolserve.engine.stats import EngineStats
+from poolserve.engine.work import RequestGroup, WorkItem
+
+WAIT = 5
+
+
+def make_scheduler(
+    *, max_batch_tokens: int, max_batch_size: int, window: int = 1024
+) -> tuple[Scheduler, EngineStats]:
+    stats = EngineStats()
+    scheduler = Scheduler(
+        max_batch_tokens=max_batch_tokens,
+        max_batch_size=max_batch_size,
+        window=window,
+        stats=stats,
+    )
+    return scheduler, stats
+
+
+def drain(scheduler: Scheduler, items: list[WorkItem]) -> list[list[WorkItem]]:
+    """Submit, close, and take every batch the scheduler forms, as the runner would."""
+    scheduler.submit(items)
+    scheduler.close()
+    batches = []
+    while (batch := scheduler.next_batch()) is not None:
+        batches.append(batch)
+    return batches
+
+
+def next_batch_in_thread(scheduler: Scheduler) -> Future[list[WorkItem] | None]:
+    """Call the blocking `next_batch` on another thread, as the runner does."""
+    result: Future[list[WorkItem] | None] = Future()
+    threading.Thread(target=lambda: result.set_result(scheduler.next_batch()), daemon=True).start()
+    return result
+
+
+def items_of_lengths(lengths: list[int], group: RequestGroup | None = None) -> list[WorkItem]:
+    group = group or RequestGroup(len(lengths))
+    return [WorkItem(group, index, [1] * length) for index, length in enumerate(lengths)]
+
+
+def random_workload(rng: random.Random, max_len: int) -> tuple[list[WorkItem], set[int]]:
+    """Items of random lengths in groups of 1 to 5; returns the items and the cancelled groups."""
+    items: list[WorkItem] = []
+    cancelled: set[int] = set()
+    for _ in range(rng.randint(1, 60)):
+        size = rng.randint(1, 5)
+        group = RequestGroup(size)
+        if rng.random() < 0.2:
+            group.cancel()
+            cancelled.add(id(group))
+        items += [WorkItem(group, i, [7] * rng.randint(1, max_len)) for i in range(size)]
+    return items, cancelled
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_workloads_respect_every_limit(seed: int) -> None:
+    rng = random.Random(seed)
+    max_len = rng.choice([8, 64, 256])
+    max_batch_tokens = rng.choice([max_len, max_len + 1, 3 * max_len, 16384])
+    max_batch_size = rng.choice([1, 2, 5, 32, 256])
+    window = rng.choice([1, 3, 16, 1024])
+    items, cancelled = random_workload(rng, max_len)
+    scheduler, stats = make_scheduler(
+        max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size, window=window
+    )
+
+    batches = drain(scheduler, items)
+
+    live = [item for item in items if id(item.group) not in cancelled]
+    remaining = list(live)  # in submission order: remaining[0] is the oldest waiting item
+    for batch in batches:
+        assert batch, "an empty batch was handed to the runner"
+        longest = max(item.length for item in batch)
+        assert len(batch) * longest <= max_batch_tokens, "padded tokens exceed the budget"
+        assert len(batch) <= max_batch_size
+        assert all(id(item.group) not in cancelled for item in batch)
+        assert any(item is remaining[0] for item in batch), "the oldest item was left behind"
+        taken = {id(item) for item in batch}
+        remaining = [item for item in remaining if id(item) not in taken]
+    assert remaining == []
+    delivered = [id(item) for batch in batches for item in batch]
+    assert sorted(delivered) == sorted(id(item) for item in live), "lost or duplicated items"
+    assert stats.items_skipped == len(items) - len(live)
+
+
+def test_batch_is_cut_by_padded_tokens_not_real_tokens() -> None:
+    # 3 items of 100 and 1 of 10: 4 x 100 padded = 400 > 399, so at most 3 fit together.
+    scheduler, _ = make_scheduler(max_batch_tokens=399, max_batch_size=256)
+    batches = drain(scheduler, items_of_lengths([10, 100, 100, 100]))
+    assert [len(batch) for batch in batches] == [3, 1]
+    assert max(item.length for item in batches[0]) * 3 <= 399
+
+
+def test_similar_lengths_are_batched_together() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=2)
+    batches = drain(scheduler, items_of_lengths([10, 200, 11, 199]))
+    assert [sorted(item.length for item in batch) for batch in batches] == [[10, 11], [199, 200]]
+
+
+def test_max_batch_size_is_respected_for_tiny_items() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=4)
+    batches = drain(scheduler, items_of_lengths([3] * 10))
+    assert [len(batch) for batch in batches] == [4, 4, 2]
+
+
+def test_cancelled_items_are_skipped_and_counted() -> None:
+    cancelled_group = RequestGroup(3)
+    live_group = RequestGroup(2)
+    cancelled_group.cancel()
+    items = [
+        WorkItem(cancelled_group, 0, [1] * 5),
+        WorkItem(live_group, 0, [1] * 5),
+        WorkItem(cancelled_group, 1, [1] * 5),
+        WorkItem(live_group, 1, [1] * 5),
+        WorkItem(cancelled_group, 2, [1] * 5),
+    ]
+    scheduler, stats = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    batches = drain(scheduler, items)
+    assert [[item.group for item in batch] for batch in batches] == [[live_group, live_group]]
+    assert stats.items_skipped == 3
+
+
+def test_only_cancelled_work_forms_no_batch() -> None:
+    group = RequestGroup(2)
+    group.cancel()
+    scheduler, stats = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    assert drain(scheduler, items_of_lengths([4, 4], group)) == []
+    assert stats.items_skipped == 2
+
+
+def test_submit_after_close_is_refused() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    scheduler.close()
+    with pytest.raises(SchedulerClosedError):
+        scheduler.submit(items_of_lengths([3]))
+
+
+def test_next_batch_waits_for_work_and_wakes_on_submit() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    pending = next_batch_in_thread(scheduler)
+    with pytest.raises(TimeoutError):
+        pending.result(0.2)  # nothing submitted yet: the runner must be waiting, not spinning
+    group = RequestGroup(2)
+    scheduler.submit(items_of_lengths([5, 6], group))
+    batch = pending.result(WAIT)
+    assert batch is not None
+    assert [item.length for item in batch] == [5, 6]
+
+
+def test_close_wakes_a_waiting_runner_with_none() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    pending = next_batch_in_thread(scheduler)
+    scheduler.close()
+    assert pending.result(WAIT) is None
+
+
+def test_close_drains_the_queue_first() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1)
+    scheduler.submit(items_of_lengths([3, 4]))
+    scheduler.close()
+    assert [len(b) for b in iter(scheduler.next_batch, None)] == [1, 1]
+
+
+def test_abort_returns_the_waiting_items_and_stops() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    items = items_of_lengths([3, 4, 5])
+    scheduler.submit(items)
+    assert scheduler.queued_items == 3
+    assert scheduler.abort() == items
+    assert scheduler.queued_items == 0
+    assert scheduler.next_batch() is None
+    with pytest.raises(SchedulerClosedError):
+        scheduler.submit(items_of_lengths([1]))

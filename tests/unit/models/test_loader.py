@@ -1,0 +1,189 @@
+"""Loading models through the public `Engine`: clear load errors, fallbacks, Dense modules.
+
+Error cases fail before any weights are read, so they are fast. Two small engines are loaded
+here (a directory without sentence_bert_config.json, and one with a Dense module), each compared
+with sentence-transformers on the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.errors import EngineUnavailableError, InputTooLongError, ModelLoadError
+from poolserve.models.dense import build_dense
+from poolserve.models.layout import DenseSpec
+from tests.reference import FP32_COSINE, assert_close_vectors, st_encode, text_with_tokens
+
+SMALL_ENGINE = EngineConfig(cpu_workers=1, max_batch_tokens=4096)
+
+
+@pytest.fixture
+def load_engine() -> Iterator[Any]:
+    """Build engines for one test and close them all at its end."""
+    engines: list[Engine] = []
+
+    def load(directory: Path | None, **options: Any) -> Engine:
+        model = None if directory is None else str(directory)
+        config = ModelConfig(model=model, dtype="float32", **options)
+        engines.append(Engine(model_config=config, engine_config=SMALL_ENGINE))
+        return engines[-1]
+
+    yield load
+    for engine in engines:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["/nonexistent/model-dir", "./no-such-model-dir", "~/no-such-model-dir", "a/b/c"],
+)
+def test_missing_directory_is_a_clear_load_error(model: str) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist") as caught:
+        Engine(model)
+    assert model in str(caught.value)
+
+
+def test_directory_without_config_is_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
+        Engine(str(tmp_path))
+
+
+@pytest.mark.parametrize("hub_id", ["nonexistent-org/nonexistent-model", "no-such-model-xyz"])
+def test_hub_id_while_offline_is_a_load_error_not_a_traceback(hub_id: str) -> None:
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    with pytest.raises(ModelLoadError) as caught:
+        Engine(hub_id)
+    message = str(caught.value)
+    assert hub_id in message
+    assert "offline" in message
+    assert "local directory" in message  # says how to fix it
+
+
+def test_unknown_dtype_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match="unknown dtype 'float8'"):
+        Engine(model_config=ModelConfig(dtype="float8"))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match="cuda"):
+        Engine(model_config=ModelConfig(device="cuda"))
+
+
+def test_batch_budget_below_model_length_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match=r"100.*256"):
+        Engine(engine_config=EngineConfig(max_batch_tokens=100))
+
+
+def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).symlink_to(model_path / name)
+    with pytest.raises(ModelLoadError, match="cannot load the transformer"):
+        Engine(model_config=ModelConfig(model=str(tmp_path)), engine_config=SMALL_ENGINE)
+
+
+def test_broken_tokenizer_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.json").symlink_to(model_path / "config.json")
+    (tmp_path / "tokenizer.json").write_text('{"not": "a tokenizer"}')
+    with pytest.raises(ModelLoadError, match="tokenizer"):
+        Engine(str(tmp_path))
+
+
+def test_max_model_len_override_limits_and_truncates(
+    load_engine: Any, st_model: Any, hf_tokenizer: Any
+) -> None:
+    engine = load_engine(None, max_model_len=128)
+    assert engine.max_model_len == 128
+    text = text_with_tokens(hf_tokenizer, 200, seed=5)
+    with pytest.raises(InputTooLongError, match=r"200 tokens.*at most 128"):
+        engine.embed([text])
+    expected = st_encode(st_model, [text], max_length=128)
+    assert_close_vectors(engine.embed([text], truncate_prompt_tokens=-1), expected)
+
+
+def test_directory_without_sentence_bert_config_uses_the_model_and_tokenizer_limit(
+    model_path: Path, tmp_path: Path, load_engine: Any, st_model: Any, hf_tokenizer: Any
+) -> None:
+    directory = tmp_path / "minilm-plain"
+    directory.mkdir()
+    for entry in model_path.iterdir():
+        if entry.name != "sentence_bert_config.json":
+            (directory / entry.name).symlink_to(entry)
+    engine = load_engine(directory)
+    assert engine.max_model_len == 512  # min(max_position_embeddings, model_max_length)
+    assert engine.name == "minilm-plain"
+
+    text = text_with_tokens(hf_tokenizer, 400, seed=7)
+    expected = st_encode(st_model, [text], max_length=512)
+    assert_close_vectors(engine.embed([text]), expected, FP32_COSINE)
+
+
+def test_dense_module_matches_sentence_transformers(
+    tmp_path: Path, load_engine: Any, st_model: Any
+) -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize
+
+    torch.manual_seed(0)
+    dense = Dense(384, 96, activation_function=torch.nn.Tanh())
+    reference = SentenceTransformer(
+        modules=[st_model[0], st_model[1], dense, Normalize()], device="cpu"
+    )
+    reference.save(str(tmp_path / "with-dense"))
+    texts = ["a dense projection", "漢字とカタカナ", "short", "word " * 50]
+
+    engine = load_engine(tmp_path / "with-dense")
+    assert engine.embedding_dim == 96
+    actual = engine.embed(texts)
+    assert actual.shape == (4, 96)
+    expected = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert_close_vectors(actual, expected, FP32_COSINE, texts)
+
+
+def test_build_dense_applies_linear_then_activation(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    weight, bias = torch.randn(3, 5), torch.randn(3)
+    save_file({"linear.weight": weight, "linear.bias": bias}, str(tmp_path / "model.safetensors"))
+    spec = DenseSpec(tmp_path, 5, 3, True, "torch.nn.modules.activation.Tanh")
+    x = torch.randn(4, 5)
+    expected = np.tanh(x.double().numpy() @ weight.double().numpy().T + bias.double().numpy())
+    with torch.no_grad():
+        actual = build_dense(spec)(x).numpy()
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_build_dense_refuses_unknown_activation(tmp_path: Path) -> None:
+    spec = DenseSpec(tmp_path, 5, 3, True, "my.module.CustomActivation")
+    with pytest.raises(ModelLoadError, match="CustomActivation"):
+        build_dense(spec)
+
+
+def test_build_dense_without_weights_is_a_load_error(tmp_path: Path) -> None:
+    spec = DenseSpec(tmp_path, 5, 3, True, "torch.nn.modules.linear.Identity")
+    with pytest.raises(ModelLoadError, match=r"model\.safetensors"):
+        build_dense(spec)
+
+
+def test_build_dense_with_wrong_shapes_is_a_load_error(tmp_path: Path) -> None:
+    save_file({"linear.weight": torch.zeros(2, 2)}, str(tmp_path / "model.safetensors"))
+    spec = DenseSpec(tmp_path, 5, 3, True, "torch.nn.modules.linear.Identity")
+    with pytest.raises(ModelLoadError, match="do not fit"):
+        build_dense(spec)
+
+
+def test_a_closed_engine_refuses_work(load_engine: Any) -> None:
+    engine = load_engine(None)
+    assert engine.alive
+    engine.close()
+    assert not engine.alive
+    with pytest.raises(EngineUnavailableError):
+        engine.embed(["too late"])

@@ -1,0 +1,99 @@
+"""The embedding task's own logic: option checks, post-processing and the response bytes."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import orjson
+import pytest
+
+from poolserve.errors import InvalidRequestError
+from poolserve.tasks.base import PoolingParams, ServeContext
+from poolserve.tasks.embed import EmbedRequest, EmbedTask, resolve_pooling_params
+
+LIMITS = {"max_model_len": 256, "embedding_dim": 384, "num_special_tokens": 2}
+
+
+def test_defaults() -> None:
+    assert resolve_pooling_params(**LIMITS) == PoolingParams(
+        normalize=True, dimensions=None, truncate_prompt_tokens=None
+    )
+
+
+@pytest.mark.parametrize(("given", "resolved"), [(-1, 256), (256, 256), (2, 2), (100, 100)])
+def test_truncate_prompt_tokens_is_resolved(given: int, resolved: int) -> None:
+    params = resolve_pooling_params(**LIMITS, truncate_prompt_tokens=given)
+    assert params.truncate_prompt_tokens == resolved
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [(257, ["257", "256"]), (1000, ["1000", "256"]), (1, ["at least 2"]), (0, ["at least 2"])],
+)
+def test_truncate_prompt_tokens_out_of_range(given: int, words: list[str]) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        resolve_pooling_params(**LIMITS, truncate_prompt_tokens=given)
+    assert caught.value.param == "truncate_prompt_tokens"
+    assert all(word in caught.value.message for word in words)
+
+
+@pytest.mark.parametrize("dimensions", [0, -1, 385, 10_000])
+def test_dimensions_out_of_range(dimensions: int) -> None:
+    with pytest.raises(InvalidRequestError, match="384") as caught:
+        resolve_pooling_params(**LIMITS, dimensions=dimensions)
+    assert caught.value.param == "dimensions"
+
+
+@pytest.mark.parametrize("dimensions", [1, 128, 384])
+def test_dimensions_in_range(dimensions: int) -> None:
+    assert resolve_pooling_params(**LIMITS, dimensions=dimensions).dimensions == dimensions
+
+
+def context(params: PoolingParams, encoding: str = "float") -> ServeContext[EmbedRequest]:
+    return ServeContext(
+        EmbedRequest(["a", "b", "c"], encoding),  # type: ignore[arg-type]
+        model_name="the-model",
+        pooling_params=params,
+        request_id="rid",
+    )
+
+
+OUTPUTS = [row for row in np.random.default_rng(0).normal(size=(3, 384)).astype(np.float32) * 4]
+
+
+@pytest.mark.parametrize("dimensions", [None, 1, 64, 384])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_postprocess_slices_then_normalizes(dimensions: int | None, normalize: bool) -> None:
+    task = EmbedTask(max_model_len=256)
+    ctx = context(PoolingParams(normalize=normalize, dimensions=dimensions))
+    result = task.postprocess(ctx, OUTPUTS)
+    expected = np.stack(OUTPUTS).astype(np.float64)[:, : dimensions or 384]
+    if normalize:
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert result.dtype == np.float32
+    np.testing.assert_allclose(result, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_float_and_base64_responses_carry_the_same_vectors() -> None:
+    task = EmbedTask(max_model_len=256)
+    ctx_float = context(PoolingParams())
+    result = task.postprocess(ctx_float, OUTPUTS)
+    as_float = orjson.loads(task.build_response(ctx_float, result))
+    ctx_b64 = context(PoolingParams(), "base64")
+    as_b64 = orjson.loads(task.build_response(ctx_b64, result))
+
+    for body in (as_float, as_b64):
+        assert body["object"] == "list"
+        assert body["model"] == "the-model"
+        assert body["id"].endswith("rid")
+        # Token counts are checked end to end in tests/api (they depend on tokenization).
+        assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"]
+        assert [d["index"] for d in body["data"]] == [0, 1, 2]
+        assert all(d["object"] == "embedding" for d in body["data"])
+    floats = np.array([d["embedding"] for d in as_float["data"]], dtype=np.float32)
+    decoded = np.stack(
+        [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in as_b64["data"]]
+    )
+    np.testing.assert_array_equal(floats, result)  # float32 survives the JSON round trip
+    np.testing.assert_array_equal(decoded, result)

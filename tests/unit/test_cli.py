@@ -1,0 +1,152 @@
+"""The CLI: flags and POOLSERVE_* environment variables build the configs."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from poolserve import __version__
+from poolserve.cli import build_parser, configs_from_args, main
+from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("POOLSERVE_"):
+            monkeypatch.delenv(name)
+
+
+def configs(*argv: str) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
+    # The parser reads the environment when it is built, so build it after setting env vars.
+    return configs_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_defaults_are_the_dataclass_defaults() -> None:
+    assert configs() == (ModelConfig(), EngineConfig(), ServerConfig())
+
+
+def test_flags() -> None:
+    model, engine, server = configs(
+        "/models/mine",
+        "--host", "0.0.0.0",
+        "--port", "9001",
+        "--served-model-name", "first", "second",
+        "--log-level", "debug",
+        "--access-log",
+        "--revision", "v2",
+        "--dtype", "bfloat16",
+        "--device", "cpu",
+        "--max-model-len", "128",
+        "--max-batch-tokens", "4096",
+        "--max-batch-size", "16",
+        "--cpu-workers", "3",
+        "--torch-threads", "1",
+    )  # fmt: skip
+    assert model == ModelConfig(
+        model="/models/mine", revision="v2", dtype="bfloat16", device="cpu", max_model_len=128
+    )
+    assert engine == EngineConfig(
+        max_batch_tokens=4096, max_batch_size=16, cpu_workers=3, torch_threads=1
+    )
+    assert server == ServerConfig(
+        host="0.0.0.0",
+        port=9001,
+        served_model_name=("first", "second"),
+        log_level="debug",
+        access_log=True,
+    )
+
+
+ENV = {
+    "POOLSERVE_MODEL": "org/model",
+    "POOLSERVE_HOST": "::",
+    "POOLSERVE_PORT": "8123",
+    "POOLSERVE_SERVED_MODEL_NAME": "alpha, beta gamma",
+    "POOLSERVE_LOG_LEVEL": "warning",
+    "POOLSERVE_ACCESS_LOG": "yes",
+    "POOLSERVE_REVISION": "main",
+    "POOLSERVE_DTYPE": "float32",
+    "POOLSERVE_DEVICE": "cpu",
+    "POOLSERVE_MAX_MODEL_LEN": "64",
+    "POOLSERVE_MAX_BATCH_TOKENS": "2048",
+    "POOLSERVE_MAX_BATCH_SIZE": "8",
+    "POOLSERVE_CPU_WORKERS": "5",
+    "POOLSERVE_TORCH_THREADS": "2",
+}
+
+
+def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    model, engine, server = configs()
+    assert model == ModelConfig(
+        model="org/model", revision="main", dtype="float32", device="cpu", max_model_len=64
+    )
+    assert engine == EngineConfig(
+        max_batch_tokens=2048, max_batch_size=8, cpu_workers=5, torch_threads=2
+    )
+    assert server == ServerConfig(
+        host="::",
+        port=8123,
+        served_model_name=("alpha", "beta", "gamma"),
+        log_level="warning",
+        access_log=True,
+    )
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    model, engine, server = configs(
+        "/other", "--port", "7000", "--no-access-log", "--dtype", "auto", "--max-batch-size", "4"
+    )
+    assert model.model == "/other"
+    assert model.dtype == "auto"
+    assert server.port == 7000
+    assert server.access_log is False
+    assert engine.max_batch_size == 4
+    assert engine.max_batch_tokens == 2048  # not given as a flag: still from the environment
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("on", True), ("0", False)])
+def test_boolean_environment_values(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: bool
+) -> None:
+    monkeypatch.setenv("POOLSERVE_ACCESS_LOG", value)
+    assert configs()[2].access_log is expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--dtype", "float8"], ["--device", "tpu"], ["--port", "eighty"], ["--max-batch-size", "x"]],
+)
+def test_invalid_flags_exit_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        configs(*argv)
+    assert caught.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_a_command_is_required() -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args([])
+    assert caught.value.code == 2
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["--version"])
+    assert caught.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_serve_with_a_missing_model_exits_1_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="poolserve"):
+        assert main(["serve", "/nonexistent/model-dir", "--log-level", "error"]) == 1
+    assert "cannot start" in caplog.text
+    assert "/nonexistent/model-dir" in caplog.text

@@ -1,0 +1,128 @@
+"""The offline Python API (`poolserve.Engine.embed`) against sentence-transformers.
+
+fp32 vectors must match the reference at cosine >= 0.99999 for every input of the corpus, bf16
+ones at >= 0.999; options (dimensions, normalize, truncation) follow the reference too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.errors import InputTooLongError, InvalidRequestError
+from tests.reference import (
+    BF16_COSINE,
+    DIM,
+    FP32_COSINE,
+    MAX_LEN,
+    Corpus,
+    assert_close_vectors,
+    cosines,
+    norms,
+    st_encode,
+    text_with_tokens,
+)
+
+
+@pytest.fixture(scope="module")
+def bf16_engine() -> Iterator[Engine]:
+    config = ModelConfig(dtype="bfloat16")
+    with Engine(model_config=config, engine_config=EngineConfig(cpu_workers=1)) as engine:
+        yield engine
+
+
+def test_fp32_matches_sentence_transformers_on_every_input(engine: Any, corpus: Corpus) -> None:
+    actual = engine.embed(corpus.within)
+    assert actual.shape == (len(corpus.within), DIM)
+    assert actual.dtype == np.float32
+    assert_close_vectors(actual, corpus.ref_within, FP32_COSINE, corpus.within)
+    np.testing.assert_allclose(norms(actual), 1.0, atol=1e-5)
+
+
+def test_fp32_over_the_limit_with_truncation(engine: Any, corpus: Corpus) -> None:
+    actual = engine.embed(corpus.over, truncate_prompt_tokens=-1)
+    assert_close_vectors(actual, corpus.ref_over, FP32_COSINE, corpus.over)
+
+
+def test_bf16_matches_sentence_transformers_on_every_input(
+    bf16_engine: Engine, engine: Any, corpus: Corpus
+) -> None:
+    actual = bf16_engine.embed(corpus.within)
+    assert_close_vectors(actual, corpus.ref_within, BF16_COSINE, corpus.within)
+    over = bf16_engine.embed(corpus.over, truncate_prompt_tokens=-1)
+    assert_close_vectors(over, corpus.ref_over, BF16_COSINE, corpus.over)
+    # It really ran in bf16: its vectors are not bit-for-bit the fp32 ones.
+    fp32 = engine.embed(corpus.within[:50])
+    assert float(np.min(cosines(actual[:50], fp32))) < 1 - 1e-7
+
+
+def test_a_single_string_is_one_input(engine: Any, st_model: Any) -> None:
+    actual = engine.embed("just one sentence")
+    assert actual.shape == (1, DIM)
+    assert_close_vectors(actual, st_encode(st_model, ["just one sentence"]))
+
+
+def test_dimensions_are_sliced_then_renormalized(
+    engine: Any, corpus: Corpus, st_model: Any
+) -> None:
+    texts = corpus.within[:40]
+    actual = engine.embed(texts, dimensions=128)
+    expected = corpus.ref_within[:40, :128]
+    expected = expected / np.linalg.norm(expected, axis=1, keepdims=True)
+    assert actual.shape == (40, 128)
+    assert_close_vectors(actual, expected, FP32_COSINE, texts)
+    np.testing.assert_allclose(norms(actual), 1.0, atol=1e-5)
+
+
+def test_unnormalized_vectors_match_the_raw_reference(engine: Any, st_model: Any) -> None:
+    texts = ["raw pooled output", "🙂 emoji", "a much longer sentence " * 10]
+    actual = engine.embed(texts, normalize=False)
+    expected = st_encode(st_model, texts, normalize=False)
+    assert np.all(np.abs(norms(actual) - 1.0) > 0.1)
+    assert_close_vectors(actual, expected, FP32_COSINE, texts)
+    np.testing.assert_allclose(norms(actual), norms(expected), rtol=1e-4)
+
+
+@pytest.mark.parametrize("n", [2, 10, 255])
+def test_truncation_to_n_tokens_matches_reference_cut_at_n(
+    engine: Any, st_model: Any, hf_tokenizer: Any, n: int
+) -> None:
+    text = text_with_tokens(hf_tokenizer, 400, seed=n)
+    actual = engine.embed([text], truncate_prompt_tokens=n)
+    assert_close_vectors(actual, st_encode(st_model, [text], max_length=n))
+
+
+def test_errors(engine: Any, hf_tokenizer: Any) -> None:
+    with pytest.raises(InvalidRequestError, match="empty"):
+        engine.embed([])
+    too_long = text_with_tokens(hf_tokenizer, 300, seed=3)
+    with pytest.raises(InputTooLongError) as caught:
+        engine.embed(["fine", too_long])
+    assert "input 1 has 300 tokens" in caught.value.message
+    assert str(MAX_LEN) in caught.value.message
+    with pytest.raises(InvalidRequestError, match="truncate_prompt_tokens"):
+        engine.embed(["x"], truncate_prompt_tokens=MAX_LEN + 1)
+    with pytest.raises(InvalidRequestError, match="dimensions"):
+        engine.embed(["x"], dimensions=DIM + 1)
+
+
+def test_concurrent_callers_get_their_own_results(engine: Any, corpus: Corpus) -> None:
+    """The engine is thread-safe: callers on many threads share batches, not results."""
+    slices = [corpus.within[i::6] for i in range(6)]
+    results: dict[int, np.ndarray] = {}
+
+    def call(index: int) -> None:
+        results[index] = engine.embed(slices[index])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for index in range(6):
+        assert_close_vectors(results[index], corpus.ref_within[index::6], FP32_COSINE)
