@@ -45,6 +45,8 @@ class EngineConfig:
     schedule_window: int = 1024
     # Threads torch uses inside one operator; None keeps torch's default.
     torch_threads: int | None = None
+    # On CPU, batches of fewer padded tokens run on one torch thread (see engine/executor.py).
+    single_thread_tokens: int = 256
 
 
 @dataclass(frozen=True)

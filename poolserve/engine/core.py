@@ -17,6 +17,7 @@ import torch
 from poolserve.config import EngineConfig
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.engine.executor import ModelExecutor
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
@@ -97,29 +98,15 @@ class EngineCore:
     # -- threads ----------------------------------------------------------------------------
 
     def _load_forward(self) -> Callable[[Batch], np.ndarray]:
-        """Runs on the runner thread: load the module, warm it up, return the forward function."""
+        """Runs on the runner thread: load the module, warm it up, return the executor."""
         if self.config.torch_threads is not None:
             torch.set_num_threads(self.config.torch_threads)
-        module = load_module(self.model)
-        device = self.model.device
-
-        def forward(batch: Batch) -> np.ndarray:
-            with torch.inference_mode():
-                output = module(
-                    batch.input_ids.to(device, non_blocking=True),
-                    batch.attention_mask.to(device, non_blocking=True),
-                    None
-                    if batch.token_type_ids is None
-                    else batch.token_type_ids.to(device, non_blocking=True),
-                )
-            result: np.ndarray = output.cpu().numpy()
-            return result
-
+        executor = ModelExecutor(
+            load_module(self.model), self.model.device, self.config.single_thread_tokens
+        )
         tokenizer = self.cpu.tokenizer()
-        warm_up = [
-            WorkItem(RequestGroup(1), 0, ids)
-            for ids in tokenizer.encode_batch(["warm up"], truncate_to=None)
-        ]
-        for _ in range(3):
-            forward(self._collate(warm_up))
-        return forward
+        for text in ("warm up", "a longer sentence to warm up the model with " * 8):
+            ids = tokenizer.encode_batch([text], truncate_to=None)[0]
+            for size in (1, 8):
+                executor(self._collate([WorkItem(RequestGroup(size), 0, ids)] * size))
+        return executor
