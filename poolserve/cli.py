@@ -109,6 +109,12 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
         default=_env("torch-threads", None, int),
         help="threads torch uses inside one operator (default: torch's choice)",
     )
+    parser.add_argument(
+        "--single-thread-tokens",
+        type=int,
+        default=_env("single-thread-tokens", defaults.single_thread_tokens, int),
+        help="on CPU, batches under this many padded tokens run on one torch thread (0: never)",
+    )
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
@@ -124,6 +130,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         max_batch_size=args.max_batch_size,
         cpu_workers=args.cpu_workers,
         torch_threads=args.torch_threads,
+        single_thread_tokens=args.single_thread_tokens,
     )
     server = ServerConfig(
         host=args.host,

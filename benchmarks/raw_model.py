@@ -1,0 +1,83 @@
+"""The raw model limit: the model called directly, no server, as a user of torch would call it.
+
+Run as its own process (`python -m benchmarks.raw_model`): torch is imported *before* poolserve
+so that poolserve's threading defaults (passive OpenMP waiting) do not apply and the model runs
+with torch's own defaults. Prints JSON: sentences/s per batch size for tokenize + forward + pool,
+and the p50 of a bare forward pass of one sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+# Before poolserve (third-party imports sort first): torch's threading defaults stay in force.
+import torch
+
+from benchmarks.sentences import sentences
+from poolserve.config import ModelConfig
+from poolserve.engine.collate import collate
+from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.models import load_module, prepare_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32, 64, 128])
+    parser.add_argument("--seconds", type=float, default=4.0, help="per batch size")
+    args = parser.parse_args()
+
+    spec = prepare_model(ModelConfig(model=args.model, dtype=args.dtype))
+    module = load_module(spec)
+    tokenizer = TextTokenizer(spec.tokenizer_json)
+    texts = sentences(256)
+
+    def encode(batch: list[str]) -> torch.Tensor:
+        ids = tokenizer.encode_batch(batch, truncate_to=None)
+        group = RequestGroup(len(ids))
+        collated = collate([WorkItem(group, i, row) for i, row in enumerate(ids)], 0)
+        with torch.inference_mode():
+            return module(collated.input_ids, collated.attention_mask, None)
+
+    rates: dict[int, float] = {}
+    for size in args.batch_sizes:
+        batches = [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
+        for batch in batches[:3]:
+            encode(batch)
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < args.seconds:
+            for batch in batches:
+                encode(batch)
+                done += len(batch)
+        rates[size] = done / (time.perf_counter() - started)
+
+    one = collate(
+        [WorkItem(RequestGroup(1), 0, tokenizer.encode_batch(texts[:1], truncate_to=None)[0])], 0
+    )
+    timings = []
+    with torch.inference_mode():
+        for _ in range(20):
+            module(one.input_ids, one.attention_mask, None)
+        for _ in range(300):
+            started = time.perf_counter()
+            module(one.input_ids, one.attention_mask, None)
+            timings.append(time.perf_counter() - started)
+    print(
+        json.dumps(
+            {
+                "rates": rates,
+                "forward_one_s": statistics.median(timings),
+                "torch_threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
