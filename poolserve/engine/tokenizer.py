@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
 
+from poolserve.errors import InvalidRequestError
+
 
 @dataclass(frozen=True)
 class TokenizedText:
@@ -52,6 +54,16 @@ class TextTokenizer:
         plain = self._tokenizer.encode(text, add_special_tokens=False)
         plain.truncate(max(limit - self.num_special_tokens, 0))
         return self._tokenizer.post_process(plain, add_special_tokens=True)
+
+    def check_token_ids(self, ids: list[int], *, param: str) -> None:
+        """Raise a 400 for an id outside the vocabulary (the embedding lookup would crash)."""
+        for token in ids:
+            if not 0 <= token < self.vocab_size:
+                raise InvalidRequestError(
+                    f"token id {token} is outside the model's vocabulary "
+                    f"(0 to {self.vocab_size - 1})",
+                    param=param,
+                )
 
     def token_strings(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(token) or "" for token in ids]

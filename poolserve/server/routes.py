@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve import __version__
-from poolserve.errors import InvalidRequestError
 from poolserve.server.body import json_body_schema, parse_body
 from poolserve.server.errors import error_response
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
@@ -18,6 +18,8 @@ from poolserve.tasks.base import ServeContext, serve
 from poolserve.tasks.embed import EmbedRequest, resolve_pooling_params
 
 router = APIRouter()
+
+WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
 
 
 def _state(request: Request) -> ServingState:
@@ -79,34 +81,33 @@ def _tokenize(state: ServingState, wire: TokenizeRequest) -> bytes:
     )
 
 
-@router.post("/tokenize", openapi_extra=json_body_schema(TokenizeRequest))
-async def tokenize(request: Request) -> Response:
+async def _answer_in_pool(
+    request: Request,
+    schema: type[WireT],
+    build: Callable[[ServingState, WireT], bytes],
+) -> Response:
+    """Validate the body, check the model, build the response bytes in the CPU pool."""
     state = _state(request)
     cpu = state.engine.core.cpu
-    wire = await parse_body(request, TokenizeRequest, cpu)
+    wire = await parse_body(request, schema, cpu)
     state.check_model(wire.model)
-    return _json(await cpu.run(_tokenize, state, wire))
+    return _json(await cpu.run(build, state, wire))
+
+
+@router.post("/tokenize", openapi_extra=json_body_schema(TokenizeRequest))
+async def tokenize(request: Request) -> Response:
+    return await _answer_in_pool(request, TokenizeRequest, _tokenize)
 
 
 def _detokenize(state: ServingState, wire: DetokenizeRequest) -> bytes:
     tokenizer = state.engine.core.cpu.tokenizer()
-    for token in wire.tokens:
-        if not 0 <= token < tokenizer.vocab_size:
-            raise InvalidRequestError(
-                f"token id {token} is outside the model's vocabulary "
-                f"(0 to {tokenizer.vocab_size - 1})",
-                param="tokens",
-            )
+    tokenizer.check_token_ids(wire.tokens, param="tokens")
     return orjson.dumps({"prompt": tokenizer.decode(wire.tokens)})
 
 
 @router.post("/detokenize", openapi_extra=json_body_schema(DetokenizeRequest))
 async def detokenize(request: Request) -> Response:
-    state = _state(request)
-    cpu = state.engine.core.cpu
-    wire = await parse_body(request, DetokenizeRequest, cpu)
-    state.check_model(wire.model)
-    return _json(await cpu.run(_detokenize, state, wire))
+    return await _answer_in_pool(request, DetokenizeRequest, _detokenize)
 
 
 @router.get("/v1/models")

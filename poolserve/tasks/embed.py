@@ -98,10 +98,9 @@ class EmbedTask:
             texts = [str(text) for text in inputs]
             id_lists = tokenizer.encode_batch(texts, truncate_to=truncate)
         else:
-            id_lists = [
-                self._check_token_ids(list(ids), tokenizer.vocab_size)  # type: ignore[arg-type]
-                for ids in inputs
-            ]
+            id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
+            for ids in id_lists:
+                tokenizer.check_token_ids(ids, param="input")
             if truncate is not None:
                 id_lists = [ids[:truncate] for ids in id_lists]
         limit = self.max_model_len
@@ -110,16 +109,6 @@ class EmbedTask:
                 message = too_long_message(start + offset, len(ids), limit)
                 raise InputTooLongError(message, param="input")
         return [TokenizedText(ids, None) for ids in id_lists]
-
-    @staticmethod
-    def _check_token_ids(ids: list[int], vocab_size: int) -> list[int]:
-        for token in ids:
-            if not 0 <= token < vocab_size:
-                raise InvalidRequestError(
-                    f"token id {token} is outside the model's vocabulary (0 to {vocab_size - 1})",
-                    param="input",
-                )
-        return ids
 
     def postprocess(self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]) -> np.ndarray:
         vectors = np.stack(outputs).astype(np.float32, copy=False)
