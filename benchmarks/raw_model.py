@@ -42,7 +42,7 @@ def main() -> None:
         group = RequestGroup(len(ids))
         collated = collate([WorkItem(group, i, row) for i, row in enumerate(ids)], 0)
         with torch.inference_mode():
-            return module(collated.input_ids, collated.attention_mask, None)
+            return module("embed", collated.input_ids, collated.attention_mask, None)
 
     rates: dict[int, float] = {}
     for size in args.batch_sizes:
@@ -62,10 +62,10 @@ def main() -> None:
     timings = []
     with torch.inference_mode():
         for _ in range(20):
-            module(one.input_ids, one.attention_mask, None)
+            module("embed", one.input_ids, one.attention_mask, None)
         for _ in range(300):
             started = time.perf_counter()
-            module(one.input_ids, one.attention_mask, None)
+            module("embed", one.input_ids, one.attention_mask, None)
             timings.append(time.perf_counter() - started)
     print(
         json.dumps(

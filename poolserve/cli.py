@@ -76,6 +76,12 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("device", "auto"))
     parser.add_argument(
+        "--task",
+        default=_env("task", "auto"),
+        help="what the model is: auto (detect), embed, score, classify, token_embed, sparse, "
+        "token_classify",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=int,
         default=_env("max-model-len", None, int),
@@ -124,6 +130,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         dtype=args.dtype,
         device=args.device,
         max_model_len=args.max_model_len,
+        task=None if args.task == "auto" else args.task,
     )
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,

@@ -26,6 +26,8 @@ class ModelConfig:
     device: Device = "auto"
     # Overrides the length limit read from the model (must not exceed what the model supports).
     max_model_len: int | None = None
+    # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
+    task: str | None = None
 
 
 @dataclass(frozen=True)

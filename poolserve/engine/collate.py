@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from poolserve.engine.work import WorkItem
+from poolserve.models.kinds import Head
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class Batch:
     """Right-padded tensors for a batch of items, still on the CPU."""
 
     items: list[WorkItem]
+    head: Head
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor | None
@@ -43,6 +45,7 @@ def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) 
 
     return Batch(
         items=items,
+        head=items[0].head,
         input_ids=tensor(input_ids),
         attention_mask=tensor(attention_mask),
         token_type_ids=None if token_type_ids is None else tensor(token_type_ids),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
 import numpy as np
@@ -97,7 +97,7 @@ class EngineCore:
 
     # -- threads ----------------------------------------------------------------------------
 
-    def _load_forward(self) -> Callable[[Batch], np.ndarray]:
+    def _load_forward(self) -> Callable[[Batch], Sequence[np.ndarray]]:
         """Runs on the runner thread: load the module, warm it up, return the executor."""
         if self.config.torch_threads is not None:
             torch.set_num_threads(self.config.torch_threads)
@@ -105,8 +105,10 @@ class EngineCore:
             load_module(self.model), self.model.device, self.config.single_thread_tokens
         )
         tokenizer = self.cpu.tokenizer()
-        for text in ("warm up", "a longer sentence to warm up the model with " * 8):
-            ids = tokenizer.encode_batch([text], truncate_to=None)[0]
-            for size in (1, 8):
-                executor(self._collate([WorkItem(RequestGroup(size), 0, ids)] * size))
+        for head in self.model.heads:
+            for text in ("warm up", "a longer sentence to warm up the model with " * 8):
+                ids = tokenizer.encode_batch([text], truncate_to=None)[0]
+                for size in (1, 8):
+                    item = WorkItem(RequestGroup(size), 0, ids, head=head)
+                    executor(self._collate([item] * size))
         return executor

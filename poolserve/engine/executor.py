@@ -13,14 +13,15 @@ import numpy as np
 import torch
 
 from poolserve.engine.collate import Batch
-from poolserve.models import EmbeddingModule
+from poolserve.models import PoolingModule
+from poolserve.models.module import TOKEN_HEADS
 
 
 class ModelExecutor:
     """Callable that runs a batch; create and call it on the runner thread only."""
 
     def __init__(
-        self, module: EmbeddingModule, device: torch.device, single_thread_tokens: int
+        self, module: PoolingModule, device: torch.device, single_thread_tokens: int
     ) -> None:
         self._module = module
         self._device = device
@@ -34,11 +35,13 @@ class ModelExecutor:
             torch.set_num_threads(threads)
             self._threads = threads
 
-    def __call__(self, batch: Batch) -> np.ndarray:
+    def __call__(self, batch: Batch) -> list[np.ndarray]:
+        """One float32 array per item: a vector, or one row per real token for token heads."""
         self._use_threads(batch)
         device = self._device
         with torch.inference_mode():
             output = self._module(
+                batch.head,
                 batch.input_ids.to(device, non_blocking=True),
                 batch.attention_mask.to(device, non_blocking=True),
                 None
@@ -46,4 +49,6 @@ class ModelExecutor:
                 else batch.token_type_ids.to(device, non_blocking=True),
             )
         result: np.ndarray = output.cpu().numpy()
-        return result
+        if batch.head in TOKEN_HEADS:
+            return [result[row, : item.length] for row, item in enumerate(batch.items)]
+        return list(result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -23,7 +23,7 @@ from poolserve.errors import EngineUnavailableError, InferenceError
 
 logger = logging.getLogger(__name__)
 
-Forward = Callable[[Batch], np.ndarray]
+Forward = Callable[[Batch], Sequence[np.ndarray]]
 
 
 class Runner:

@@ -80,7 +80,8 @@ class Scheduler:
                     return batch
 
     def _form_batch(self) -> list[WorkItem]:
-        """Pop a batch: the oldest live item plus the waiting items closest to it in length."""
+        """Pop a batch: the oldest live item plus the waiting items of its head closest to it in
+        length."""
         waiting = self._waiting
         window: list[WorkItem] = []
         while waiting and len(window) < self._window:
@@ -92,7 +93,9 @@ class Scheduler:
         if not window:
             return []
         oldest = window[0]
-        by_length = sorted(window, key=lambda item: item.length)
+        # One head per batch: the oldest item's; items of other heads wait for their turn.
+        same_head = [item for item in window if item.head == oldest.head]
+        by_length = sorted(same_head, key=lambda item: item.length)
         chosen = self._pick_around(by_length, by_length.index(oldest))
         taken = {id(item) for item in chosen}
         waiting.extendleft(reversed([item for item in window if id(item) not in taken]))

@@ -13,6 +13,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolserve.models.kinds import Head
+
 
 @dataclass(eq=False)
 class RequestGroup:
@@ -74,6 +76,8 @@ class WorkItem:
     index: int
     input_ids: list[int]
     token_type_ids: list[int] | None = None
+    # What the forward pass must return for this item; a batch holds one head only.
+    head: Head = "embed"
 
     @property
     def length(self) -> int:

@@ -1,5 +1,6 @@
 """Loading pooling models: finding the directory, reading its layout, building the module."""
 
-from poolserve.models.loader import EmbeddingModule, ModelSpec, load_module, prepare_model
+from poolserve.models.loader import ModelSpec, load_module, prepare_model
+from poolserve.models.module import PoolingModule
 
-__all__ = ["EmbeddingModule", "ModelSpec", "load_module", "prepare_model"]
+__all__ = ["ModelSpec", "PoolingModule", "load_module", "prepare_model"]

@@ -8,7 +8,7 @@ back to mean pooling with normalization, the common default for embedding models
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,18 @@ class ModelLayout:
     normalize: bool
     max_model_len: int
     hidden_size: int
+    # sentence-transformers module class names in order ("Transformer", "Pooling", ...).
+    module_types: tuple[str, ...] = ()
+    # config_sentence_transformers.json (prompts, model type), empty where absent.
+    st_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_labels(self) -> int:
+        """Output labels of a classification head, from id2label or num_labels."""
+        id2label = self.hf_config.get("id2label")
+        if isinstance(id2label, dict) and id2label:
+            return len(id2label)
+        return int(self.hf_config.get("num_labels", 2))
 
     @property
     def embedding_dim(self) -> int:
@@ -76,11 +88,13 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
     pooling_modes: tuple[str, ...] = ("mean",)
     dense: list[DenseSpec] = []
     normalize = True
+    module_types: list[str] = []
     modules_file = directory / "modules.json"
     if modules_file.is_file():
         normalize = False
         for module in _read_json(modules_file):
             kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            module_types.append(kind)
             module_dir = directory / module.get("path", "")
             if kind == "Pooling":
                 pooling_modes = _read_pooling_modes(module_dir / "config.json")
@@ -105,6 +119,10 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         normalize=normalize,
         max_model_len=limit,
         hidden_size=hidden_size,
+        module_types=tuple(module_types),
+        st_config=_read_json(st_file)
+        if (st_file := directory / "config_sentence_transformers.json").is_file()
+        else {},
     )
 
 

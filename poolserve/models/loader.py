@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -14,39 +14,12 @@ from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError
 from poolserve.models.dense import build_dense
 from poolserve.models.device import choose_device, choose_dtype
+from poolserve.models.kinds import HEADS, Head, Kind, detect_kind
 from poolserve.models.layout import ModelLayout, read_layout
-from poolserve.models.pooling import pool
+from poolserve.models.module import PoolingModule
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 
 logger = logging.getLogger(__name__)
-
-
-class EmbeddingModule(torch.nn.Module):
-    """Transformer + pooling + Dense layers: token ids in, one float32 vector per sequence out.
-
-    Normalization is left to post-processing, where each request says whether it wants it.
-    """
-
-    def __init__(
-        self, transformer: torch.nn.Module, modes: tuple[str, ...], dense: Sequence[torch.nn.Module]
-    ) -> None:
-        super().__init__()
-        self.transformer = transformer
-        self.modes = modes
-        self.dense = torch.nn.Sequential(*dense)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
-        hidden = self.transformer(**kwargs).last_hidden_state
-        pooled = pool(hidden, attention_mask, self.modes)
-        return self.dense(pooled).float()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -60,9 +33,14 @@ class ModelSpec:
 
     name: str
     layout: ModelLayout
+    kind: Kind
     tokenizer_json: str
     device: torch.device
     dtype: torch.dtype
+
+    @property
+    def heads(self) -> tuple[Head, ...]:
+        return HEADS[self.kind]
 
     @property
     def max_model_len(self) -> int:
@@ -106,6 +84,7 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
     """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason."""
     directory = resolve_model_dir(config.model, config.revision)
     layout = read_layout(directory, config.max_model_len)
+    kind = detect_kind(layout, config.task)
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     tokenizer_json = load_tokenizer_json(directory)
@@ -116,32 +95,44 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
     return ModelSpec(
         name=_model_name(config, directory),
         layout=layout,
+        kind=kind,
         tokenizer_json=tokenizer_json,
         device=device,
         dtype=dtype,
     )
 
 
-def load_module(spec: ModelSpec) -> EmbeddingModule:
-    """Load the weights and build the module on the spec's device (call on the runner thread)."""
-    from transformers import AutoModel
+def _backbone_class(kind: Kind) -> Any:
+    import transformers
 
+    classes: dict[Kind, Any] = {
+        "cross_encoder": transformers.AutoModelForSequenceClassification,
+        "classifier": transformers.AutoModelForSequenceClassification,
+        "sparse": transformers.AutoModelForMaskedLM,
+        "token_classifier": transformers.AutoModelForTokenClassification,
+    }
+    return classes.get(kind, transformers.AutoModel)
+
+
+def load_module(spec: ModelSpec) -> PoolingModule:
+    """Load the weights and build the module on the spec's device (call on the runner thread)."""
     layout = spec.layout
     try:
-        transformer = AutoModel.from_pretrained(
+        backbone = _backbone_class(spec.kind).from_pretrained(
             str(layout.directory), dtype=spec.dtype, attn_implementation="sdpa"
         )
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the transformer from {layout.directory}: {exc}") from exc
+        raise ModelLoadError(f"cannot load the model from {layout.directory}: {exc}") from exc
     dense = [build_dense(dense_spec) for dense_spec in layout.dense]
-    module = EmbeddingModule(transformer, layout.pooling_modes, dense).to(spec.device).eval()
+    module = PoolingModule(spec.kind, backbone, pooling_modes=layout.pooling_modes, dense=dense)
+    module = module.to(spec.device).eval()
     logger.info(
-        "loaded %s (%s, %s on %s, max_model_len %d, dim %d)",
+        "loaded %s: %s (%s), %s on %s, max_model_len %d",
         layout.directory,
+        spec.kind,
         layout.architecture,
         spec.dtype,
         spec.device,
         layout.max_model_len,
-        layout.embedding_dim,
     )
     return module

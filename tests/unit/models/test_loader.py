@@ -87,7 +87,7 @@ def test_batch_budget_below_model_length_is_a_load_error() -> None:
 def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).symlink_to(model_path / name)
-    with pytest.raises(ModelLoadError, match="cannot load the transformer"):
+    with pytest.raises(ModelLoadError, match="cannot load the model"):
         Engine(model_config=ModelConfig(model=str(tmp_path)), engine_config=SMALL_ENGINE)
 
 

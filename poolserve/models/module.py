@@ -1,0 +1,62 @@
+"""The torch side of a pooling model: a transformers backbone and the heads on top of it.
+
+`PoolingModule(head, ...)` returns float32 tensors: `[batch, dim]` for sequence heads
+(embed, classify, sparse) and `[batch, tokens, dim]` for token heads (token_embed,
+token_classify). Normalization and activations are left to post-processing, where each request
+says what it wants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from poolserve.models.kinds import Head, Kind
+from poolserve.models.pooling import pool
+
+TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify"})
+
+
+class PoolingModule(torch.nn.Module):
+    def __init__(
+        self,
+        kind: Kind,
+        backbone: torch.nn.Module,
+        *,
+        pooling_modes: tuple[str, ...],
+        dense: Sequence[torch.nn.Module] = (),
+    ) -> None:
+        super().__init__()
+        self.kind = kind
+        self.backbone = backbone
+        self.pooling_modes = pooling_modes
+        self.dense = torch.nn.Sequential(*dense)
+
+    def forward(
+        self,
+        head: Head,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        output = self.backbone(**inputs)
+        if head in ("classify", "token_classify"):
+            return output.logits.float()  # type: ignore[no-any-return]
+        if head == "sparse":
+            return splade_pool(output.logits, attention_mask)
+        hidden = output.last_hidden_state
+        if head == "token_embed":
+            return self.dense(hidden.float())  # type: ignore[no-any-return]
+        pooled = pool(hidden, attention_mask, self.pooling_modes)
+        return self.dense(pooled).float()  # type: ignore[no-any-return]
+
+
+def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """SPLADE: max over the sequence's tokens of log(1 + relu(logits)), padding excluded."""
+    weights = torch.log1p(torch.relu(logits.float()))
+    weights = weights * attention_mask.unsqueeze(-1).to(weights.dtype)
+    return weights.max(dim=1).values
