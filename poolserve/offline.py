@@ -13,7 +13,8 @@ from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.models import prepare_model
 from poolserve.tasks.base import ServeContext, run_sync
-from poolserve.tasks.embed import EmbedRequest, EmbedTask, resolve_pooling_params
+from poolserve.tasks.embed import EmbedRequest, EmbedTask
+from poolserve.tasks.inputs import resolve_pooling_params
 
 
 class Engine:

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from tokenizers import Encoding, Tokenizer
 
 from poolserve.errors import InvalidRequestError
+from poolserve.models.kinds import Head
 
 
 @dataclass(frozen=True)
 class TokenizedText:
     input_ids: list[int]
     token_type_ids: list[int] | None
+    head: Head = "embed"
 
 
 class TextTokenizer:
@@ -44,6 +46,30 @@ class TextTokenizer:
                 for text, encoding in zip(texts, encodings, strict=True)
             ]
         return [encoding.ids for encoding in encodings]
+
+    def encode_pairs(
+        self, pairs: list[tuple[str, str]], *, truncate_to: int | None
+    ) -> list[tuple[list[int], list[int]]]:
+        """Token ids and token type ids of text pairs (a cross-encoder's query and document).
+
+        With `truncate_to`, the longer side loses tokens first (Hugging Face's longest_first).
+        """
+        tokenizer = self._tokenizer
+        if truncate_to is not None:
+            tokenizer.enable_truncation(truncate_to, strategy="longest_first")
+        try:
+            encodings = tokenizer.encode_batch(pairs)
+        finally:
+            if truncate_to is not None:
+                tokenizer.no_truncation()
+        return [(encoding.ids, encoding.type_ids) for encoding in encodings]
+
+    def cut_text(self, text: str, max_tokens: int) -> str:
+        """The prefix of `text` that holds its first `max_tokens` tokens (no special tokens)."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        if len(encoding.ids) <= max_tokens:
+            return text
+        return text[: encoding.offsets[max_tokens - 1][1]] if max_tokens > 0 else ""
 
     def _truncate(
         self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool

@@ -15,7 +15,8 @@ from poolserve.server.errors import error_response
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import ServeContext, serve
-from poolserve.tasks.embed import EmbedRequest, resolve_pooling_params
+from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.inputs import resolve_pooling_params
 
 router = APIRouter()
 

@@ -35,6 +35,8 @@ class PoolingParams:
     dimensions: int | None = None
     # Resolved: None means no truncation; -1 has already become the model's maximum.
     truncate_prompt_tokens: int | None = None
+    # Apply the model's activation (sigmoid/softmax) to classifier and cross-encoder outputs.
+    use_activation: bool = True
 
 
 @dataclass
@@ -114,7 +116,7 @@ def _prepare_chunk(
     try:
         tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
         items = [
-            WorkItem(group, start + offset, text.input_ids, text.token_type_ids)
+            WorkItem(group, start + offset, text.input_ids, text.token_type_ids, text.head)
             for offset, text in enumerate(tokenized)
         ]
         # One slot per chunk: chunks may be prepared on several threads at once.

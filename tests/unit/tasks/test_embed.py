@@ -10,7 +10,8 @@ import pytest
 
 from poolserve.errors import InvalidRequestError
 from poolserve.tasks.base import PoolingParams, ServeContext
-from poolserve.tasks.embed import EmbedRequest, EmbedTask, resolve_pooling_params
+from poolserve.tasks.embed import EmbedRequest, EmbedTask
+from poolserve.tasks.inputs import resolve_pooling_params
 
 LIMITS = {"max_model_len": 256, "embedding_dim": 384, "num_special_tokens": 2}
 

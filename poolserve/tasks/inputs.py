@@ -1,0 +1,106 @@
+"""What every task does with its inputs: check pooling options, tokenize texts or token ids,
+enforce the model's length limit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.models.kinds import Head
+from poolserve.tasks.base import PoolingParams
+
+Inputs = Sequence[str] | Sequence[list[int]]
+
+
+def resolve_pooling_params(
+    *,
+    max_model_len: int,
+    embedding_dim: int,
+    num_special_tokens: int,
+    model_normalizes: bool = True,
+    normalize: bool | None = None,
+    dimensions: int | None = None,
+    truncate_prompt_tokens: int | None = None,
+    use_activation: bool = True,
+) -> PoolingParams:
+    """Check the request's pooling options against the model and fill in their meaning.
+
+    `normalize` None follows the model's configuration (a sentence-transformers Normalize module,
+    or normalization for a plain transformers directory), as sentence-transformers would.
+    """
+    if dimensions is not None and not 1 <= dimensions <= embedding_dim:
+        raise InvalidRequestError(
+            f"dimensions must be between 1 and {embedding_dim} for this model, got {dimensions}",
+            param="dimensions",
+        )
+    truncate = truncate_prompt_tokens
+    if truncate is not None:
+        if truncate == -1:
+            truncate = max_model_len
+        elif truncate > max_model_len:
+            raise InvalidRequestError(
+                f"truncate_prompt_tokens ({truncate}) is more than the model's maximum length "
+                f"({max_model_len}); pass at most {max_model_len}, or -1 for the maximum",
+                param="truncate_prompt_tokens",
+            )
+        elif truncate < max(num_special_tokens, 1):
+            raise InvalidRequestError(
+                f"truncate_prompt_tokens must be -1 or at least {max(num_special_tokens, 1)} "
+                f"(the model's special tokens count), got {truncate}",
+                param="truncate_prompt_tokens",
+            )
+    return PoolingParams(
+        normalize=model_normalizes if normalize is None else normalize,
+        use_activation=use_activation,
+        dimensions=dimensions,
+        truncate_prompt_tokens=truncate,
+    )
+
+
+def too_long_message(index: int, length: int, max_model_len: int) -> str:
+    return (
+        f"input {index} has {length} tokens, but the model accepts at most {max_model_len}; "
+        "shorten it, or pass `truncate_prompt_tokens` (a number of tokens, or -1 for the "
+        "model's maximum) to cut it"
+    )
+
+
+def check_length(length: int, index: int, max_model_len: int) -> None:
+    if length > max_model_len:
+        raise InputTooLongError(too_long_message(index, length, max_model_len), param="input")
+
+
+def tokenize_inputs(
+    tokenizer: TextTokenizer,
+    inputs: Inputs,
+    start: int,
+    *,
+    truncate: int | None,
+    max_model_len: int,
+    head: Head,
+) -> list[TokenizedText]:
+    """Tokenize texts (special tokens added) or check token-id lists (used as given).
+
+    Token-id inputs are cut to their first `truncate` ids; texts keep their special tokens.
+    """
+    if inputs and isinstance(inputs[0], str):
+        id_lists = tokenizer.encode_batch([str(text) for text in inputs], truncate_to=truncate)
+    else:
+        id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
+        for ids in id_lists:
+            tokenizer.check_token_ids(ids, param="input")
+        if truncate is not None:
+            id_lists = [ids[:truncate] for ids in id_lists]
+    for offset, ids in enumerate(id_lists):
+        check_length(len(ids), start + offset, max_model_len)
+    return [TokenizedText(ids, None, head) for ids in id_lists]
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Unit vectors along the last axis (zero vectors stay zero)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    result: np.ndarray = vectors / np.maximum(norms, 1e-12)
+    return result
