@@ -15,6 +15,7 @@ from poolserve.models import prepare_model
 from poolserve.tasks.base import ServeContext, run_sync
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
+from poolserve.tasks.registry import build_tasks
 
 
 class Engine:
@@ -41,7 +42,17 @@ class Engine:
         self.embedding_dim = loaded.embedding_dim
         self.normalizes = loaded.layout.normalize
         self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
-        self.embed_task = EmbedTask(max_model_len=loaded.max_model_len)
+        self.kind = loaded.kind
+        self.tasks = build_tasks(loaded)
+
+    @property
+    def embed_task(self) -> EmbedTask:
+        if self.tasks.embed is None:
+            raise InvalidRequestError(
+                f"this is a {self.kind} model; it does not embed (it serves "
+                f"{', '.join(self.tasks.routes)})"
+            )
+        return self.tasks.embed
 
     def embed(
         self,

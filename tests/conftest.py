@@ -68,3 +68,48 @@ def corpus(hf_tokenizer: Any, st_model: Any) -> Corpus:
     built.ref_over = st_encode(st_model, built.over)
     assert built.ref_within.dtype == np.float32
     return built
+
+
+# Tiny random models of every kind (tests/tiny_models.py), written once per session.
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("tiny") / "cross-encoder")
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_classifier
+
+    return make_classifier(tmp_path_factory.mktemp("tiny") / "classifier")
+
+
+@pytest.fixture(scope="session")
+def multilabel_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_multilabel_classifier
+
+    return make_multilabel_classifier(tmp_path_factory.mktemp("tiny") / "multilabel-classifier")
+
+
+@pytest.fixture(scope="session")
+def colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_colbert
+
+    return make_colbert(tmp_path_factory.mktemp("tiny") / "colbert")
+
+
+@pytest.fixture(scope="session")
+def splade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_splade
+
+    return make_splade(tmp_path_factory.mktemp("tiny") / "splade")
+
+
+@pytest.fixture(scope="session")
+def token_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tiny_models import make_token_classifier
+
+    return make_token_classifier(tmp_path_factory.mktemp("tiny") / "token-classifier")

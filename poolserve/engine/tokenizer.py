@@ -91,6 +91,11 @@ class TextTokenizer:
                     param=param,
                 )
 
+    def token_id(self, token: str) -> int | None:
+        """The id of one token of the vocabulary, or None."""
+        token_id: int | None = self._tokenizer.token_to_id(token)
+        return token_id
+
     def token_strings(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(token) or "" for token in ids]
 

@@ -54,6 +54,9 @@ class ModelLayout:
     module_types: tuple[str, ...] = ()
     # config_sentence_transformers.json (prompts, model type), empty where absent.
     st_config: dict[str, Any] = field(default_factory=dict)
+    # SPLADE pooling: "max" or "sum" over tokens, of "relu" or "log1p_relu" activations.
+    splade_strategy: str = "max"
+    splade_activation: str = "relu"
 
     @property
     def num_labels(self) -> int:
@@ -89,6 +92,7 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
     dense: list[DenseSpec] = []
     normalize = True
     module_types: list[str] = []
+    splade: dict[str, Any] = {}
     modules_file = directory / "modules.json"
     if modules_file.is_file():
         normalize = False
@@ -102,6 +106,8 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
                 dense.append(_read_dense(module_dir))
             elif kind == "Normalize":
                 normalize = True
+            elif kind == "SpladePooling":
+                splade = _read_json(module_dir / "config.json")
 
     limit = _model_length_limit(directory, hf_config)
     if max_model_len is not None:
@@ -120,6 +126,8 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         max_model_len=limit,
         hidden_size=hidden_size,
         module_types=tuple(module_types),
+        splade_strategy=str(splade.get("pooling_strategy", "max")),
+        splade_activation=str(splade.get("activation_function", "relu")),
         st_config=_read_json(st_file)
         if (st_file := directory / "config_sentence_transformers.json").is_file()
         else {},

@@ -124,7 +124,14 @@ def load_module(spec: ModelSpec) -> PoolingModule:
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the model from {layout.directory}: {exc}") from exc
     dense = [build_dense(dense_spec) for dense_spec in layout.dense]
-    module = PoolingModule(spec.kind, backbone, pooling_modes=layout.pooling_modes, dense=dense)
+    module = PoolingModule(
+        spec.kind,
+        backbone,
+        pooling_modes=layout.pooling_modes,
+        dense=dense,
+        splade_strategy=layout.splade_strategy,
+        splade_activation=layout.splade_activation,
+    )
     module = module.to(spec.device).eval()
     logger.info(
         "loaded %s: %s (%s), %s on %s, max_model_len %d",

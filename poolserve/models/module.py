@@ -26,12 +26,16 @@ class PoolingModule(torch.nn.Module):
         *,
         pooling_modes: tuple[str, ...],
         dense: Sequence[torch.nn.Module] = (),
+        splade_strategy: str = "max",
+        splade_activation: str = "relu",
     ) -> None:
         super().__init__()
         self.kind = kind
         self.backbone = backbone
         self.pooling_modes = pooling_modes
         self.dense = torch.nn.Sequential(*dense)
+        self.splade_strategy = splade_strategy
+        self.splade_activation = splade_activation
 
     def forward(
         self,
@@ -47,7 +51,9 @@ class PoolingModule(torch.nn.Module):
         if head in ("classify", "token_classify"):
             return output.logits.float()  # type: ignore[no-any-return]
         if head == "sparse":
-            return splade_pool(output.logits, attention_mask)
+            return splade_pool(
+                output.logits, attention_mask, self.splade_strategy, self.splade_activation
+            )
         hidden = output.last_hidden_state
         if head == "token_embed":
             return self.dense(hidden.float())  # type: ignore[no-any-return]
@@ -55,8 +61,16 @@ class PoolingModule(torch.nn.Module):
         return self.dense(pooled).float()  # type: ignore[no-any-return]
 
 
-def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """SPLADE: max over the sequence's tokens of log(1 + relu(logits)), padding excluded."""
+def splade_pool(
+    logits: torch.Tensor,
+    attention_mask: torch.Tensor,
+    strategy: str = "max",
+    activation: str = "relu",
+) -> torch.Tensor:
+    """SPLADE: log(1 + relu(logits)) per token (twice log1p for "log1p_relu", as OpenSearch's
+    models), then max (or sum) over the sequence's tokens, padding excluded."""
     weights = torch.log1p(torch.relu(logits.float()))
+    if activation == "log1p_relu":
+        weights = torch.log1p(weights)
     weights = weights * attention_mask.unsqueeze(-1).to(weights.dtype)
-    return weights.max(dim=1).values
+    return weights.sum(dim=1) if strategy == "sum" else weights.max(dim=1).values

@@ -14,7 +14,13 @@ from poolserve import __version__
 from poolserve.config import ServerConfig
 from poolserve.offline import Engine
 from poolserve.server.errors import install_error_handlers
-from poolserve.server.routes import router
+from poolserve.server.pooling_routes import (
+    classify_router,
+    pooling_router,
+    score_router,
+    sparse_router,
+)
+from poolserve.server.routes import embeddings_router, router
 from poolserve.server.state import ServingState
 
 
@@ -41,4 +47,14 @@ def create_app(
     app.state.serving = ServingState(engine, tuple(names), created=int(time.time()))
     install_error_handlers(app)
     app.include_router(router)
+    tasks = engine.tasks
+    if tasks.embed is not None:
+        app.include_router(embeddings_router)
+    if tasks.classify is not None:
+        app.include_router(classify_router)
+    if tasks.score is not None:
+        app.include_router(score_router)
+    if tasks.sparse:
+        app.include_router(sparse_router)
+    app.include_router(pooling_router)
     return app

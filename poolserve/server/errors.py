@@ -68,6 +68,18 @@ def validation_message(error: ValidationError | RequestValidationError) -> tuple
     return "; ".join(unique) or "the request body is invalid", first_param
 
 
+def _no_such_route(request: Request) -> str:
+    """Name what the loaded model does serve, since pooling routes depend on the model."""
+    serving = getattr(request.app.state, "serving", None)
+    if serving is None:
+        return f"no route {request.url.path}"
+    return (
+        f"{request.url.path} is not served here: the model is a {serving.engine.kind} model, "
+        f"which serves {', '.join(serving.engine.tasks.routes)} "
+        "(and /tokenize, /detokenize, /v1/models, /health, /version)"
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PoolserveError)
     async def _poolserve_error(request: Request, exc: PoolserveError) -> Response:
@@ -82,6 +94,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 404:
+            return error_response(404, _no_such_route(request))
         return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)

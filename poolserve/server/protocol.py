@@ -24,16 +24,16 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class EmbeddingRequest(WireModel):
-    """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options."""
+Truncation = Annotated[StrictInt, Field(ge=-1)]
+TextOrTexts = StrictStr | list[StrictStr]
+
+
+class InputRequest(WireModel):
+    """A request whose `input` is a text, texts, token ids or lists of token ids (vLLM's form)."""
 
     input: StrictStr | list[StrictStr] | TokenIds | list[TokenIds]
     model: StrictStr | None = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = None
-    user: StrictStr | None = None
-    truncate_prompt_tokens: Annotated[StrictInt, Field(ge=-1)] | None = None
-    normalize: StrictBool | None = None
+    truncate_prompt_tokens: Truncation | None = None
     use_activation: StrictBool | None = None
 
     @field_validator("input")
@@ -61,9 +61,92 @@ class EmbeddingRequest(WireModel):
             return [value]
         return value
 
+
+class EmbeddingRequest(InputRequest):
+    """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options."""
+
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = None
+    user: StrictStr | None = None
+    normalize: StrictBool | None = None
+
     def wants_normalize(self) -> bool | None:
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
         return self.normalize if self.normalize is not None else self.use_activation
+
+
+class ClassifyRequest(InputRequest):
+    """vLLM `POST /classify`."""
+
+
+class PoolingRequest(InputRequest):
+    """vLLM `POST /pooling`: the raw output of one of the model's heads."""
+
+    task: Literal["embed", "classify", "token_embed", "token_classify", "sparse"] | None = None
+    normalize: StrictBool | None = None
+
+
+class SparseEmbedRequest(WireModel):
+    """Text-embeddings-inference `POST /embed_sparse`."""
+
+    inputs: TextOrTexts
+    model: StrictStr | None = None
+    truncate: StrictBool = False
+
+    @field_validator("inputs")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        texts = [value] if isinstance(value, str) else value
+        if not texts or any(not text for text in texts):
+            raise ValueError("send at least one input, and no empty ones")
+        return value
+
+
+class ScoreRequest(WireModel):
+    """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
+
+    model: StrictStr | None = None
+    queries: TextOrTexts | None = None
+    documents: TextOrTexts | None = None
+    text_1: TextOrTexts | None = None
+    text_2: TextOrTexts | None = None
+    truncate_prompt_tokens: Truncation | None = None
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    use_activation: StrictBool | None = None
+
+    def sides(self) -> tuple[list[str], list[str]]:
+        first = self.queries if self.queries is not None else self.text_1
+        second = self.documents if self.documents is not None else self.text_2
+        if first is None or second is None:
+            raise ValueError("send `queries` and `documents` (or `text_1` and `text_2`)")
+        queries = [first] if isinstance(first, str) else first
+        documents = [second] if isinstance(second, str) else second
+        if any(not text for text in (*queries, *documents)):
+            raise ValueError("queries and documents must not be empty strings")
+        return queries, documents
+
+
+class RerankDocument(WireModel):
+    text: StrictStr
+
+
+class RerankRequest(WireModel):
+    """`POST /rerank`, `/v1/rerank`, `/v2/rerank` (Jina / Cohere shape)."""
+
+    model: StrictStr | None = None
+    query: StrictStr = Field(min_length=1)
+    documents: list[StrictStr | RerankDocument] = Field(min_length=1)
+    top_n: Annotated[StrictInt, Field(ge=0)] | None = None
+    return_documents: StrictBool = True
+    truncate_prompt_tokens: Truncation | None = None
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    use_activation: StrictBool | None = None
+
+    def document_texts(self) -> list[str]:
+        texts = [doc if isinstance(doc, str) else doc.text for doc in self.documents]
+        if any(not text for text in texts):
+            raise ValueError("documents must not be empty strings")
+        return texts
 
 
 class TokenizeRequest(WireModel):

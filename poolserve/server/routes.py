@@ -1,9 +1,9 @@
-"""The HTTP routes: each validates, builds a context and hands over to the shared template."""
+"""Routes every model serves, and OpenAI embeddings: validate, then hand over to the template."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -12,39 +12,21 @@ from starlette.responses import Response
 from poolserve import __version__
 from poolserve.server.body import json_body_schema, parse_body
 from poolserve.server.errors import error_response
+from poolserve.server.handlers import json_response, serve_task, state_of
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from poolserve.server.state import ServingState
-from poolserve.tasks.base import ServeContext, serve
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.inputs import resolve_pooling_params
 
 router = APIRouter()
+embeddings_router = APIRouter()
 
 WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
 
 
-def _state(request: Request) -> ServingState:
-    state: ServingState = request.app.state.serving
-    return state
-
-
-def _json(body: bytes, headers: dict[str, str] | None = None) -> Response:
-    return Response(body, media_type="application/json", headers=headers)
-
-
-def _timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
-    timings = ctx.timings
-    return {
-        "x-request-id": ctx.request_id,
-        "x-queue-time": f"{timings.queue * 1000:.3f}",
-        "x-inference-time": f"{timings.inference * 1000:.3f}",
-        "x-total-time": f"{timings.total * 1000:.3f}",
-    }
-
-
-@router.post("/v1/embeddings", openapi_extra=json_body_schema(EmbeddingRequest))
+@embeddings_router.post("/v1/embeddings", openapi_extra=json_body_schema(EmbeddingRequest))
 async def create_embeddings(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     engine = state.engine
     wire = await parse_body(request, EmbeddingRequest, engine.core.cpu)
     state.check_model(wire.model)
@@ -57,14 +39,8 @@ async def create_embeddings(request: Request) -> Response:
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
     )
-    ctx = ServeContext(
-        EmbedRequest(wire.inputs(), wire.encoding_format),
-        model_name=state.model_name,
-        pooling_params=params,
-        request_id=request.headers.get("x-request-id") or state.new_request_id(),
-    )
-    body = await serve(engine.core, engine.embed_task, ctx)
-    return _json(body, _timing_headers(ctx))
+    internal = EmbedRequest(wire.inputs(), wire.encoding_format)
+    return await serve_task(request, engine.embed_task, internal, params)
 
 
 def _tokenize(state: ServingState, wire: TokenizeRequest) -> bytes:
@@ -88,11 +64,11 @@ async def _answer_in_pool(
     build: Callable[[ServingState, WireT], bytes],
 ) -> Response:
     """Validate the body, check the model, build the response bytes in the CPU pool."""
-    state = _state(request)
+    state = state_of(request)
     cpu = state.engine.core.cpu
     wire = await parse_body(request, schema, cpu)
     state.check_model(wire.model)
-    return _json(await cpu.run(build, state, wire))
+    return json_response(await cpu.run(build, state, wire))
 
 
 @router.post("/tokenize", openapi_extra=json_body_schema(TokenizeRequest))
@@ -113,7 +89,7 @@ async def detokenize(request: Request) -> Response:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     models = [
         {
             "id": name,
@@ -125,24 +101,24 @@ async def list_models(request: Request) -> Response:
         }
         for name in state.served_names
     ]
-    return _json(orjson.dumps({"object": "list", "data": models}))
+    return json_response(orjson.dumps({"object": "list", "data": models}))
 
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    if _state(request).engine.alive:
-        return _json(b"{}")
+    if state_of(request).engine.alive:
+        return json_response(b"{}")
     return error_response(503, "the model runner is not running; the server log says why")
 
 
 @router.get("/version")
 async def version() -> Response:
-    return _json(orjson.dumps({"version": __version__}))
+    return json_response(orjson.dumps({"version": __version__}))
 
 
 @router.get("/stats", include_in_schema=False)
 async def engine_stats(request: Request) -> Response:
     """Engine counters (batches, batch sizes, skipped items): for tests and benchmarks."""
-    core = _state(request).engine.core
+    core = state_of(request).engine.core
     stats = {**core.stats.snapshot(), "queued_items": core.queued_items}
-    return _json(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))
+    return json_response(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))

@@ -1,0 +1,173 @@
+"""Routes of the pooling tasks beyond embeddings: classify, score, rerank, pooling, sparse.
+
+`create_app` includes only the routers the loaded model can serve (see `tasks.registry`).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from poolserve.errors import InvalidRequestError
+from poolserve.server.body import json_body_schema, parse_body
+from poolserve.server.handlers import serve_task, state_of
+from poolserve.server.protocol import (
+    ClassifyRequest,
+    PoolingRequest,
+    RerankRequest,
+    ScoreRequest,
+    SparseEmbedRequest,
+)
+from poolserve.server.state import ServingState
+from poolserve.tasks.base import PoolingParams
+from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
+from poolserve.tasks.inputs import resolve_pooling_params
+from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
+from poolserve.tasks.score import RerankOptions, pair_up
+from poolserve.tasks.score import ScoreRequest as ScoreInternal
+
+classify_router = APIRouter()
+score_router = APIRouter()
+sparse_router = APIRouter()
+pooling_router = APIRouter()
+
+
+def _params(
+    state: ServingState,
+    *,
+    truncate_prompt_tokens: int | None,
+    use_activation: bool | None = None,
+    normalize: bool | None = None,
+) -> PoolingParams:
+    engine = state.engine
+    return resolve_pooling_params(
+        max_model_len=engine.max_model_len,
+        embedding_dim=engine.embedding_dim,
+        num_special_tokens=engine.num_special_tokens,
+        model_normalizes=engine.normalizes,
+        normalize=normalize,
+        truncate_prompt_tokens=truncate_prompt_tokens,
+        use_activation=use_activation is not False,
+    )
+
+
+@classify_router.post("/classify", openapi_extra=json_body_schema(ClassifyRequest))
+async def classify(request: Request) -> Response:
+    state = state_of(request)
+    wire = await parse_body(request, ClassifyRequest, state.engine.core.cpu)
+    state.check_model(wire.model)
+    task = state.engine.tasks.classify
+    assert task is not None  # the router is only included for models that classify
+    params = _params(
+        state,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        use_activation=wire.use_activation,
+    )
+    return await serve_task(request, task, ClassifyInternal(wire.inputs()), params)
+
+
+async def _score(
+    request: Request,
+    queries: list[str],
+    documents: list[str],
+    *,
+    truncate_prompt_tokens: int | None,
+    max_tokens_per_doc: int | None,
+    use_activation: bool | None,
+    rerank: RerankOptions | None,
+) -> Response:
+    state = state_of(request)
+    task = state.engine.tasks.score
+    assert task is not None  # the router is only included for models that score
+    internal = ScoreInternal(
+        queries=queries,
+        documents=documents,
+        pairs=pair_up(len(queries), len(documents)),
+        rerank=rerank,
+        max_tokens_per_doc=max_tokens_per_doc,
+    )
+    params = _params(
+        state, truncate_prompt_tokens=truncate_prompt_tokens, use_activation=use_activation
+    )
+    return await serve_task(request, task, internal, params)
+
+
+def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
+    try:
+        return wire.sides()
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="queries") from None
+
+
+@score_router.post("/score", openapi_extra=json_body_schema(ScoreRequest))
+@score_router.post("/v1/score", openapi_extra=json_body_schema(ScoreRequest))
+async def score(request: Request) -> Response:
+    state = state_of(request)
+    wire = await parse_body(request, ScoreRequest, state.engine.core.cpu)
+    state.check_model(wire.model)
+    queries, documents = _sides(wire)
+    return await _score(
+        request,
+        queries,
+        documents,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        max_tokens_per_doc=wire.max_tokens_per_doc,
+        use_activation=wire.use_activation,
+        rerank=None,
+    )
+
+
+@score_router.post("/rerank", openapi_extra=json_body_schema(RerankRequest))
+@score_router.post("/v1/rerank", openapi_extra=json_body_schema(RerankRequest))
+@score_router.post("/v2/rerank", openapi_extra=json_body_schema(RerankRequest))
+async def rerank(request: Request) -> Response:
+    state = state_of(request)
+    wire = await parse_body(request, RerankRequest, state.engine.core.cpu)
+    state.check_model(wire.model)
+    try:
+        documents = wire.document_texts()
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="documents") from None
+    return await _score(
+        request,
+        [wire.query],
+        documents,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        max_tokens_per_doc=wire.max_tokens_per_doc,
+        use_activation=wire.use_activation,
+        rerank=RerankOptions(top_n=wire.top_n or None, return_documents=wire.return_documents),
+    )
+
+
+@pooling_router.post("/pooling", openapi_extra=json_body_schema(PoolingRequest))
+async def pooling(request: Request) -> Response:
+    state = state_of(request)
+    wire = await parse_body(request, PoolingRequest, state.engine.core.cpu)
+    state.check_model(wire.model)
+    heads = state.engine.tasks.heads
+    head = wire.task or heads[0]
+    if head not in heads:
+        raise InvalidRequestError(
+            f"Unsupported task {head!r} for this {state.engine.kind} model; it supports: "
+            + ", ".join(heads),
+            param="task",
+        )
+    params = _params(
+        state,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        use_activation=wire.use_activation,
+        normalize=wire.normalize,
+    )
+    internal = PoolingInternal(wire.inputs(), head)
+    return await serve_task(request, state.engine.tasks.pooling, internal, params)
+
+
+@sparse_router.post("/embed_sparse", openapi_extra=json_body_schema(SparseEmbedRequest))
+async def embed_sparse(request: Request) -> Response:
+    state = state_of(request)
+    wire = await parse_body(request, SparseEmbedRequest, state.engine.core.cpu)
+    state.check_model(wire.model)
+    texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+    params = _params(state, truncate_prompt_tokens=-1 if wire.truncate else None)
+    internal = PoolingInternal(texts, "sparse", sparse_only=True)
+    return await serve_task(request, state.engine.tasks.pooling, internal, params)

@@ -1,0 +1,96 @@
+"""The raw pooling task (`/pooling`, `/embed_sparse`): any head the model has, output per input.
+
+- embed: the pooled vector (normalized unless `normalize: false`);
+- token_embed: one vector per token (each normalized unless `normalize: false`);
+- classify: class probabilities (raw logits with `use_activation: false`);
+- token_classify: per-token probabilities and labels;
+- sparse (SPLADE): the non-zero vocabulary weights as `{index, value}`, by index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.models.kinds import Head
+from poolserve.tasks.base import ServeContext
+from poolserve.tasks.classify import ClassifierHead
+from poolserve.tasks.inputs import Inputs, l2_normalize, tokenize_inputs
+
+
+@dataclass(frozen=True)
+class PoolingRequest:
+    inputs: list[str] | list[list[int]]
+    head: Head
+    # The TEI `/embed_sparse` response shape (a list of lists) instead of vLLM's `/pooling`.
+    sparse_only: bool = False
+
+
+def sparse_entries(weights: np.ndarray) -> list[dict[str, Any]]:
+    """Non-zero weights of a vocabulary-sized vector as `{index, value}`, by index."""
+    indices = np.flatnonzero(weights > 0)
+    return [{"index": int(i), "value": float(weights[i])} for i in indices]
+
+
+class PoolingTask:
+    def __init__(self, *, max_model_len: int, classifier: ClassifierHead | None) -> None:
+        self.max_model_len = max_model_len
+        self.classifier = classifier
+
+    def inputs(self, ctx: ServeContext[PoolingRequest]) -> Inputs:
+        return ctx.request.inputs
+
+    def preprocess(
+        self,
+        ctx: ServeContext[PoolingRequest],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[str] | Sequence[list[int]],
+    ) -> list[TokenizedText]:
+        return tokenize_inputs(
+            tokenizer,
+            inputs,
+            start,
+            truncate=ctx.pooling_params.truncate_prompt_tokens,
+            max_model_len=self.max_model_len,
+            head=ctx.request.head,
+        )
+
+    def postprocess(
+        self, ctx: ServeContext[PoolingRequest], outputs: list[np.ndarray]
+    ) -> list[Any]:
+        head = ctx.request.head
+        params = ctx.pooling_params
+        if head in ("embed", "token_embed"):
+            return [l2_normalize(output) if params.normalize else output for output in outputs]
+        if head in ("classify", "token_classify"):
+            if self.classifier is None or not params.use_activation:
+                return list(outputs)
+            return [self.classifier.activate(output) for output in outputs]
+        return [sparse_entries(output) for output in outputs]
+
+    def build_response(self, ctx: ServeContext[PoolingRequest], result: list[Any]) -> bytes:
+        if ctx.request.sparse_only:
+            return orjson.dumps(result)
+        data: list[dict[str, Any]] = []
+        for index, output in enumerate(result):
+            entry: dict[str, Any] = {"index": index, "object": "pooling", "data": output}
+            if ctx.request.head == "token_classify" and self.classifier is not None:
+                entry["labels"] = [self.classifier.labels[int(i)] for i in np.argmax(output, -1)]
+            data.append(entry)
+        return orjson.dumps(
+            {
+                "id": f"pool-{ctx.request_id}",
+                "object": "list",
+                "created": ctx.timings.created,
+                "model": ctx.model_name,
+                "data": data,
+                "usage": {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens},
+            },
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )

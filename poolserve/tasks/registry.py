@@ -1,0 +1,114 @@
+"""Which task processors a loaded model supports, built once from its kind and configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.models import ModelSpec
+from poolserve.models.kinds import Head
+from poolserve.tasks.classify import ClassifierHead, ClassifyTask
+from poolserve.tasks.embed import EmbedTask
+from poolserve.tasks.pooling import PoolingTask
+from poolserve.tasks.score import (
+    BiEncoderScorer,
+    CrossEncoderScorer,
+    LateInteractionScorer,
+    Markers,
+    Scorer,
+    ScoreTask,
+)
+
+SCORE_ROUTES = ("/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank")
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    heads: tuple[Head, ...]
+    pooling: PoolingTask
+    embed: EmbedTask | None = None
+    classify: ClassifyTask | None = None
+    score: ScoreTask | None = None
+    sparse: bool = False
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The model-specific routes this model serves."""
+        routes: list[str] = []
+        if self.embed is not None:
+            routes.append("/v1/embeddings")
+        if self.classify is not None:
+            routes.append("/classify")
+        if self.score is not None:
+            routes.extend(SCORE_ROUTES)
+        if self.sparse:
+            routes.append("/embed_sparse")
+        routes.append("/pooling")
+        return tuple(routes)
+
+
+def classifier_head(spec: ModelSpec) -> ClassifierHead:
+    config = spec.layout.hf_config
+    id2label = config.get("id2label") or {}
+    labels = tuple(str(id2label[key]) for key in sorted(id2label, key=int))
+    if not labels:
+        labels = tuple(f"LABEL_{index}" for index in range(spec.layout.num_labels))
+    multi_label = config.get("problem_type") == "multi_label_classification"
+    return ClassifierHead(labels=labels, multi_label=multi_label)
+
+
+def cross_encoder_uses_sigmoid(spec: ModelSpec) -> bool:
+    """The CrossEncoder's activation, wherever sentence-transformers stored it: 6.x in
+    config_sentence_transformers.json, 4.x in config.json's "sentence_transformers" section,
+    older versions as "sbert_ce_default_activation_function". Unset: sigmoid for one label."""
+    config = spec.layout.hf_config
+    activation = str(
+        spec.layout.st_config.get("activation_fn")
+        or (config.get("sentence_transformers") or {}).get("activation_fn")
+        or config.get("sbert_ce_default_activation_function")
+        or ""
+    )
+    if activation:
+        return activation.endswith("Sigmoid")
+    return spec.layout.num_labels == 1
+
+
+def late_interaction_markers(spec: ModelSpec, tokenizer: TextTokenizer) -> Markers:
+    st_config = spec.layout.st_config
+
+    def marker(key: str) -> int | None:
+        prefix = str(st_config.get(key) or "").strip()
+        return tokenizer.token_id(prefix) if prefix else None
+
+    return Markers(query=marker("query_prefix"), document=marker("document_prefix"))
+
+
+def build_tasks(spec: ModelSpec) -> TaskSet:
+    tokenizer = TextTokenizer(spec.tokenizer_json)
+    limit = spec.max_model_len
+    kind = spec.kind
+    classifier = (
+        classifier_head(spec)
+        if kind in ("classifier", "cross_encoder", "token_classifier")
+        else None
+    )
+    scorer: Scorer | None = None
+    if kind == "cross_encoder":
+        scorer = CrossEncoderScorer(max_model_len=limit, sigmoid=cross_encoder_uses_sigmoid(spec))
+    elif kind == "embedding":
+        scorer = BiEncoderScorer(max_model_len=limit)
+    elif kind == "late_interaction":
+        markers = late_interaction_markers(spec, tokenizer)
+        scorer = LateInteractionScorer(max_model_len=limit, markers=markers)
+    return TaskSet(
+        heads=spec.heads,
+        pooling=PoolingTask(max_model_len=limit, classifier=classifier),
+        embed=EmbedTask(max_model_len=limit) if kind == "embedding" else None,
+        classify=(
+            ClassifyTask(max_model_len=limit, head=classifier)
+            if classifier is not None and kind != "token_classifier"
+            else None
+        ),
+        score=ScoreTask(scorer) if scorer is not None else None,
+        sparse=kind == "sparse",
+    )
