@@ -12,10 +12,12 @@ from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.models import prepare_model
-from poolserve.tasks.base import ServeContext, run_sync
+from poolserve.tasks.base import PoolingParams, ServeContext, run_sync
+from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.registry import build_tasks
+from poolserve.tasks.score import ScoreRequest, pair_up
 
 
 class Engine:
@@ -48,10 +50,7 @@ class Engine:
     @property
     def embed_task(self) -> EmbedTask:
         if self.tasks.embed is None:
-            raise InvalidRequestError(
-                f"this is a {self.kind} model; it does not embed (it serves "
-                f"{', '.join(self.tasks.routes)})"
-            )
+            raise self._cannot("embed")
         return self.tasks.embed
 
     def embed(
@@ -68,10 +67,75 @@ class Engine:
         (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
         (special tokens kept), -1 to the model's maximum.
         """
-        inputs = [texts] if isinstance(texts, str) else list(texts)
-        if not inputs:
-            raise InvalidRequestError("texts is empty; pass at least one text")
-        params = resolve_pooling_params(
+        inputs = _as_list(texts)
+        params = self.pooling_params(
+            normalize=normalize,
+            dimensions=dimensions,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+        )
+        ctx = ServeContext(EmbedRequest(inputs), model_name=self.name, pooling_params=params)
+        return run_sync(self.core, self.embed_task, ctx)
+
+    def classify(
+        self,
+        texts: str | Sequence[str],
+        *,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> np.ndarray:
+        """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
+        task = self.tasks.classify
+        if task is None:
+            raise self._cannot("classify")
+        params = self.pooling_params(
+            use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
+        )
+        request = ClassifyRequest(_as_list(texts))
+        return run_sync(self.core, task, ServeContext(request, self.name, params))
+
+    def score(
+        self,
+        queries: str | Sequence[str],
+        documents: str | Sequence[str],
+        *,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+        max_tokens_per_doc: int | None = None,
+    ) -> np.ndarray:
+        """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them."""
+        task = self.tasks.score
+        if task is None:
+            raise self._cannot("score")
+        query_list, document_list = _as_list(queries), _as_list(documents)
+        request = ScoreRequest(
+            queries=query_list,
+            documents=document_list,
+            pairs=pair_up(len(query_list), len(document_list)),
+            max_tokens_per_doc=max_tokens_per_doc,
+        )
+        params = self.pooling_params(
+            use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
+        )
+        return run_sync(self.core, task, ServeContext(request, self.name, params))
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+    ) -> list[tuple[int, float]]:
+        """(document index, score) pairs, best first."""
+        scores = self.score(query, documents)
+        order = sorted(range(len(scores)), key=lambda index: -scores[index])
+        return [(index, float(scores[index])) for index in order[: top_n or None]]
+
+    def pooling_params(
+        self,
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        use_activation: bool = True,
+    ) -> PoolingParams:
+        """A request's pooling options checked against this model."""
+        return resolve_pooling_params(
             max_model_len=self.max_model_len,
             embedding_dim=self.embedding_dim,
             num_special_tokens=self.num_special_tokens,
@@ -79,9 +143,14 @@ class Engine:
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
+            use_activation=use_activation,
         )
-        ctx = ServeContext(EmbedRequest(inputs), model_name=self.name, pooling_params=params)
-        return run_sync(self.core, self.embed_task, ctx)
+
+    def _cannot(self, what: str) -> InvalidRequestError:
+        return InvalidRequestError(
+            f"this is a {self.kind} model; it cannot {what} (it serves "
+            f"{', '.join(self.tasks.routes)})"
+        )
 
     @property
     def alive(self) -> bool:
@@ -101,3 +170,10 @@ class Engine:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _as_list(texts: str | Sequence[str]) -> list[str]:
+    inputs = [texts] if isinstance(texts, str) else list(texts)
+    if not inputs:
+        raise InvalidRequestError("texts is empty; pass at least one text")
+    return inputs
