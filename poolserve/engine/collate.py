@@ -35,7 +35,9 @@ def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) 
     token_type_ids = np.zeros((len(items), longest), dtype=np.int64) if with_types else None
     for row, item in enumerate(items):
         input_ids[row, : item.length] = item.input_ids
-        attention_mask[row, : item.length] = 1
+        attention_mask[row, : item.length] = (
+            1 if item.attention_mask is None else item.attention_mask
+        )
         if token_type_ids is not None and item.token_type_ids is not None:
             token_type_ids[row, : item.length] = item.token_type_ids
 

@@ -20,6 +20,8 @@ class TokenizedText:
     input_ids: list[int]
     token_type_ids: list[int] | None
     head: Head = "embed"
+    # None: every token attends; otherwise 0 marks tokens the model must not attend to.
+    attention_mask: list[int] | None = None
 
 
 class TextTokenizer:

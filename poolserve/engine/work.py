@@ -78,6 +78,8 @@ class WorkItem:
     token_type_ids: list[int] | None = None
     # What the forward pass must return for this item; a batch holds one head only.
     head: Head = "embed"
+    # None: attend to every token (see TokenizedText.attention_mask).
+    attention_mask: list[int] | None = None
 
     @property
     def length(self) -> int:

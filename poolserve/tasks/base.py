@@ -66,6 +66,8 @@ class ServeContext(Generic[RequestT]):
     timings: Timings = field(default_factory=Timings)
     # Prompt tokens of each chunk of inputs, filled in as chunks are tokenized.
     chunk_tokens: list[int] = field(default_factory=list)
+    # What preprocessing learns about an input that post-processing needs, by input index.
+    item_data: dict[int, Any] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:
@@ -116,7 +118,14 @@ def _prepare_chunk(
     try:
         tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
         items = [
-            WorkItem(group, start + offset, text.input_ids, text.token_type_ids, text.head)
+            WorkItem(
+                group,
+                start + offset,
+                text.input_ids,
+                text.token_type_ids,
+                text.head,
+                text.attention_mask,
+            )
             for offset, text in enumerate(tokenized)
         ]
         # One slot per chunk: chunks may be prepared on several threads at once.

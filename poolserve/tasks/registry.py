@@ -13,8 +13,8 @@ from poolserve.tasks.pooling import PoolingTask
 from poolserve.tasks.score import (
     BiEncoderScorer,
     CrossEncoderScorer,
+    LateInteractionConfig,
     LateInteractionScorer,
-    Markers,
     Scorer,
     ScoreTask,
 )
@@ -73,14 +73,32 @@ def cross_encoder_uses_sigmoid(spec: ModelSpec) -> bool:
     return spec.layout.num_labels == 1
 
 
-def late_interaction_markers(spec: ModelSpec, tokenizer: TextTokenizer) -> Markers:
+def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateInteractionConfig:
+    """PyLate's settings from config_sentence_transformers.json (absent keys: no effect)."""
     st_config = spec.layout.st_config
 
     def marker(key: str) -> int | None:
         prefix = str(st_config.get(key) or "").strip()
         return tokenizer.token_id(prefix) if prefix else None
 
-    return Markers(query=marker("query_prefix"), document=marker("document_prefix"))
+    expand = bool(st_config.get("do_query_expansion")) and bool(st_config.get("query_length"))
+    skiplist = {
+        token
+        for word in st_config.get("skiplist_words") or ()
+        if (token := tokenizer.token_id(str(word))) is not None
+    }
+    return LateInteractionConfig(
+        query_marker=marker("query_prefix"),
+        document_marker=marker("document_prefix"),
+        query_length=int(st_config["query_length"]) if expand else None,
+        mask_token=_mask_token(tokenizer) if expand else None,
+        attend_to_expansion=bool(st_config.get("attend_to_expansion_tokens")),
+        skiplist=frozenset(skiplist),
+    )
+
+
+def _mask_token(tokenizer: TextTokenizer) -> int | None:
+    return tokenizer.token_id("[MASK]") or tokenizer.token_id("<mask>")
 
 
 def build_tasks(spec: ModelSpec) -> TaskSet:
@@ -98,8 +116,8 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
     elif kind == "embedding":
         scorer = BiEncoderScorer(max_model_len=limit)
     elif kind == "late_interaction":
-        markers = late_interaction_markers(spec, tokenizer)
-        scorer = LateInteractionScorer(max_model_len=limit, markers=markers)
+        config = late_interaction_config(spec, tokenizer)
+        scorer = LateInteractionScorer(max_model_len=limit, config=config)
     return TaskSet(
         heads=spec.heads,
         pooling=PoolingTask(max_model_len=limit, classifier=classifier),

@@ -62,16 +62,13 @@ class Scorer(Protocol):
 
     def preprocess(
         self,
-        request: ScoreRequest,
+        ctx: ServeContext[ScoreRequest],
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[Any],
-        truncate: int | None,
     ) -> list[TokenizedText]: ...
 
-    def scores(
-        self, request: ScoreRequest, outputs: list[np.ndarray], use_activation: bool
-    ) -> np.ndarray: ...
+    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray: ...
 
 
 def _texts(request: ScoreRequest) -> list[str]:
@@ -103,12 +100,12 @@ class CrossEncoderScorer:
 
     def preprocess(
         self,
-        request: ScoreRequest,
+        ctx: ServeContext[ScoreRequest],
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[Any],
-        truncate: int | None,
     ) -> list[TokenizedText]:
+        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         limit = request.max_tokens_per_doc
         texts = [
             (
@@ -131,11 +128,11 @@ class CrossEncoderScorer:
                 )
         return [TokenizedText(ids, types, "classify") for ids, types in encoded]
 
-    def scores(
-        self, request: ScoreRequest, outputs: list[np.ndarray], use_activation: bool
-    ) -> np.ndarray:
+    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
         logits = np.stack(outputs)[:, 0].astype(np.float64)
-        return 1.0 / (1.0 + np.exp(-logits)) if use_activation and self.sigmoid else logits
+        if ctx.pooling_params.use_activation and self.sigmoid:
+            return 1.0 / (1.0 + np.exp(-logits))
+        return logits
 
 
 class BiEncoderScorer:
@@ -147,12 +144,12 @@ class BiEncoderScorer:
 
     def preprocess(
         self,
-        request: ScoreRequest,
+        ctx: ServeContext[ScoreRequest],
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[Any],
-        truncate: int | None,
     ) -> list[TokenizedText]:
+        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         return tokenize_inputs(
             tokenizer,
             _cut_documents(request, tokenizer, start, inputs),
@@ -162,68 +159,93 @@ class BiEncoderScorer:
             head="embed",
         )
 
-    def scores(
-        self, request: ScoreRequest, outputs: list[np.ndarray], use_activation: bool
-    ) -> np.ndarray:
+    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
+        request = ctx.request
         vectors = l2_normalize(np.stack(outputs).astype(np.float64))
         offset = len(request.queries)
         return np.array([vectors[q] @ vectors[offset + d] for q, d in request.pairs])
 
 
 @dataclass(frozen=True)
-class Markers:
-    """Token ids a late-interaction model puts after [CLS] to mark queries and documents."""
+class LateInteractionConfig:
+    """How a late-interaction model (PyLate's ColBERT layout) marks and shapes its inputs."""
 
-    query: int | None = None
-    document: int | None = None
+    # Token ids put right after [CLS] to mark a query or a document.
+    query_marker: int | None = None
+    document_marker: int | None = None
+    # Query expansion: queries cut or padded with [MASK] to exactly `query_length` tokens, the
+    # padding attended to only with `attend_to_expansion`; every position is scored.
+    query_length: int | None = None
+    mask_token: int | None = None
+    attend_to_expansion: bool = False
+    # Document tokens left out of MaxSim (PyLate's punctuation skiplist).
+    skiplist: frozenset[int] = frozenset()
 
 
 class LateInteractionScorer:
-    def __init__(self, *, max_model_len: int, markers: Markers) -> None:
+    def __init__(self, *, max_model_len: int, config: LateInteractionConfig) -> None:
         self.max_model_len = max_model_len
-        self.markers = markers
+        self.config = config
 
     def inputs(self, request: ScoreRequest) -> Sequence[Any]:
         return _texts(request)
 
     def preprocess(
         self,
-        request: ScoreRequest,
+        ctx: ServeContext[ScoreRequest],
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[Any],
-        truncate: int | None,
     ) -> list[TokenizedText]:
-        marked = [self._marker(request, start + offset) for offset in range(len(inputs))]
-        room = None if truncate is None else truncate - any(m is not None for m in marked)
-        tokenized = tokenize_inputs(
-            tokenizer,
-            _cut_documents(request, tokenizer, start, inputs),
-            start,
-            truncate=room,
-            max_model_len=self.max_model_len - any(m is not None for m in marked),
-            head="token_embed",
-        )
-        return [
-            text
-            if marker is None
-            else TokenizedText(
-                [text.input_ids[0], marker, *text.input_ids[1:]], None, "token_embed"
+        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
+        queries = len(request.queries)
+        results = []
+        for offset, text in enumerate(_cut_documents(request, tokenizer, start, inputs)):
+            index = start + offset
+            is_query = index < queries
+            marker = self.config.query_marker if is_query else self.config.document_marker
+            extra = 0 if marker is None else 1
+            (tokenized,) = tokenize_inputs(
+                tokenizer,
+                [text],
+                index,
+                truncate=None if truncate is None else truncate - extra,
+                max_model_len=self.max_model_len - extra,
+                head="token_embed",
             )
-            for text, marker in zip(tokenized, marked, strict=True)
-        ]
+            ids = tokenized.input_ids
+            if marker is not None:
+                ids = [ids[0], marker, *ids[1:]]
+            if is_query:
+                results.append(self._expand_query(ids))
+                continue
+            if self.config.skiplist:
+                ctx.item_data[index] = np.array([i not in self.config.skiplist for i in ids])
+            results.append(TokenizedText(ids, None, "token_embed"))
+        return results
 
-    def _marker(self, request: ScoreRequest, index: int) -> int | None:
-        return self.markers.query if index < len(request.queries) else self.markers.document
+    def _expand_query(self, ids: list[int]) -> TokenizedText:
+        config = self.config
+        length, mask = config.query_length, config.mask_token
+        if length is None or mask is None:
+            return TokenizedText(ids, None, "token_embed")
+        if len(ids) > length:
+            ids = [*ids[: length - 1], ids[-1]]  # keep [SEP]
+        padding = length - len(ids)
+        attention = [1] * len(ids) + [int(config.attend_to_expansion)] * padding
+        return TokenizedText([*ids, *[mask] * padding], None, "token_embed", attention)
 
-    def scores(
-        self, request: ScoreRequest, outputs: list[np.ndarray], use_activation: bool
-    ) -> np.ndarray:
+    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
+        request = ctx.request
         tokens = [l2_normalize(output.astype(np.float32)) for output in outputs]
         offset = len(request.queries)
-        return np.array(
-            [maxsim(tokens[q], tokens[offset + d]) for q, d in request.pairs], dtype=np.float64
-        )
+
+        def document(index: int) -> np.ndarray:
+            keep = ctx.item_data.get(offset + index)
+            vectors = tokens[offset + index]
+            return vectors if keep is None else vectors[keep]
+
+        return np.array([maxsim(tokens[q], document(d)) for q, d in request.pairs])
 
 
 def maxsim(query: np.ndarray, document: np.ndarray) -> float:
@@ -247,11 +269,10 @@ class ScoreTask:
         start: int,
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
-        truncate = ctx.pooling_params.truncate_prompt_tokens
-        return self.scorer.preprocess(ctx.request, tokenizer, start, inputs, truncate)
+        return self.scorer.preprocess(ctx, tokenizer, start, inputs)
 
     def postprocess(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
-        return self.scorer.scores(ctx.request, outputs, ctx.pooling_params.use_activation)
+        return self.scorer.scores(ctx, outputs)
 
     def build_response(self, ctx: ServeContext[ScoreRequest], result: np.ndarray) -> bytes:
         usage = {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens}
