@@ -57,6 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default=_env("log-level", defaults.log_level))
     serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=_env("max-request-bytes", defaults.max_request_bytes, int),
+        help="larger request bodies are refused with 413",
+    )
+    serve.add_argument(
+        "--max-client-batch-size",
+        type=int,
+        default=_env("max-client-batch-size", defaults.max_client_batch_size, int),
+        help="inputs (or documents) one request may carry",
+    )
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        help="require `Authorization: Bearer KEY` on the API routes; repeat for several keys "
+        "(POOLSERVE_API_KEY: comma-separated)",
+    )
+    serve.add_argument(
         "--access-log",
         action=argparse.BooleanOptionalAction,
         default=_env("access-log", False, bool),
@@ -145,6 +164,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         served_model_name=tuple(args.served_model_name) if args.served_model_name else None,
         log_level=args.log_level,
         access_log=args.access_log,
+        max_request_bytes=args.max_request_bytes,
+        max_client_batch_size=args.max_client_batch_size,
+        api_keys=tuple(args.api_key or _env("api-key", (), tuple)),
     )
     return model, engine, server
 

@@ -61,3 +61,9 @@ class ServerConfig:
     served_model_name: tuple[str, ...] | None = None
     log_level: str = "info"
     access_log: bool = False
+    # Bodies larger than this are refused with 413 before they are read in full.
+    max_request_bytes: int = 8 * 1024 * 1024
+    # Inputs (or documents) one request may carry; more is a 413 that names the limit.
+    max_client_batch_size: int = 2048
+    # Bearer keys any of which opens the API routes; empty: no authentication.
+    api_keys: tuple[str, ...] = ()

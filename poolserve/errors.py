@@ -30,6 +30,13 @@ class InputTooLongError(InvalidRequestError):
     """An input has more tokens than the model accepts and truncation was not asked for."""
 
 
+class PayloadTooLargeError(PoolserveError):
+    """The request carries more than the server accepts in one request (413)."""
+
+    status = 413
+    error_type = "invalid_request_error"
+
+
 class ModelNotFoundError(PoolserveError):
     """The request names a model this server does not serve (404)."""
 

@@ -13,6 +13,8 @@ from fastapi import FastAPI
 from poolserve import __version__
 from poolserve.config import ServerConfig
 from poolserve.offline import Engine
+from poolserve.server.auth import BearerAuthMiddleware
+from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.errors import install_error_handlers
 from poolserve.server.pooling_routes import (
     classify_router,
@@ -43,8 +45,20 @@ def create_app(
             if close_engine:
                 await asyncio.to_thread(engine.close)
 
-    app = FastAPI(title="poolserve", version=__version__, lifespan=lifespan)
-    app.state.serving = ServingState(engine, tuple(names), created=int(time.time()))
+    app = FastAPI(
+        title="poolserve",
+        version=__version__,
+        lifespan=lifespan,
+    )
+    app.state.serving = ServingState(
+        engine,
+        tuple(names),
+        created=int(time.time()),
+        max_client_batch_size=config.max_client_batch_size,
+    )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
+    if config.api_keys:  # outermost: an unauthenticated request costs nothing more
+        app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys)
     install_error_handlers(app)
     app.include_router(router)
     tasks = engine.tasks

@@ -56,6 +56,8 @@ async def classify(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, ClassifyRequest, state.engine.core.cpu)
     state.check_model(wire.model)
+    inputs = wire.inputs()
+    state.check_batch(len(inputs), "input")
     task = state.engine.tasks.classify
     assert task is not None  # the router is only included for models that classify
     params = _params(
@@ -63,7 +65,7 @@ async def classify(request: Request) -> Response:
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         use_activation=wire.use_activation,
     )
-    return await serve_task(request, task, ClassifyInternal(wire.inputs()), params)
+    return await serve_task(request, task, ClassifyInternal(inputs), params)
 
 
 async def _score(
@@ -79,6 +81,8 @@ async def _score(
     state = state_of(request)
     task = state.engine.tasks.score
     assert task is not None  # the router is only included for models that score
+    state.check_batch(len(queries), "queries")
+    state.check_batch(len(documents), "documents")
     internal = ScoreInternal(
         queries=queries,
         documents=documents,
@@ -144,6 +148,8 @@ async def pooling(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, PoolingRequest, state.engine.core.cpu)
     state.check_model(wire.model)
+    inputs = wire.inputs()
+    state.check_batch(len(inputs), "input")
     heads = state.engine.tasks.heads
     head = wire.task or heads[0]
     if head not in heads:
@@ -158,7 +164,7 @@ async def pooling(request: Request) -> Response:
         use_activation=wire.use_activation,
         normalize=wire.normalize,
     )
-    internal = PoolingInternal(wire.inputs(), head)
+    internal = PoolingInternal(inputs, head)
     return await serve_task(request, state.engine.tasks.pooling, internal, params)
 
 
@@ -168,6 +174,7 @@ async def embed_sparse(request: Request) -> Response:
     wire = await parse_body(request, SparseEmbedRequest, state.engine.core.cpu)
     state.check_model(wire.model)
     texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+    state.check_batch(len(texts), "inputs")
     params = _params(state, truncate_prompt_tokens=-1 if wire.truncate else None)
     internal = PoolingInternal(texts, "sparse", sparse_only=True)
     return await serve_task(request, state.engine.tasks.pooling, internal, params)

@@ -30,6 +30,8 @@ async def create_embeddings(request: Request) -> Response:
     engine = state.engine
     wire = await parse_body(request, EmbeddingRequest, engine.core.cpu)
     state.check_model(wire.model)
+    inputs = wire.inputs()
+    state.check_batch(len(inputs), "input")
     params = resolve_pooling_params(
         max_model_len=engine.max_model_len,
         embedding_dim=engine.embedding_dim,
@@ -39,7 +41,7 @@ async def create_embeddings(request: Request) -> Response:
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
     )
-    internal = EmbedRequest(wire.inputs(), wire.encoding_format)
+    internal = EmbedRequest(inputs, wire.encoding_format)
     return await serve_task(request, engine.embed_task, internal, params)
 
 

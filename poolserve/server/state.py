@@ -6,7 +6,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
-from poolserve.errors import ModelNotFoundError
+from poolserve.errors import ModelNotFoundError, PayloadTooLargeError
 from poolserve.offline import Engine
 
 
@@ -16,6 +16,7 @@ class ServingState:
     # The first name is the one responses carry; clients may use any of them.
     served_names: tuple[str, ...]
     created: int = field(default=0)
+    max_client_batch_size: int = 2048
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)
@@ -26,6 +27,15 @@ class ServingState:
     @property
     def model_name(self) -> str:
         return self.served_names[0]
+
+    def check_batch(self, count: int, param: str) -> None:
+        """Refuse a request with more inputs than `--max-client-batch-size`, before any work."""
+        if count > self.max_client_batch_size:
+            raise PayloadTooLargeError(
+                f"{param} has {count} items, more than this server takes in one request "
+                f"({self.max_client_batch_size}); split it into several requests",
+                param=param,
+            )
 
     def check_model(self, requested: str | None) -> None:
         """A request may omit `model`; if it names one, it must be one we serve."""

@@ -68,6 +68,26 @@ def too_long_message(index: int, length: int, max_model_len: int) -> str:
     )
 
 
+# A token spans at most this many characters in anything but pathological text, so an input
+# longer than max_model_len x this cannot fit the model: it is refused (or, when truncation was
+# asked for, cut) before the tokenizer spends time on it.
+CHARS_PER_TOKEN_CAP = 64
+
+
+def bound_text(text: str, index: int, max_model_len: int, truncating: bool) -> str:
+    cap = max_model_len * CHARS_PER_TOKEN_CAP
+    if len(text) <= cap:
+        return text
+    if truncating:
+        return text[:cap]
+    raise InputTooLongError(
+        f"input {index} has {len(text)} characters, far more than the model's {max_model_len} "
+        f"tokens can hold (at most {cap} characters are accepted); shorten it, or pass "
+        "`truncate_prompt_tokens` (-1 for the model's maximum) to cut it",
+        param="input",
+    )
+
+
 def check_length(length: int, index: int, max_model_len: int) -> None:
     if length > max_model_len:
         raise InputTooLongError(too_long_message(index, length, max_model_len), param="input")
@@ -87,7 +107,12 @@ def tokenize_inputs(
     Token-id inputs are cut to their first `truncate` ids; texts keep their special tokens.
     """
     if inputs and isinstance(inputs[0], str):
-        id_lists = tokenizer.encode_batch([str(text) for text in inputs], truncate_to=truncate)
+        truncating = truncate is not None
+        texts = [
+            bound_text(str(text), start + offset, max_model_len, truncating)
+            for offset, text in enumerate(inputs)
+        ]
+        id_lists = tokenizer.encode_batch(texts, truncate_to=truncate)
     else:
         id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
         for ids in id_lists:

@@ -81,7 +81,8 @@ def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateIn
         prefix = str(st_config.get(key) or "").strip()
         return tokenizer.token_id(prefix) if prefix else None
 
-    expand = bool(st_config.get("do_query_expansion")) and bool(st_config.get("query_length"))
+    query_length = st_config.get("query_length")
+    expand = bool(st_config.get("do_query_expansion")) and bool(query_length)
     skiplist = {
         token
         for word in st_config.get("skiplist_words") or ()
@@ -90,7 +91,7 @@ def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateIn
     return LateInteractionConfig(
         query_marker=marker("query_prefix"),
         document_marker=marker("document_prefix"),
-        query_length=int(st_config["query_length"]) if expand else None,
+        query_length=int(query_length) if query_length else None,
         mask_token=_mask_token(tokenizer) if expand else None,
         attend_to_expansion=bool(st_config.get("attend_to_expansion_tokens")),
         skiplist=frozenset(skiplist),

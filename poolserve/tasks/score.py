@@ -21,7 +21,7 @@ import orjson
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import CHARS_PER_TOKEN_CAP, bound_text, l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ def _cut_documents(
         return list(texts)
     queries = len(request.queries)
     return [
-        text if start + offset < queries else tokenizer.cut_text(text, limit)
+        text
+        if start + offset < queries
+        else tokenizer.cut_text(text[: limit * CHARS_PER_TOKEN_CAP], limit)
         for offset, text in enumerate(texts)
     ]
 
@@ -106,15 +108,19 @@ class CrossEncoderScorer:
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
-        limit = request.max_tokens_per_doc
+        limit, truncating = request.max_tokens_per_doc, truncate is not None
+
+        def bounded(text: str, index: int) -> str:
+            return bound_text(text, index, self.max_model_len, truncating or limit is not None)
+
         texts = [
             (
-                request.queries[query],
-                request.documents[doc]
+                bounded(request.queries[query], start + offset),
+                bounded(request.documents[doc], start + offset)
                 if limit is None
-                else tokenizer.cut_text(request.documents[doc], limit),
+                else tokenizer.cut_text(bounded(request.documents[doc], start + offset), limit),
             )
-            for query, doc in inputs
+            for offset, (query, doc) in enumerate(inputs)
         ]
         encoded = tokenizer.encode_pairs(texts, truncate_to=truncate)
         for offset, (ids, _) in enumerate(encoded):
@@ -173,8 +179,9 @@ class LateInteractionConfig:
     # Token ids put right after [CLS] to mark a query or a document.
     query_marker: int | None = None
     document_marker: int | None = None
-    # Query expansion: queries cut or padded with [MASK] to exactly `query_length` tokens, the
-    # padding attended to only with `attend_to_expansion`; every position is scored.
+    # Queries are cut to `query_length` tokens (marker included). With query expansion
+    # (`mask_token` set) shorter ones are padded with [MASK] to exactly that length, the padding
+    # attended to only with `attend_to_expansion`; every position is scored.
     query_length: int | None = None
     mask_token: int | None = None
     attend_to_expansion: bool = False
@@ -204,13 +211,13 @@ class LateInteractionScorer:
             index = start + offset
             is_query = index < queries
             marker = self.config.query_marker if is_query else self.config.document_marker
-            extra = 0 if marker is None else 1
+            # As PyLate: the length limit applies to the tokenizer's output; the marker is extra.
             (tokenized,) = tokenize_inputs(
                 tokenizer,
                 [text],
                 index,
-                truncate=None if truncate is None else truncate - extra,
-                max_model_len=self.max_model_len - extra,
+                truncate=truncate,
+                max_model_len=self.max_model_len,
                 head="token_embed",
             )
             ids = tokenized.input_ids
@@ -227,10 +234,12 @@ class LateInteractionScorer:
     def _expand_query(self, ids: list[int]) -> TokenizedText:
         config = self.config
         length, mask = config.query_length, config.mask_token
-        if length is None or mask is None:
+        if length is None:
             return TokenizedText(ids, None, "token_embed")
         if len(ids) > length:
             ids = [*ids[: length - 1], ids[-1]]  # keep [SEP]
+        if mask is None:
+            return TokenizedText(ids, None, "token_embed")
         padding = length - len(ids)
         attention = [1] * len(ids) + [int(config.attend_to_expansion)] * padding
         return TokenizedText([*ids, *[mask] * padding], None, "token_embed", attention)

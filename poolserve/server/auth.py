@@ -1,0 +1,48 @@
+"""API keys: `Authorization: Bearer KEY` on every API route, compared in constant time.
+
+`/health` (and `/metrics`, unless protected) stay open for probes and scrapers. A pure ASGI
+middleware: a refused request costs no routing, parsing or validation. Keys are never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from poolserve.server.errors import error_response
+
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+
+
+class BearerAuthMiddleware:
+    def __init__(
+        self, app: ASGIApp, *, api_keys: Iterable[str], open_paths: frozenset[str] = OPEN_PATHS
+    ) -> None:
+        self.app = app
+        self._keys = [key.encode() for key in api_keys]
+        self._open_paths = open_paths
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() != b"bearer":
+                    return False
+                token = token.strip()
+                # Compare with every key (no early exit) so timing says nothing about which.
+                matches = [hmac.compare_digest(token, key) for key in self._keys]
+                return any(matches)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self._open_paths or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        response = error_response(
+            401,
+            "missing or wrong API key; send the header `Authorization: Bearer <key>`",
+            headers={"www-authenticate": "Bearer"},
+        )
+        await response(scope, receive, send)
