@@ -69,6 +69,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="inputs (or documents) one request may carry",
     )
     serve.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=_env("max-concurrent-requests", defaults.max_concurrent_requests, int),
+        help="requests in flight before new ones get 429",
+    )
+    serve.add_argument(
+        "--max-queued-tokens",
+        type=int,
+        default=_env("max-queued-tokens", defaults.max_queued_tokens, int),
+        help="tokens waiting for the model before new requests get 429",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=_env("request-timeout", None, float),
+        help="seconds before a request is answered 504 and its work cancelled (default: none)",
+    )
+    serve.add_argument(
         "--api-key",
         action="append",
         default=None,
@@ -166,6 +184,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         access_log=args.access_log,
         max_request_bytes=args.max_request_bytes,
         max_client_batch_size=args.max_client_batch_size,
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_queued_tokens=args.max_queued_tokens,
+        request_timeout=args.request_timeout,
         api_keys=tuple(args.api_key or _env("api-key", (), tuple)),
     )
     return model, engine, server

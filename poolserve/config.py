@@ -67,3 +67,10 @@ class ServerConfig:
     max_client_batch_size: int = 2048
     # Bearer keys any of which opens the API routes; empty: no authentication.
     api_keys: tuple[str, ...] = ()
+    # Admission: requests in flight, and tokens waiting for the model, before new requests get
+    # 429 with Retry-After.
+    max_concurrent_requests: int = 1024
+    max_queued_tokens: int = 262144
+    # Seconds a request may take before it is answered 504 and its work cancelled; None: no
+    # limit. A client may ask for a shorter one with the `x-request-timeout` header.
+    request_timeout: float | None = None

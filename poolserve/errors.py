@@ -13,10 +13,13 @@ class PoolserveError(Exception):
     status: int = 500
     error_type: str = "internal_server_error"
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = headers
 
 
 class InvalidRequestError(PoolserveError):
@@ -35,6 +38,20 @@ class PayloadTooLargeError(PoolserveError):
 
     status = 413
     error_type = "invalid_request_error"
+
+
+class OverloadedError(PoolserveError):
+    """The server holds as much work as it may; the client should retry later (429)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+
+class RequestTimeoutError(PoolserveError):
+    """The request did not finish within its time limit; its work was cancelled (504)."""
+
+    status = 504
+    error_type = "timeout_error"
 
 
 class ModelNotFoundError(PoolserveError):

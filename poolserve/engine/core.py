@@ -95,6 +95,10 @@ class EngineCore:
     def queued_items(self) -> int:
         return self._scheduler.queued_items
 
+    @property
+    def queued_tokens(self) -> int:
+        return self._scheduler.queued_tokens
+
     # -- threads ----------------------------------------------------------------------------
 
     def _load_forward(self) -> Callable[[Batch], Sequence[np.ndarray]]:

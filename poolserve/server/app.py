@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from poolserve import __version__
 from poolserve.config import ServerConfig
 from poolserve.offline import Engine
+from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.errors import install_error_handlers
@@ -50,14 +51,23 @@ def create_app(
         version=__version__,
         lifespan=lifespan,
     )
+    admission = AdmissionControl(
+        engine.core,
+        max_requests=config.max_concurrent_requests,
+        max_queued_tokens=config.max_queued_tokens,
+    )
     app.state.serving = ServingState(
         engine,
         tuple(names),
+        admission,
         created=int(time.time()),
         max_client_batch_size=config.max_client_batch_size,
+        request_timeout=config.request_timeout,
     )
+    # Starlette runs the middleware added last first: auth, then admission, then body size.
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
-    if config.api_keys:  # outermost: an unauthenticated request costs nothing more
+    app.add_middleware(AdmissionMiddleware, control=admission)
+    if config.api_keys:
         app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys)
     install_error_handlers(app)
     app.include_router(router)

@@ -85,7 +85,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _poolserve_error(request: Request, exc: PoolserveError) -> Response:
         if exc.status >= 500:
             logger.error("request %s failed: %s", request.url.path, exc.message)
-        return error_response(exc.status, exc.message, error_type=exc.error_type, param=exc.param)
+        return error_response(
+            exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

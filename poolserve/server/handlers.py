@@ -3,11 +3,13 @@ with the body and the timing headers."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from poolserve.errors import InvalidRequestError, RequestTimeoutError
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
 
@@ -33,13 +35,40 @@ def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
     }
 
 
+def _timeout(request: Request, state: ServingState) -> float | None:
+    """The server's request timeout, or the shorter one the client asks for."""
+    limit = state.request_timeout
+    asked = request.headers.get("x-request-timeout")
+    if asked is not None:
+        try:
+            seconds = float(asked)
+        except ValueError:
+            raise InvalidRequestError(
+                f"x-request-timeout must be a number of seconds, got {asked!r}"
+            ) from None
+        if not seconds > 0:
+            raise InvalidRequestError("x-request-timeout must be more than 0 seconds")
+        limit = seconds if limit is None else min(limit, seconds)
+    return limit
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read: only a disconnect can come now)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def serve_task(
     request: Request,
     task: Task[RequestT, Any],
     internal: RequestT,
     params: PoolingParams,
 ) -> Response:
-    """Run `internal` through `task` on the engine; the response carries timing headers."""
+    """Run `internal` through `task` on the engine; the response carries timing headers.
+
+    If the client disconnects or the time limit passes first, the request's work is cancelled:
+    its items still queued never reach the model.
+    """
     state = state_of(request)
     ctx = ServeContext(
         internal,
@@ -47,5 +76,25 @@ async def serve_task(
         pooling_params=params,
         request_id=request.headers.get("x-request-id") or state.new_request_id(),
     )
-    body = await serve(state.engine.core, task, ctx)
-    return json_response(body, timing_headers(ctx))
+    timeout = _timeout(request, state)
+    work = asyncio.ensure_future(serve(state.engine.core, task, ctx))
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            (work, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    except BaseException:
+        work.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if work in done:
+        return json_response(work.result(), timing_headers(ctx))
+    work.cancel()
+    if watcher in done:
+        # Nobody is listening; 499 (client closed request) only shows in the access log.
+        return Response(status_code=499)
+    raise RequestTimeoutError(
+        f"the request took longer than its time limit ({timeout:g} s) and was cancelled; "
+        "send less per request, or allow more time (x-request-timeout, --request-timeout)"
+    )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from poolserve.errors import ModelNotFoundError, PayloadTooLargeError
 from poolserve.offline import Engine
+from poolserve.server.admission import AdmissionControl
 
 
 @dataclass(frozen=True)
@@ -15,8 +16,10 @@ class ServingState:
     engine: Engine
     # The first name is the one responses carry; clients may use any of them.
     served_names: tuple[str, ...]
+    admission: AdmissionControl
     created: int = field(default=0)
     max_client_batch_size: int = 2048
+    request_timeout: float | None = None
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+from asgi_lifespan import LifespanManager
+
+from poolserve import Engine, ModelConfig, ServerConfig
+from poolserve.server import create_app
 
 
 async def embed(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -35,3 +42,30 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]
     assert error["message"]
     assert error["code"] == status
     return error
+
+
+def load_engine(directory: Path) -> Engine:
+    """An fp32 engine over a model directory (close it when done)."""
+    return Engine(model_config=ModelConfig(model=str(directory), dtype="float32"))
+
+
+@asynccontextmanager
+async def serving(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a fresh app over `engine` (the app's shutdown leaves the engine open)."""
+    app = create_app(engine, ServerConfig())
+    async with (
+        LifespanManager(app) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app),
+            base_url="http://poolserve.test",
+            timeout=120,
+        ) as http,
+    ):
+        yield http
+
+
+async def post_ok(client: httpx.AsyncClient, path: str, body: Any) -> Any:
+    """POST `body` to `path` and return the JSON of a successful response."""
+    response = await client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()

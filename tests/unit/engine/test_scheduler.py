@@ -1,4 +1,4 @@
-"""Scheduler batch formation: padding-aware token budget, batch size, oldest first, cancellation.
+"""Scheduler batch formation: padding-aware token budget, batch size, seed choice, cancellation.
 
 The test plays the runner: it calls `next_batch` until the queue is drained. Everything is
 submitted and the scheduler closed first, so the sequence of batches is deterministic.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections import Counter
 from concurrent.futures import Future
 
 import pytest
@@ -83,14 +84,19 @@ def test_random_workloads_respect_every_limit(seed: int) -> None:
     batches = drain(scheduler, items)
 
     live = [item for item in items if id(item.group) not in cancelled]
-    remaining = list(live)  # in submission order: remaining[0] is the oldest waiting item
+    remaining = list(live)  # in submission order
     for batch in batches:
+        # The seed: the oldest waiting item of the request with the fewest items waiting
+        # (among the window the scheduler looks at), so small requests overtake large ones.
+        looked_at = remaining[:window]
+        waiting = Counter(id(item.group) for item in looked_at)
+        seed = min(looked_at, key=lambda item: waiting[id(item.group)])
         assert batch, "an empty batch was handed to the runner"
         longest = max(item.length for item in batch)
         assert len(batch) * longest <= max_batch_tokens, "padded tokens exceed the budget"
         assert len(batch) <= max_batch_size
         assert all(id(item.group) not in cancelled for item in batch)
-        assert any(item is remaining[0] for item in batch), "the oldest item was left behind"
+        assert any(item is seed for item in batch), "the seed item was left behind"
         taken = {id(item) for item in batch}
         remaining = [item for item in remaining if id(item) not in taken]
     assert remaining == []

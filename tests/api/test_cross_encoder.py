@@ -1,0 +1,284 @@
+"""A cross-encoder over HTTP: /score and the rerank routes against sentence-transformers.
+
+The tiny cross-encoder is served in both layouts rerankers come in (sentence-transformers 6.x and
+4.x); every score is compared with `CrossEncoder.predict` on the same pairs (fp32, 1e-4 relative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from poolserve import Engine
+from tests.api.helpers import assert_openai_error, load_engine, post_ok, serving
+from tests.tiny_models import cross_encoder_reference_scores
+
+pytestmark = pytest.mark.anyio
+
+RTOL = 1e-4
+QUERIES = ["What is the capital of France?", "How do I bake bread?", "who wrote hamlet"]
+DOCUMENTS = [
+    "Paris is the capital of France.",
+    "Mix flour, water, yeast and salt, then bake the dough for forty minutes.",
+    "Hamlet is a tragedy written by William Shakespeare.",
+    "Bananas are yellow.",
+    "x",
+]
+# "word" is one token: query + this document is well over the tiny model's 512 tokens.
+LONG_DOCUMENT = " ".join(["word"] * 600)
+CUT = 4  # max_tokens_per_doc in the cut tests
+LONG_CUT = " ".join(["word"] * CUT)
+RERANK_PATHS = ["/rerank", "/v1/rerank", "/v2/rerank"]
+
+Pair = tuple[str, str]
+
+
+def cut_text(tokenizer: Any, text: str, tokens: int) -> str:
+    """`text` up to the end of its `tokens`-th token, from the HF tokenizer's own offsets."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)[
+        "offset_mapping"
+    ]
+    return text if len(offsets) <= tokens else text[: offsets[tokens - 1][1]]
+
+
+class Reference:
+    """CrossEncoder.predict's scores (sigmoid and raw) for every pair the tests send."""
+
+    def __init__(self, directory: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        self.cut = {doc: cut_text(self.tokenizer, doc, CUT) for doc in DOCUMENTS}
+        pairs = [(q, d) for q in QUERIES for d in [*DOCUMENTS, *self.cut.values()]]
+        pairs += [(QUERIES[0], LONG_DOCUMENT), (QUERIES[0], LONG_CUT)]
+        scores = cross_encoder_reference_scores(directory, pairs)
+        raw = cross_encoder_reference_scores(directory, pairs, raw=True)
+        self.scores = dict(zip(pairs, scores.tolist(), strict=True))
+        self.raw = dict(zip(pairs, raw.tolist(), strict=True))
+
+    def __call__(self, pairs: list[Pair], *, raw: bool = False) -> np.ndarray:
+        table = self.raw if raw else self.scores
+        return np.array([table[pair] for pair in pairs], dtype=np.float64)
+
+    def tokens(self, pairs: list[Pair]) -> int:
+        return sum(len(self.tokenizer(q, d)["input_ids"]) for q, d in pairs)
+
+
+@pytest.fixture(scope="module", params=["st6", "st4"])
+def layout_dir(request: pytest.FixtureRequest) -> Path:
+    name = "cross_encoder_dir" if request.param == "st6" else "cross_encoder_st4_dir"
+    directory: Path = request.getfixturevalue(name)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def ce_engine(layout_dir: Path) -> Iterator[Engine]:
+    with load_engine(layout_dir) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def reference(layout_dir: Path) -> Reference:
+    return Reference(layout_dir)
+
+
+@pytest.fixture
+async def client(ce_engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(ce_engine) as http:
+        yield http
+
+
+def scores_of(body: dict[str, Any]) -> np.ndarray:
+    assert body["object"] == "list"
+    assert [item["index"] for item in body["data"]] == list(range(len(body["data"])))
+    assert {item["object"] for item in body["data"]} == {"score"}
+    return np.array([item["score"] for item in body["data"]], dtype=np.float64)
+
+
+SCORE_CASES = {
+    "1:1": ({"queries": QUERIES[0], "documents": DOCUMENTS[0]}, [(QUERIES[0], DOCUMENTS[0])]),
+    "1:N": ({"queries": QUERIES[1], "documents": DOCUMENTS}, [(QUERIES[1], d) for d in DOCUMENTS]),
+    "1:N list": (
+        {"queries": [QUERIES[2]], "documents": DOCUMENTS},
+        [(QUERIES[2], d) for d in DOCUMENTS],
+    ),
+    "N:N": (
+        {"queries": QUERIES, "documents": DOCUMENTS[:3]},
+        list(zip(QUERIES, DOCUMENTS[:3], strict=True)),
+    ),
+    "text_1/text_2 1:N": (
+        {"text_1": QUERIES[0], "text_2": DOCUMENTS},
+        [(QUERIES[0], d) for d in DOCUMENTS],
+    ),
+    "text_1/text_2 N:N": (
+        {"text_1": QUERIES, "text_2": DOCUMENTS[2:]},
+        list(zip(QUERIES, DOCUMENTS[2:], strict=True)),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SCORE_CASES))
+@pytest.mark.parametrize("path", ["/score", "/v1/score"])
+async def test_score_equals_cross_encoder_predict(
+    client: httpx.AsyncClient, reference: Reference, case: str, path: str
+) -> None:
+    body, pairs = SCORE_CASES[case]
+    response = await post_ok(client, path, body)
+    got = scores_of(response)
+    np.testing.assert_allclose(got, reference(pairs), rtol=RTOL)
+    assert ((got > 0) & (got < 1)).all()  # sigmoid
+    assert response["usage"]["prompt_tokens"] == reference.tokens(pairs)
+    assert response["usage"]["total_tokens"] == reference.tokens(pairs)
+
+
+async def test_score_without_activation_returns_raw_logits(
+    client: httpx.AsyncClient, reference: Reference
+) -> None:
+    pairs = [(QUERIES[0], d) for d in DOCUMENTS]
+    body = {"queries": QUERIES[0], "documents": DOCUMENTS, "use_activation": False}
+    got = scores_of(await post_ok(client, "/score", body))
+    np.testing.assert_allclose(got, reference(pairs, raw=True), rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(1 / (1 + np.exp(-got)), reference(pairs), rtol=RTOL)
+
+
+def check_rerank(
+    body: dict[str, Any],
+    query: str,
+    documents: list[str],
+    expected: np.ndarray,
+    *,
+    top_n: int | None = None,
+    with_documents: bool = True,
+) -> None:
+    results = body["results"]
+    order = np.argsort(-expected, kind="stable")
+    assert len(set(expected.tolist())) == len(expected), "ties would make the order ambiguous"
+    assert [r["index"] for r in results] == order[: top_n or len(documents)].tolist()
+    got = np.array([r["relevance_score"] for r in results])
+    assert (np.diff(got) <= 0).all(), "not sorted by relevance_score, descending"
+    np.testing.assert_allclose(got, expected[[r["index"] for r in results]], rtol=RTOL)
+    for result in results:
+        if with_documents:
+            assert result["document"] == {"text": documents[result["index"]]}
+        else:
+            assert "document" not in result
+        assert set(result) <= {"index", "relevance_score", "document"}
+
+
+@pytest.mark.parametrize("path", RERANK_PATHS)
+async def test_rerank_sorts_documents_by_score(
+    client: httpx.AsyncClient, reference: Reference, path: str
+) -> None:
+    query = QUERIES[0]
+    # Strings and {"text": ...} objects may be mixed.
+    sent = [d if i % 2 else {"text": d} for i, d in enumerate(DOCUMENTS)]
+    body = await post_ok(client, path, {"query": query, "documents": sent})
+    pairs = [(query, d) for d in DOCUMENTS]
+    check_rerank(body, query, DOCUMENTS, reference(pairs))
+    assert body["usage"]["prompt_tokens"] == reference.tokens(pairs)
+
+
+@pytest.mark.parametrize("top_n", [None, 0, 1, 3, 5, 50])
+async def test_rerank_top_n(client: httpx.AsyncClient, reference: Reference, top_n: int) -> None:
+    query = QUERIES[2]
+    request: dict[str, Any] = {"query": query, "documents": DOCUMENTS}
+    if top_n is not None:
+        request["top_n"] = top_n
+    body = await post_ok(client, "/rerank", request)
+    expected = reference([(query, d) for d in DOCUMENTS])
+    check_rerank(body, query, DOCUMENTS, expected, top_n=top_n)
+    assert len(body["results"]) == min(top_n or len(DOCUMENTS), len(DOCUMENTS))
+
+
+@pytest.mark.parametrize("path", RERANK_PATHS)
+async def test_rerank_without_documents(
+    client: httpx.AsyncClient, reference: Reference, path: str
+) -> None:
+    query = QUERIES[1]
+    request = {"query": query, "documents": DOCUMENTS, "return_documents": False, "top_n": 2}
+    body = await post_ok(client, path, request)
+    expected = reference([(query, d) for d in DOCUMENTS])
+    check_rerank(body, query, DOCUMENTS, expected, top_n=2, with_documents=False)
+
+
+async def test_rerank_without_activation(client: httpx.AsyncClient, reference: Reference) -> None:
+    query = QUERIES[0]
+    request = {"query": query, "documents": DOCUMENTS, "use_activation": False}
+    body = await post_ok(client, "/rerank", request)
+    raw = reference([(query, d) for d in DOCUMENTS], raw=True)
+    got = {r["index"]: r["relevance_score"] for r in body["results"]}
+    np.testing.assert_allclose([got[i] for i in range(len(DOCUMENTS))], raw, rtol=RTOL, atol=1e-6)
+
+
+async def test_max_model_len_is_the_tiny_models(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/models")
+    assert response.json()["data"][0]["max_model_len"] == 512
+
+
+@pytest.mark.parametrize("path", ["/score", "/rerank"])
+async def test_pair_over_the_limit_needs_truncation(client: httpx.AsyncClient, path: str) -> None:
+    documents = [DOCUMENTS[0], LONG_DOCUMENT]
+    body: dict[str, Any] = (
+        {"queries": QUERIES[0], "documents": documents}
+        if path == "/score"
+        else {"query": QUERIES[0], "documents": documents}
+    )
+    error = assert_openai_error(await client.post(path, json=body), 400)
+    assert "truncate_prompt_tokens" in error["message"]
+    assert "512" in error["message"]
+
+
+async def test_pair_over_the_limit_truncated(
+    client: httpx.AsyncClient, reference: Reference
+) -> None:
+    pairs = [(QUERIES[0], DOCUMENTS[0]), (QUERIES[0], LONG_DOCUMENT)]
+    body = {
+        "queries": QUERIES[0],
+        "documents": [DOCUMENTS[0], LONG_DOCUMENT],
+        "truncate_prompt_tokens": -1,
+    }
+    response = await post_ok(client, "/score", body)
+    np.testing.assert_allclose(scores_of(response), reference(pairs), rtol=RTOL)
+    short = len(reference.tokenizer(*pairs[0])["input_ids"])
+    assert response["usage"]["prompt_tokens"] == short + 512
+
+
+@pytest.mark.parametrize("path", ["/score", "/rerank"])
+async def test_max_tokens_per_doc_cuts_documents(
+    client: httpx.AsyncClient, reference: Reference, path: str
+) -> None:
+    query = QUERIES[1]
+    cut = [reference.cut[d] for d in DOCUMENTS]
+    assert cut[1] == "Mix flour, water"  # 4 tokens: mix, flour, ",", water
+    expected = reference([(query, d) for d in cut])
+    assert not np.allclose(expected, reference([(query, d) for d in DOCUMENTS]), rtol=RTOL)
+    if path == "/score":
+        body = {"queries": query, "documents": DOCUMENTS, "max_tokens_per_doc": CUT}
+        response = await post_ok(client, path, body)
+        np.testing.assert_allclose(scores_of(response), expected, rtol=RTOL)
+    else:
+        body = {"query": query, "documents": DOCUMENTS, "max_tokens_per_doc": CUT}
+        response = await post_ok(client, path, body)
+        # The documents come back whole; only their scores are those of the cut text.
+        check_rerank(response, query, DOCUMENTS, expected)
+    assert response["usage"]["prompt_tokens"] == reference.tokens([(query, d) for d in cut])
+
+
+async def test_max_tokens_per_doc_makes_a_long_pair_fit(
+    client: httpx.AsyncClient, reference: Reference
+) -> None:
+    query = QUERIES[0]
+    body = {"query": query, "documents": [LONG_DOCUMENT], "max_tokens_per_doc": CUT}
+    response = await post_ok(client, "/rerank", body)
+    (result,) = response["results"]
+    assert result["index"] == 0
+    assert result["document"] == {"text": LONG_DOCUMENT}
+    np.testing.assert_allclose(
+        result["relevance_score"], reference([(query, LONG_CUT)])[0], rtol=RTOL
+    )
+    assert response["usage"]["prompt_tokens"] == reference.tokens([(query, LONG_CUT)])

@@ -1,0 +1,77 @@
+"""A large rerank does not hold up small requests that arrive while it runs.
+
+The rerank of 1,000 documents takes several forward passes on this machine; ten one-sentence
+embedding requests sent once its first batch has run must be answered while the rerank still has
+documents waiting, not queued behind all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.helpers import post_ok
+from tests.reference import WORDS
+
+pytestmark = pytest.mark.anyio
+
+N_DOCUMENTS = 1000
+N_SMALL = 10
+
+
+async def test_small_requests_finish_before_a_large_rerank(
+    client: httpx.AsyncClient, engine: Any
+) -> None:
+    stats = engine.core.stats  # the engine behind `client`: read directly, no request needed
+    rng = random.Random(11)
+    documents = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) for _ in range(N_DOCUMENTS)
+    ]
+    total = 1 + N_DOCUMENTS + N_SMALL  # the query, the documents, one sentence per small request
+    finished: dict[str, float] = {}
+    items_when_finished: dict[str, int] = {}
+
+    async def timed(name: str, path: str, body: dict[str, Any]) -> Any:
+        result = await post_ok(client, path, body)
+        finished[name] = time.perf_counter()
+        items_when_finished[name] = stats.items - before
+        return result
+
+    before = stats.items
+    large = asyncio.create_task(
+        timed("rerank", "/rerank", {"query": "a walk by the river", "documents": documents})
+    )
+    # Wait until the engine has run part of the rerank: the small requests arrive mid-way.
+    deadline = time.perf_counter() + 60
+    while stats.items == before:
+        assert not large.done(), "the rerank finished before any progress was seen"
+        assert time.perf_counter() < deadline, "the rerank made no progress"
+        await asyncio.sleep(0.001)
+    sent = time.perf_counter()
+    small = await asyncio.gather(
+        *(
+            timed(f"small-{i}", "/v1/embeddings", {"input": f"sentence number {i}"})
+            for i in range(N_SMALL)
+        )
+    )
+    body = await large
+
+    assert len(small) == N_SMALL
+    assert len(body["results"]) == N_DOCUMENTS
+    assert stats.items - before == total
+    last_small = max(t for name, t in finished.items() if name != "rerank")
+    timeline = (
+        f"small requests answered {last_small - sent:.3f}s after they were sent (model items "
+        f"run by then: {max(n for k, n in items_when_finished.items() if k != 'rerank')} of "
+        f"{total}), the rerank {finished['rerank'] - sent:.3f}s after"
+    )
+    assert last_small < finished["rerank"], timeline
+    # Answered while rerank documents were still waiting, not in the rerank's last batch.
+    for name, items in items_when_finished.items():
+        if name != "rerank":
+            assert items < 1 + N_DOCUMENTS, timeline
