@@ -557,3 +557,40 @@ def splade_reference(directory: Path, texts: Sequence[str]) -> list[dict[int, fl
     """The non-zero entries of each SPLADE vector as {token_id: weight}, float64."""
     vectors = splade_reference_vectors(directory, texts)
     return [{int(i): float(row[i]) for i in np.flatnonzero(row)} for row in vectors]
+
+
+def make_stanford_colbert(directory: Path, pylate_directory: Path) -> Path:
+    """The same weights as a PyLate ColBERT (`make_colbert(..., query_expansion=True,
+    skiplist=True)`) in Stanford ColBERT's own layout (colbert-ir/colbertv2.0): config.json with
+    architectures ["HF_ColBERT"], one model.safetensors holding the encoder under "bert." and the
+    projection as "linear.weight", and artifact.metadata with the markers, query_maxlen, doc_maxlen
+    and mask_punctuation. Stanford ColBERT always expands queries with [MASK], so the PyLate model
+    must have query expansion (and, for mask_punctuation, the punctuation skiplist) on."""
+    from safetensors.torch import load_file, save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = json.loads((pylate_directory / "config.json").read_text())
+    config["architectures"] = ["HF_ColBERT"]
+    _write_json(directory / "config.json", config)
+    encoder = load_file(str(pylate_directory / "model.safetensors"))
+    weights = {f"bert.{name}": tensor for name, tensor in encoder.items()}
+    weights["linear.weight"] = load_file(str(pylate_directory / "1_Dense" / "model.safetensors"))[
+        "linear.weight"
+    ]
+    save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    for name in TOKENIZER_FILES:
+        shutil.copy(pylate_directory / name, directory / name)
+    _write_json(
+        directory / "artifact.metadata",
+        {
+            "query_token_id": COLBERT_QUERY_PREFIX,
+            "doc_token_id": COLBERT_DOCUMENT_PREFIX,
+            "query_maxlen": COLBERT_QUERY_LENGTH,
+            "doc_maxlen": COLBERT_DOCUMENT_LENGTH,
+            "dim": COLBERT_DIM,
+            "mask_punctuation": True,
+            "attend_to_mask_tokens": False,
+            "similarity": "cosine",
+        },
+    )
+    return directory

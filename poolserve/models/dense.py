@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from poolserve.errors import ModelLoadError
@@ -17,6 +20,24 @@ _ACTIVATIONS: dict[str, type[torch.nn.Module]] = {
     "Sigmoid": torch.nn.Sigmoid,
     "SiLU": torch.nn.SiLU,
 }
+
+
+def load_linear_head(directory: Path) -> torch.nn.Linear:
+    """Stanford ColBERT's projection: `linear.weight` stored beside the encoder's weights."""
+    weights_file = directory / "model.safetensors"
+    if not weights_file.is_file():
+        raise ModelLoadError(f"{directory}: a ColBERT model needs model.safetensors")
+    with safe_open(str(weights_file), framework="pt") as weights:
+        if "linear.weight" not in weights.keys():  # noqa: SIM118 (safe_open is not a dict)
+            raise ModelLoadError(
+                f"{directory}: no Dense module and no `linear.weight`: not a ColBERT model "
+                "this server knows how to load"
+            )
+        weight = weights.get_tensor("linear.weight").float()
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+    return linear
 
 
 def build_dense(spec: DenseSpec) -> torch.nn.Sequential:

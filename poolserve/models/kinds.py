@@ -63,9 +63,13 @@ def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
         return "token_classifier"
     if architecture.endswith("ForMaskedLM") or "SpladePooling" in layout.module_types:
         return "sparse"
-    if str(layout.st_config.get("model_type", "")).lower() == "colbert" or (
-        layout.dense and "Pooling" not in layout.module_types
+    if (
+        architecture == "HF_ColBERT"
+        or layout.colbert_metadata
+        or str(layout.st_config.get("model_type", "")).lower() == "colbert"
+        or (layout.dense and "Pooling" not in layout.module_types)
     ):
-        # PyLate / ColBERT: a projection applied to every token, and no pooling module.
+        # Stanford ColBERT (HF_ColBERT with a `linear` head), or PyLate: a projection applied to
+        # every token and no pooling module.
         return "late_interaction"
     return "embedding"

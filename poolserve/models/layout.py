@@ -57,6 +57,8 @@ class ModelLayout:
     # SPLADE pooling: "max" or "sum" over tokens, of "relu" or "log1p_relu" activations.
     splade_strategy: str = "max"
     splade_activation: str = "relu"
+    # Stanford ColBERT's artifact.metadata (markers, query_maxlen, ...), empty where absent.
+    colbert_metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_labels(self) -> int:
@@ -109,7 +111,12 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
             elif kind == "SpladePooling":
                 splade = _read_json(module_dir / "config.json")
 
+    metadata_file = directory / "artifact.metadata"
+    colbert_metadata = _read_json(metadata_file) if metadata_file.is_file() else {}
     limit = _model_length_limit(directory, hf_config)
+    if colbert_metadata.get("doc_maxlen"):
+        # Stanford ColBERT's doc_maxlen counts the marker token inserted after [CLS].
+        limit = min(limit, int(colbert_metadata["doc_maxlen"]) - 1)
     if max_model_len is not None:
         if max_model_len > limit:
             raise ModelLoadError(
@@ -128,6 +135,7 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         module_types=tuple(module_types),
         splade_strategy=str(splade.get("pooling_strategy", "max")),
         splade_activation=str(splade.get("activation_function", "relu")),
+        colbert_metadata=colbert_metadata,
         st_config=_read_json(st_file)
         if (st_file := directory / "config_sentence_transformers.json").is_file()
         else {},

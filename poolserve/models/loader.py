@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError
-from poolserve.models.dense import build_dense
+from poolserve.models.dense import build_dense, load_linear_head
 from poolserve.models.device import choose_device, choose_dtype
 from poolserve.models.kinds import HEADS, Head, Kind, detect_kind
 from poolserve.models.layout import ModelLayout, read_layout
@@ -123,7 +123,9 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the model from {layout.directory}: {exc}") from exc
-    dense = [build_dense(dense_spec) for dense_spec in layout.dense]
+    dense: list[torch.nn.Module] = [build_dense(dense_spec) for dense_spec in layout.dense]
+    if spec.kind == "late_interaction" and not dense:
+        dense = [load_linear_head(layout.directory)]
     module = PoolingModule(
         spec.kind,
         backbone,

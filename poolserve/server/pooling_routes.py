@@ -164,7 +164,7 @@ async def pooling(request: Request) -> Response:
         use_activation=wire.use_activation,
         normalize=wire.normalize,
     )
-    internal = PoolingInternal(inputs, head)
+    internal = PoolingInternal(inputs, head, encoding_format=wire.encoding_format)
     return await serve_task(request, state.engine.tasks.pooling, internal, params)
 
 

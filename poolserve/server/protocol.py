@@ -84,6 +84,7 @@ class PoolingRequest(InputRequest):
 
     task: Literal["embed", "classify", "token_embed", "token_classify", "sparse"] | None = None
     normalize: StrictBool | None = None
+    encoding_format: Literal["float", "base64"] = "float"
 
 
 class SparseEmbedRequest(WireModel):

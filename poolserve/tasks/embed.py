@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -12,7 +11,7 @@ import orjson
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import base64_float32, l2_normalize, tokenize_inputs
 
 EncodingFormat = Literal["float", "base64"]
 EmbedInputs = list[str] | list[list[int]]
@@ -62,10 +61,7 @@ class EmbedTask:
 
     def build_response(self, ctx: ServeContext[EmbedRequest], result: np.ndarray) -> bytes:
         if ctx.request.encoding_format == "base64":
-            little_endian = result.astype("<f4", copy=False)
-            embeddings: list[object] = [
-                base64.b64encode(row.tobytes()).decode("ascii") for row in little_endian
-            ]
+            embeddings: list[object] = [base64_float32(row) for row in result]
         else:
             embeddings = list(result)
         return orjson.dumps(

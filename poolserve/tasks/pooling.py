@@ -20,7 +20,7 @@ from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.inputs import Inputs, l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import Inputs, base64_float32, l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class PoolingRequest:
     head: Head
     # The TEI `/embed_sparse` response shape (a list of lists) instead of vLLM's `/pooling`.
     sparse_only: bool = False
+    # base64: each array output as little-endian float32 bytes, row-major (sparse: unchanged).
+    encoding_format: str = "float"
 
 
 def sparse_entries(weights: np.ndarray) -> list[dict[str, Any]]:
@@ -78,8 +80,10 @@ class PoolingTask:
         if ctx.request.sparse_only:
             return orjson.dumps(result)
         data: list[dict[str, Any]] = []
+        base64_arrays = ctx.request.encoding_format == "base64" and ctx.request.head != "sparse"
         for index, output in enumerate(result):
-            entry: dict[str, Any] = {"index": index, "object": "pooling", "data": output}
+            encoded = base64_float32(output) if base64_arrays else output
+            entry: dict[str, Any] = {"index": index, "object": "pooling", "data": encoded}
             if ctx.request.head == "token_classify" and self.classifier is not None:
                 entry["labels"] = [self.classifier.labels[int(i)] for i in np.argmax(output, -1)]
             data.append(entry)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
+from typing import Any
 
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.models import ModelSpec
@@ -74,7 +76,11 @@ def cross_encoder_uses_sigmoid(spec: ModelSpec) -> bool:
 
 
 def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateInteractionConfig:
-    """PyLate's settings from config_sentence_transformers.json (absent keys: no effect)."""
+    """PyLate's settings from config_sentence_transformers.json (absent keys: no effect), or
+    Stanford ColBERT's from artifact.metadata."""
+    metadata = spec.layout.colbert_metadata
+    if metadata:
+        return _stanford_colbert_config(metadata, tokenizer)
     st_config = spec.layout.st_config
 
     def marker(key: str) -> int | None:
@@ -94,6 +100,27 @@ def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateIn
         query_length=int(query_length) if query_length else None,
         mask_token=_mask_token(tokenizer) if expand else None,
         attend_to_expansion=bool(st_config.get("attend_to_expansion_tokens")),
+        skiplist=frozenset(skiplist),
+    )
+
+
+def _stanford_colbert_config(
+    metadata: dict[str, Any], tokenizer: TextTokenizer
+) -> LateInteractionConfig:
+    """Stanford ColBERT always expands queries to query_maxlen with [MASK]; with
+    mask_punctuation, punctuation tokens of documents are not scored."""
+    query_length = metadata.get("query_maxlen")
+    skiplist = (
+        {t for char in string.punctuation if (t := tokenizer.token_id(char)) is not None}
+        if metadata.get("mask_punctuation")
+        else set()
+    )
+    return LateInteractionConfig(
+        query_marker=tokenizer.token_id(str(metadata.get("query_token_id", "[unused0]"))),
+        document_marker=tokenizer.token_id(str(metadata.get("doc_token_id", "[unused1]"))),
+        query_length=int(query_length) if query_length else None,
+        mask_token=_mask_token(tokenizer) if query_length else None,
+        attend_to_expansion=bool(metadata.get("attend_to_mask_tokens")),
         skiplist=frozenset(skiplist),
     )
 

@@ -117,3 +117,19 @@ async def test_pooling_token_embed_one_vector_per_token(
         expected = st_model.encode(text, output_value="token_embeddings").numpy()
         np.testing.assert_allclose(np.array(unnormalized["data"]), expected, atol=1e-4, rtol=1e-4)
     assert body["usage"]["prompt_tokens"] == sum(len(item["data"]) for item in body["data"])
+
+
+async def test_pooling_base64_decodes_to_the_float_output(client: httpx.AsyncClient) -> None:
+    """encoding_format base64: little-endian float32 bytes, row-major, as OpenAI clients read."""
+    import base64
+
+    texts = ["a short one", "and a somewhat longer second input"]
+    for task in ("embed", "token_embed"):
+        floats = await post_ok(client, "/pooling", {"input": texts, "task": task})
+        packed = await post_ok(
+            client, "/pooling", {"input": texts, "task": task, "encoding_format": "base64"}
+        )
+        for plain, encoded in zip(floats["data"], packed["data"], strict=True):
+            expected = np.asarray(plain["data"], dtype=np.float32)
+            decoded = np.frombuffer(base64.b64decode(encoded["data"]), dtype="<f4")
+            np.testing.assert_array_equal(decoded, expected.reshape(-1))
