@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -92,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="require `Authorization: Bearer KEY` on the API routes; repeat for several keys "
         "(POOLSERVE_API_KEY: comma-separated)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=int,
+        default=_env("shutdown-timeout", defaults.shutdown_timeout, int),
+        help="seconds that admitted requests get to finish after SIGTERM",
+    )
+    serve.add_argument(
+        "--protect-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=_env("protect-metrics", False, bool),
+        help="require the API key on /metrics too",
     )
     serve.add_argument(
         "--access-log",
@@ -187,6 +200,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_tokens=args.max_queued_tokens,
         request_timeout=args.request_timeout,
+        protect_metrics=args.protect_metrics,
+        shutdown_timeout=args.shutdown_timeout,
         api_keys=tuple(args.api_key or _env("api-key", (), tuple)),
     )
     return model, engine, server
@@ -210,16 +225,25 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     app = create_app(engine, server_config, close_engine=True)
     logger.info("serving %s on http://%s:%d", engine.name, server_config.host, server_config.port)
-    uvicorn.run(
-        app,
-        host=server_config.host,
-        port=server_config.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=server_config.log_level.lower(),
-        access_log=server_config.access_log,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=server_config.host,
+            port=server_config.port,
+            loop="uvloop",
+            http="httptools",
+            log_level=server_config.log_level.lower(),
+            access_log=server_config.access_log,
+            timeout_graceful_shutdown=server_config.shutdown_timeout,
+        )
     )
-    return 0
+    # On SIGTERM/SIGINT uvicorn stops accepting, lets admitted requests finish (the lifespan
+    # then drains the engine) and re-raises the signal when done. These handlers take that
+    # re-raised signal, so a graceful shutdown exits 0 instead of dying by the signal.
+    for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(shutdown_signal, lambda signum, frame: None)
+    server.run()
+    return 0 if server.started else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,6 +67,10 @@ class ServerConfig:
     max_client_batch_size: int = 2048
     # Bearer keys any of which opens the API routes; empty: no authentication.
     api_keys: tuple[str, ...] = ()
+    # Require the API key on /metrics too (it is open by default, like /health).
+    protect_metrics: bool = False
+    # Seconds admitted requests get to finish after SIGTERM/SIGINT before the server exits.
+    shutdown_timeout: int = 30
     # Admission: requests in flight, and tokens waiting for the model, before new requests get
     # 429 with Retry-After.
     max_concurrent_requests: int = 1024

@@ -1,7 +1,8 @@
 """The runner thread: owns the model; takes batches, collates and runs them, completes requests.
 
 The model is loaded on this thread and only ever touched here (see `models.loader.ModelSpec`).
-An exception in one batch fails only the requests in that batch; the runner goes on serving.
+An exception in one batch fails only the requests in that batch (each request of a failed batch
+is retried alone, so one bad input fails only its own request); the runner goes on serving.
 If the thread itself dies, `alive` turns false and every waiting request is failed at once.
 """
 
@@ -68,7 +69,9 @@ class Runner:
                 item.group.fail(error)
             raise
 
-    def _run_batch(self, forward: Forward, items: list[WorkItem]) -> None:
+    def _run_batch(self, forward: Forward, items: list[WorkItem], *, isolate: bool = True) -> None:
+        """Run one batch. If it fails and holds several requests, each is retried alone, so an
+        input that breaks the model fails only its own request."""
         started = time.perf_counter()
         for item in items:
             if item.group.first_batch_started_at is None:
@@ -80,9 +83,20 @@ class Runner:
                 raise RuntimeError(f"the model gave {len(outputs)} outputs for {len(items)} inputs")
         except Exception as exc:
             self._stats.failed_batches += 1
+            groups = {id(item.group): item.group for item in items}
+            if isolate and len(groups) > 1:
+                logger.warning(
+                    "a batch of %d requests failed (%r); retrying each request alone",
+                    len(groups),
+                    exc,
+                )
+                for group in groups.values():
+                    mine = [item for item in items if item.group is group]
+                    self._run_batch(forward, mine, isolate=False)
+                return
             logger.exception("a batch of %d items failed", len(items))
-            error = InferenceError(f"inference failed for this request's batch: {exc}")
-            for group in {id(item.group): item.group for item in items}.values():
+            error = InferenceError(f"inference failed for this request: {exc}")
+            for group in groups.values():
                 group.fail(error)
             return
         ended = time.perf_counter()
@@ -92,6 +106,7 @@ class Runner:
         stats.padded_tokens += batch.padded_tokens
         stats.busy_seconds += ended - started
         stats.batch_sizes[len(items)] += 1
+        stats.batch_tokens[batch.padded_tokens] += 1
         for row, item in enumerate(items):
             item.group.last_batch_ended_at = ended
             item.group.set_output(item.index, outputs[row])

@@ -20,6 +20,8 @@ class EngineStats:
     # Items dropped before reaching the model because their request was cancelled or failed.
     items_skipped: int = 0
     batch_sizes: Counter[int] = field(default_factory=Counter)
+    # Padded tokens per batch.
+    batch_tokens: Counter[int] = field(default_factory=Counter)
 
     @property
     def max_batch_size(self) -> int:

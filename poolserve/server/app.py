@@ -17,13 +17,14 @@ from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.errors import install_error_handlers
+from poolserve.server.metrics import Metrics, MetricsMiddleware
 from poolserve.server.pooling_routes import (
     classify_router,
     pooling_router,
     score_router,
     sparse_router,
 )
-from poolserve.server.routes import embeddings_router, router
+from poolserve.server.routes import COMMON_ROUTES, embeddings_router, router
 from poolserve.server.state import ServingState
 
 
@@ -56,19 +57,23 @@ def create_app(
         max_requests=config.max_concurrent_requests,
         max_queued_tokens=config.max_queued_tokens,
     )
+    metrics = Metrics(engine.core, routes=(*COMMON_ROUTES, *engine.tasks.routes))
     app.state.serving = ServingState(
         engine,
         tuple(names),
         admission,
+        metrics,
         created=int(time.time()),
         max_client_batch_size=config.max_client_batch_size,
         request_timeout=config.request_timeout,
     )
-    # Starlette runs the middleware added last first: auth, then admission, then body size.
+    # Starlette runs the middleware added last first: metrics, auth, admission, body size.
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     app.add_middleware(AdmissionMiddleware, control=admission)
     if config.api_keys:
-        app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys)
+        open_paths = frozenset({"/health"} if config.protect_metrics else {"/health", "/metrics"})
+        app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys, open_paths=open_paths)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts every refusal
     install_error_handlers(app)
     app.include_router(router)
     tasks = engine.tasks

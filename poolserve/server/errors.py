@@ -76,7 +76,7 @@ def _no_such_route(request: Request) -> str:
     return (
         f"{request.url.path} is not served here: the model is a {serving.engine.kind} model, "
         f"which serves {', '.join(serving.engine.tasks.routes)} "
-        "(and /tokenize, /detokenize, /v1/models, /health, /version)"
+        "(and /tokenize, /detokenize, /v1/models, /health, /version, /metrics)"
     )
 
 

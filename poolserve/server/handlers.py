@@ -89,7 +89,9 @@ async def serve_task(
     finally:
         watcher.cancel()
     if work in done:
-        return json_response(work.result(), timing_headers(ctx))
+        body = work.result()
+        state.metrics.observe_stages(ctx)
+        return json_response(body, timing_headers(ctx))
     work.cancel()
     if watcher in done:
         # Nobody is listening; 499 (client closed request) only shows in the access log.

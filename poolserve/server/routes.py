@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from poolserve import __version__
@@ -20,6 +21,17 @@ from poolserve.tasks.inputs import resolve_pooling_params
 
 router = APIRouter()
 embeddings_router = APIRouter()
+
+# Routes every model serves (the model-specific ones come from its TaskSet).
+COMMON_ROUTES = (
+    "/tokenize",
+    "/detokenize",
+    "/v1/models",
+    "/health",
+    "/version",
+    "/metrics",
+    "/stats",
+)
 
 WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
 
@@ -116,6 +128,14 @@ async def health(request: Request) -> Response:
 @router.get("/version")
 async def version() -> Response:
     return json_response(orjson.dumps({"version": __version__}))
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition (rendered in the CPU pool)."""
+    state = state_of(request)
+    body = await state.engine.core.cpu.run(state.metrics.exposition)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/stats", include_in_schema=False)

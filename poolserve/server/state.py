@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from poolserve.errors import ModelNotFoundError, PayloadTooLargeError
 from poolserve.offline import Engine
 from poolserve.server.admission import AdmissionControl
+from poolserve.server.metrics import Metrics
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class ServingState:
     # The first name is the one responses carry; clients may use any of them.
     served_names: tuple[str, ...]
     admission: AdmissionControl
+    metrics: Metrics
     created: int = field(default=0)
     max_client_batch_size: int = 2048
     request_timeout: float | None = None

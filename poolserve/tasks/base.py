@@ -45,9 +45,11 @@ class Timings:
 
     created: int = field(default_factory=lambda: int(time.time()))
     received: float = field(default_factory=time.perf_counter)
-    tokenized: float = 0.0
+    # Seconds spent in each stage (tokenize: summed over chunks).
+    tokenize: float = 0.0
     queue: float = 0.0
     inference: float = 0.0
+    postprocess: float = 0.0
     finished: float = 0.0
 
     @property
@@ -64,8 +66,10 @@ class ServeContext(Generic[RequestT]):
     pooling_params: PoolingParams
     request_id: str = field(default_factory=lambda: ServeContext.new_request_id())
     timings: Timings = field(default_factory=Timings)
-    # Prompt tokens of each chunk of inputs, filled in as chunks are tokenized.
+    # Prompt tokens and tokenizing seconds of each chunk of inputs, filled in as chunks are
+    # tokenized (one slot per chunk: chunks may be prepared on several threads at once).
     chunk_tokens: list[int] = field(default_factory=list)
+    chunk_seconds: list[float] = field(default_factory=list)
     # What preprocessing learns about an input that post-processing needs, by input index.
     item_data: dict[int, Any] = field(default_factory=dict)
 
@@ -115,6 +119,7 @@ def _prepare_chunk(
     """Tokenize one chunk and submit it (CPU pool). Never raises: a failure fails the group."""
     start = chunk_index * engine.config.tokenize_chunk_size
     chunk = inputs[start : start + engine.config.tokenize_chunk_size]
+    started = time.perf_counter()
     try:
         tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
         items = [
@@ -128,8 +133,8 @@ def _prepare_chunk(
             )
             for offset, text in enumerate(tokenized)
         ]
-        # One slot per chunk: chunks may be prepared on several threads at once.
         ctx.chunk_tokens[chunk_index] = sum(item.length for item in items)
+        ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if not group.finished:
             engine.submit(items)
     except BaseException as exc:
@@ -143,10 +148,14 @@ def _finish(
     outputs: list[np.ndarray],
 ) -> bytes:
     """Post-process and serialize (CPU pool), recording the engine's timings first."""
-    ctx.timings.queue = group.queue_time
-    ctx.timings.inference = group.inference_time
+    timings = ctx.timings
+    timings.tokenize = sum(ctx.chunk_seconds)
+    timings.queue = group.queue_time
+    timings.inference = group.inference_time
+    started = time.perf_counter()
     body = task.build_response(ctx, task.postprocess(ctx, outputs))
-    ctx.timings.finished = time.perf_counter()
+    timings.finished = time.perf_counter()
+    timings.postprocess = timings.finished - started
     return body
 
 
@@ -156,6 +165,7 @@ def _open(
     inputs = task.inputs(ctx)
     chunks = -(-len(inputs) // engine.config.tokenize_chunk_size)
     ctx.chunk_tokens = [0] * chunks
+    ctx.chunk_seconds = [0.0] * chunks
     return inputs, engine.open_group(len(inputs)), chunks
 
 

@@ -104,16 +104,20 @@ def test_failed_batch_fails_only_its_groups_and_runner_keeps_serving(
     assert harness.stats.items == 6
 
 
-def test_groups_sharing_the_failed_batch_fail_others_do_not(harnesses: list[Harness]) -> None:
+def test_only_the_poisoned_request_of_a_failed_batch_fails(harnesses: list[Harness]) -> None:
+    """A and B share a batch that fails because of A's input: each is retried alone, so only A
+    fails; C, in a batch of its own, is untouched."""
     a, a_items = group_of(POISON, length=4)
     b, b_items = group_of(20, length=4)
     c, c_items = group_of(21, length=200)
     # Size-2 batches: A and B (same length) go together, C (far longer) alone.
-    harnesses.append(start(fake_forward, max_batch_size=2, submit=[*a_items, *b_items, *c_items]))
-    for failed in (a, b):
-        with pytest.raises(InferenceError):
-            failed.future.result(WAIT)
+    harness = start(fake_forward, max_batch_size=2, submit=[*a_items, *b_items, *c_items])
+    harnesses.append(harness)
+    with pytest.raises(InferenceError):
+        a.future.result(WAIT)
+    assert [row.tolist() for row in b.future.result(WAIT)] == [[4, 20]]
     assert [row.tolist() for row in c.future.result(WAIT)] == [[200, 21]]
+    assert harness.stats.failed_batches == 2  # the shared batch, then A alone
 
 
 @THREAD_DIES

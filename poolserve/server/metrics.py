@@ -1,0 +1,166 @@
+"""Prometheus metrics: one registry per app (no process-global state), served at `/metrics`.
+
+Request counts and durations come from a pure ASGI middleware; stage times from each request's
+context; queue depth and batch histograms are read from the engine at scrape time, so the
+engine's threads know nothing about Prometheus.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.engine.core import EngineCore
+from poolserve.tasks.base import ServeContext
+
+# Statuses that mean a request was refused or abandoned, and why.
+REJECTION_REASONS = {
+    401: "unauthorized",
+    404: "not_found",
+    413: "too_large",
+    429: "overloaded",
+    499: "client_disconnected",
+    503: "unavailable",
+    504: "timeout",
+}
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536)
+
+
+class EngineCollector(Collector):
+    """Queue depth and batch histograms, read from the engine's counters when scraped."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self._core = core
+
+    def collect(self) -> Iterator[Metric]:
+        core, stats = self._core, self._core.stats
+        yield GaugeMetricFamily(
+            "poolserve_queue_items", "Inputs waiting for the model", value=core.queued_items
+        )
+        yield GaugeMetricFamily(
+            "poolserve_queue_tokens", "Tokens waiting for the model", value=core.queued_tokens
+        )
+        yield _histogram(
+            "poolserve_batch_size", "Inputs per forward pass", stats.batch_sizes, BATCH_SIZE_BUCKETS
+        )
+        yield _histogram(
+            "poolserve_batch_tokens",
+            "Padded tokens per forward pass",
+            stats.batch_tokens,
+            BATCH_TOKEN_BUCKETS,
+        )
+        yield GaugeMetricFamily(
+            "poolserve_items_skipped",
+            "Inputs dropped before the model because their request was cancelled or failed",
+            value=stats.items_skipped,
+        )
+        yield GaugeMetricFamily(
+            "poolserve_failed_batches", "Forward passes that raised", value=stats.failed_batches
+        )
+        yield GaugeMetricFamily(
+            "poolserve_runner_alive", "1 while the model runner thread is alive", value=core.alive
+        )
+
+
+def _histogram(
+    name: str, documentation: str, counts: dict[int, int], buckets: tuple[int, ...]
+) -> HistogramMetricFamily:
+    cumulative, running = [], 0
+    for bound in buckets:
+        running = sum(count for value, count in counts.items() if value <= bound)
+        cumulative.append((str(bound), running))
+    total = sum(counts.values())
+    cumulative.append(("+Inf", total))
+    sum_value = float(sum(value * count for value, count in counts.items()))
+    return HistogramMetricFamily(name, documentation, buckets=cumulative, sum_value=sum_value)
+
+
+class Metrics:
+    """The app's metrics and their registry."""
+
+    def __init__(self, core: EngineCore, routes: tuple[str, ...]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.routes = frozenset(routes)
+        self.requests = Counter(
+            "poolserve_requests",
+            "HTTP requests by route and status",
+            ("route", "status"),
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "poolserve_request_duration_seconds",
+            "Time from request to response, by route",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.stage = Histogram(
+            "poolserve_stage_seconds",
+            "Time requests spend in each stage: tokenize, queue, inference, postprocess",
+            ("stage",),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "poolserve_rejected_requests",
+            "Requests refused or abandoned, by reason",
+            ("reason",),
+            registry=self.registry,
+        )
+        self.registry.register(EngineCollector(core))
+
+    def route_label(self, path: str) -> str:
+        """The path for known routes; one label for the rest, so clients cannot add series."""
+        return path if path in self.routes else "other"
+
+    def observe_stages(self, ctx: ServeContext[Any]) -> None:
+        timings = ctx.timings
+        for stage, seconds in (
+            ("tokenize", timings.tokenize),
+            ("queue", timings.queue),
+            ("inference", timings.inference),
+            ("postprocess", timings.postprocess),
+        ):
+            self.stage.labels(stage).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by route and status, and times it."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            metrics = self.metrics
+            route = metrics.route_label(scope["path"])
+            metrics.requests.labels(route, str(status)).inc()
+            metrics.duration.labels(route).observe(time.perf_counter() - started)
+            if status in REJECTION_REASONS:
+                metrics.rejected.labels(REJECTION_REASONS[status]).inc()
