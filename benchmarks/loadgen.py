@@ -38,7 +38,7 @@ def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
     return head.encode("ascii") + body
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+async def read_response(reader: asyncio.StreamReader) -> int:
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     length = 0
@@ -68,7 +68,7 @@ async def _connection(
                 return
             writer.write(requests[index % len(requests)])
             index += 1
-            status = await _read_response(reader)
+            status = await read_response(reader)
             ended = time.perf_counter()
             if started >= warmup_until:
                 result.statuses[status] = result.statuses.get(status, 0) + 1

@@ -23,6 +23,15 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_server(args: Sequence[str], *, timeout: float = 120.0) -> Iterator[int]:
     """Run `poolserve serve ARGS` until the block ends; yields its port once /health is 200."""
+    with running_server_process(args, timeout=timeout) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def running_server_process(
+    args: Sequence[str], *, timeout: float = 120.0
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """As `running_server`, yielding the port and the process (for its pid)."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port), *args]
@@ -40,7 +49,7 @@ def running_server(args: Sequence[str], *, timeout: float = 120.0) -> Iterator[i
                 if time.monotonic() > deadline:
                     raise TimeoutError("server did not become healthy") from None
                 time.sleep(0.2)
-        yield port
+        yield port, process
     finally:
         process.terminate()
         try:

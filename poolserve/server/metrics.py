@@ -7,6 +7,7 @@ engine's threads know nothing about Prometheus.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,8 @@ REJECTION_REASONS = {
     503: "unavailable",
     504: "timeout",
 }
+logger = logging.getLogger("poolserve.requests")
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536)
@@ -136,7 +139,8 @@ class Metrics:
 
 
 class MetricsMiddleware:
-    """Counts every HTTP request by route and status, and times it."""
+    """Counts every HTTP request by route and status, and times it; at debug level, logs one
+    line per request (method, path, status, milliseconds, request id)."""
 
     def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
         self.app = app
@@ -148,11 +152,15 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500
+        request_id = "-"
 
         async def send_and_record(message: Message) -> None:
-            nonlocal status
+            nonlocal status, request_id
             if message["type"] == "http.response.start":
                 status = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name == b"x-request-id":
+                        request_id = value.decode("latin-1")
             await send(message)
 
         try:
@@ -160,7 +168,17 @@ class MetricsMiddleware:
         finally:
             metrics = self.metrics
             route = metrics.route_label(scope["path"])
+            elapsed = time.perf_counter() - started
             metrics.requests.labels(route, str(status)).inc()
-            metrics.duration.labels(route).observe(time.perf_counter() - started)
+            metrics.duration.labels(route).observe(elapsed)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s %s %d %.2fms id=%s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    elapsed * 1000,
+                    request_id,
+                )
             if status in REJECTION_REASONS:
                 metrics.rejected.labels(REJECTION_REASONS[status]).inc()
