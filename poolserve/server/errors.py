@@ -83,7 +83,7 @@ def _no_such_route(request: Request) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PoolserveError)
     async def _poolserve_error(request: Request, exc: PoolserveError) -> Response:
-        if exc.status >= 500:
+        if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
             logger.error("request %s failed: %s", request.url.path, exc.message)
         return error_response(
             exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers

@@ -35,9 +35,10 @@ def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
     }
 
 
-def _timeout(request: Request, state: ServingState) -> float | None:
-    """The server's request timeout, or the shorter one the client asks for."""
-    limit = state.request_timeout
+def _timeout(request: Request, state: ServingState, asked_in_body: float | None) -> float | None:
+    """The server's request timeout, or a shorter one the client asks for (header or field)."""
+    limits = [t for t in (state.request_timeout, asked_in_body) if t is not None]
+    limit = min(limits) if limits else None
     asked = request.headers.get("x-request-timeout")
     if asked is not None:
         try:
@@ -63,6 +64,8 @@ async def serve_task(
     task: Task[RequestT, Any],
     internal: RequestT,
     params: PoolingParams,
+    *,
+    timeout: float | None = None,
 ) -> Response:
     """Run `internal` through `task` on the engine; the response carries timing headers.
 
@@ -76,7 +79,7 @@ async def serve_task(
         pooling_params=params,
         request_id=request.headers.get("x-request-id") or state.new_request_id(),
     )
-    timeout = _timeout(request, state)
+    timeout = _timeout(request, state, timeout)
     work = asyncio.ensure_future(serve(state.engine.core, task, ctx))
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
@@ -98,5 +101,6 @@ async def serve_task(
         return Response(status_code=499)
     raise RequestTimeoutError(
         f"the request took longer than its time limit ({timeout:g} s) and was cancelled; "
-        "send less per request, or allow more time (x-request-timeout, --request-timeout)"
+        "send less per request, or allow more time (request_timeout, x-request-timeout, "
+        "--request-timeout)"
     )

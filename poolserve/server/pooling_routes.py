@@ -65,7 +65,8 @@ async def classify(request: Request) -> Response:
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         use_activation=wire.use_activation,
     )
-    return await serve_task(request, task, ClassifyInternal(inputs), params)
+    internal = ClassifyInternal(inputs)
+    return await serve_task(request, task, internal, params, timeout=wire.request_timeout)
 
 
 async def _score(
@@ -77,6 +78,7 @@ async def _score(
     max_tokens_per_doc: int | None,
     use_activation: bool | None,
     rerank: RerankOptions | None,
+    timeout: float | None,
 ) -> Response:
     state = state_of(request)
     task = state.engine.tasks.score
@@ -93,7 +95,7 @@ async def _score(
     params = _params(
         state, truncate_prompt_tokens=truncate_prompt_tokens, use_activation=use_activation
     )
-    return await serve_task(request, task, internal, params)
+    return await serve_task(request, task, internal, params, timeout=timeout)
 
 
 def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
@@ -118,6 +120,7 @@ async def score(request: Request) -> Response:
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
         rerank=None,
+        timeout=wire.request_timeout,
     )
 
 
@@ -140,6 +143,7 @@ async def rerank(request: Request) -> Response:
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
         rerank=RerankOptions(top_n=wire.top_n or None, return_documents=wire.return_documents),
+        timeout=wire.request_timeout,
     )
 
 
@@ -165,7 +169,8 @@ async def pooling(request: Request) -> Response:
         normalize=wire.normalize,
     )
     internal = PoolingInternal(inputs, head, encoding_format=wire.encoding_format)
-    return await serve_task(request, state.engine.tasks.pooling, internal, params)
+    pooling = state.engine.tasks.pooling
+    return await serve_task(request, pooling, internal, params, timeout=wire.request_timeout)
 
 
 @sparse_router.post("/embed_sparse", openapi_extra=json_body_schema(SparseEmbedRequest))
@@ -177,4 +182,5 @@ async def embed_sparse(request: Request) -> Response:
     state.check_batch(len(texts), "inputs")
     params = _params(state, truncate_prompt_tokens=-1 if wire.truncate else None)
     internal = PoolingInternal(texts, "sparse", sparse_only=True)
-    return await serve_task(request, state.engine.tasks.pooling, internal, params)
+    pooling = state.engine.tasks.pooling
+    return await serve_task(request, pooling, internal, params, timeout=wire.request_timeout)

@@ -23,6 +23,10 @@ TokenIds = list[StrictInt]
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    # Seconds this request may take (at most the server's --request-timeout); as the
+    # `x-request-timeout` header.
+    request_timeout: Annotated[float, Field(gt=0)] | None = None
+
 
 Truncation = Annotated[StrictInt, Field(ge=-1)]
 TextOrTexts = StrictStr | list[StrictStr]

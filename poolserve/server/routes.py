@@ -54,7 +54,9 @@ async def create_embeddings(request: Request) -> Response:
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
     )
     internal = EmbedRequest(inputs, wire.encoding_format)
-    return await serve_task(request, engine.embed_task, internal, params)
+    return await serve_task(
+        request, engine.embed_task, internal, params, timeout=wire.request_timeout
+    )
 
 
 def _tokenize(state: ServingState, wire: TokenizeRequest) -> bytes:
