@@ -95,7 +95,8 @@ class Runner:
                     self._run_batch(forward, mine, isolate=False)
                 return
             logger.exception("a batch of %d items failed", len(items))
-            error = InferenceError(f"inference failed for this request: {exc}")
+            # The exception's text stays in the log: it may describe server internals.
+            error = InferenceError("inference failed for this request; the server log has details")
             for group in groups.values():
                 group.fail(error)
             return

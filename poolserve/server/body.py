@@ -43,10 +43,27 @@ async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
 
 
 def json_body_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """`openapi_extra` that documents a body the route reads itself."""
+    """`openapi_extra` that documents a body the route reads itself.
+
+    The schema's local `$defs` are inlined: OpenAPI has no `#/$defs` of its own, so a reference
+    to one would dangle in /openapi.json (our wire schemas are not recursive).
+    """
+    json_schema = schema.model_json_schema()
+    definitions = json_schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref", "")
+            if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                return inline(definitions[reference.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": schema.model_json_schema()}},
+            "content": {"application/json": {"schema": inline(json_schema)}},
         }
     }

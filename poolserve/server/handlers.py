@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from poolserve.errors import InvalidRequestError, RequestTimeoutError
+from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
 
@@ -86,6 +86,12 @@ async def serve_task(
         done, _ = await asyncio.wait(
             (work, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
+    except asyncio.CancelledError:
+        # The server is shutting down and its grace period is over: say so, in JSON.
+        work.cancel()
+        raise EngineUnavailableError(
+            "the server shut down before this request finished; retry it"
+        ) from None
     except BaseException:
         work.cancel()
         raise

@@ -20,8 +20,14 @@ from pydantic import (
 TokenIds = list[StrictInt]
 
 
-class WireModel(BaseModel):
+class LenientModel(BaseModel):
+    """Unknown fields are ignored, so clients that send extra options keep working."""
+
     model_config = ConfigDict(extra="ignore")
+
+
+class WireModel(LenientModel):
+    """A request body."""
 
     # Seconds this request may take (at most the server's --request-timeout); as the
     # `x-request-timeout` header.
@@ -131,7 +137,7 @@ class ScoreRequest(WireModel):
         return queries, documents
 
 
-class RerankDocument(WireModel):
+class RerankDocument(LenientModel):
     text: StrictStr
 
 

@@ -1,0 +1,196 @@
+"""Property-based fuzzing of the real server's HTTP API from its own OpenAPI schema (schemathesis).
+
+Every operation gets a bounded number of generated requests (deterministic: the same cases on
+every run). What must hold for all of them: no 5xx (a 504 only when the request itself asked for a
+time limit, as it may), every error in the OpenAI shape, and the server still healthy afterwards.
+Schemathesis' other default checks flag what the API does by design (status codes the schema does
+not list, such as 400/404/413; schema-valid bodies refused by semantic checks, such as empty
+inputs or an unknown `model`; integral floats like `1.0` refused by strict integer fields), so
+they are not run here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+
+EXAMPLES = 30
+# The operations an embedding model's server documents (the model-specific ones and the common).
+OPERATIONS = [
+    "POST /tokenize",
+    "POST /detokenize",
+    "GET /v1/models",
+    "GET /health",
+    "GET /version",
+    "GET /metrics",
+    "POST /v1/embeddings",
+    "POST /v1/score",
+    "POST /score",
+    "POST /v2/rerank",
+    "POST /v1/rerank",
+    "POST /rerank",
+    "POST /pooling",
+]
+
+
+def openapi_document(url: str) -> dict[str, Any]:
+    response = httpx.get(f"{url}/openapi.json", timeout=30)
+    assert response.status_code == 200, response.text
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def dangling_refs(document: dict[str, Any]) -> list[str]:
+    """Every `$ref` of the document that does not resolve from the document's root."""
+
+    def resolves(pointer: str) -> bool:
+        node: Any = document
+        for part in pointer.removeprefix("#/").split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not (ref.startswith("#/") and resolves(ref)):
+                found.append(ref)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    return found
+
+
+def inline_local_defs(node: Any, defs: dict[str, Any] | None = None) -> Any:
+    """A request-body schema with its own `$defs` inlined where they are referenced, so that the
+    fuzzer can generate bodies even though those references do not resolve in the document."""
+    if isinstance(node, dict):
+        defs = {**(defs or {}), **node.get("$defs", {})}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
+            return inline_local_defs(defs[ref[8:]], defs)
+        return {k: inline_local_defs(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [inline_local_defs(value, defs) for value in node]
+    return node
+
+
+@pytest.fixture(scope="module")
+def api_schema(server_url: str) -> Iterator[Any]:
+    document = openapi_document(server_url)
+    for methods in document["paths"].values():
+        for operation in methods.values():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is not None:
+                body["schema"] = inline_local_defs(body["schema"])
+    assert not dangling_refs(document)
+    schema = schemathesis.openapi.from_dict(document)
+    labels = [result.ok().label for result in schema.get_all_operations()]
+    assert sorted(labels) == sorted(OPERATIONS)
+    yield schema
+    # No crash: the server still answers, and its model runner is alive.
+    assert httpx.get(f"{server_url}/health", timeout=10).status_code == 200
+
+
+def test_openapi_references_resolve(server_url: str) -> None:
+    """Request bodies are documented with pydantic's JSON schema; its `#/$defs/...` references
+    must resolve in the OpenAPI document, or clients and tools cannot read the schema."""
+    assert dangling_refs(openapi_document(server_url)) == []
+
+
+def check_response(case: Any, response: Any) -> None:
+    status = response.status_code
+    if status >= 500:
+        body = case.body if isinstance(case.body, dict) else {}
+        asked = body.get("request_timeout")
+        # A client may ask for any positive time limit, however short: then 504 is the answer.
+        assert status == 504 and isinstance(asked, int | float), (
+            f"{status} for {case.method} {case.path} {case.body!r}: {response.text[:500]}"
+        )
+        assert response.json()["error"]["type"] == "timeout_error"
+    if status >= 400:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, response.text
+        assert error["code"] == status and error["message"], response.text
+        assert "Traceback" not in response.text
+
+
+# Negative data needs something to break: only the POST routes take input.
+CASES = [
+    pytest.param(label, mode, id=f"{label}-{mode.value}")
+    for label in OPERATIONS
+    for mode in GenerationMode
+    if mode is GenerationMode.POSITIVE or label.startswith("POST ")
+]
+
+
+@pytest.mark.parametrize(("label", "mode"), CASES)
+def test_fuzz_operation(api_schema: Any, server_url: str, label: str, mode: GenerationMode) -> None:
+    """Positive mode sends bodies the schema allows; negative mode bodies it forbids."""
+    operation = api_schema.find_operation_by_label(label)
+    assert operation is not None
+    sent: list[int] = []
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def fuzz(case: Any) -> None:
+        response = case.call(base_url=server_url, timeout=30)
+        sent.append(response.status_code)
+        check_response(case, response)
+
+    fuzz()
+    assert sent, f"no request was generated for {label}"
+
+
+# The generated /score bodies almost never carry both `queries` and `documents` (the schema cannot
+# require them: `text_1`/`text_2` are accepted instead), so pairs are also generated directly.
+texts = st.text(max_size=40)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None)
+@given(
+    query=texts,
+    documents=st.lists(texts | st.builds(lambda text: {"text": text}, texts), max_size=4),
+    top_n=st.none() | st.integers(min_value=-1, max_value=6),
+    route=st.sampled_from(["/score", "/rerank"]),
+)
+def test_fuzz_score_and_rerank_pairs(
+    server_url: str, query: str, documents: list[Any], top_n: int | None, route: str
+) -> None:
+    if route == "/score":
+        plain = [doc["text"] if isinstance(doc, dict) else doc for doc in documents]
+        body: dict[str, Any] = {"queries": query, "documents": plain}
+    else:
+        body = {"query": query, "documents": documents, "top_n": top_n}
+    response = httpx.post(f"{server_url}{route}", json=body, timeout=30)
+    assert response.status_code in (200, 400), response.text
+    if response.status_code == 400:
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+        return
+    results = response.json()["data" if route == "/score" else "results"]
+    expected = len(documents) if not top_n else min(top_n, len(documents))
+    assert len(results) == expected, (body, results)
+    for result in results:
+        score = result["score" if route == "/score" else "relevance_score"]
+        assert -1.0 - 1e-6 <= score <= 1.0 + 1e-6, result
