@@ -21,7 +21,6 @@ from poolserve.server.protocol import (
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
-from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import RerankOptions, pair_up
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
@@ -39,12 +38,7 @@ def _params(
     use_activation: bool | None = None,
     normalize: bool | None = None,
 ) -> PoolingParams:
-    engine = state.engine
-    return resolve_pooling_params(
-        max_model_len=engine.max_model_len,
-        embedding_dim=engine.embedding_dim,
-        num_special_tokens=engine.num_special_tokens,
-        model_normalizes=engine.normalizes,
+    return state.engine.pooling_params(
         normalize=normalize,
         truncate_prompt_tokens=truncate_prompt_tokens,
         use_activation=use_activation is not False,

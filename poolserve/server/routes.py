@@ -17,7 +17,6 @@ from poolserve.server.handlers import json_response, serve_task, state_of
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from poolserve.server.state import ServingState
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.inputs import resolve_pooling_params
 
 router = APIRouter()
 embeddings_router = APIRouter()
@@ -44,11 +43,7 @@ async def create_embeddings(request: Request) -> Response:
     state.check_model(wire.model)
     inputs = wire.inputs()
     state.check_batch(len(inputs), "input")
-    params = resolve_pooling_params(
-        max_model_len=engine.max_model_len,
-        embedding_dim=engine.embedding_dim,
-        num_special_tokens=engine.num_special_tokens,
-        model_normalizes=engine.normalizes,
+    params = engine.pooling_params(
         normalize=wire.wants_normalize(),
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import orjson
 
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import Inputs, tokenize_inputs
+from poolserve.tasks.inputs import InputsTask
 
 
 @dataclass(frozen=True)
@@ -36,40 +34,23 @@ class ClassifierHead:
         return probs
 
 
-class ClassifyTask:
+class ClassifyTask(InputsTask[ClassifyRequest]):
     """Task processor for `/classify`: one label and the class probabilities per input."""
 
-    def __init__(self, *, max_model_len: int, head: ClassifierHead) -> None:
-        self.max_model_len = max_model_len
-        self.head = head
+    head = "classify"
 
-    def inputs(self, ctx: ServeContext[ClassifyRequest]) -> Inputs:
-        return ctx.request.inputs
-
-    def preprocess(
-        self,
-        ctx: ServeContext[ClassifyRequest],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
-        return tokenize_inputs(
-            tokenizer,
-            inputs,
-            start,
-            truncate=ctx.pooling_params.truncate_prompt_tokens,
-            max_model_len=self.max_model_len,
-            head="classify",
-        )
+    def __init__(self, *, max_model_len: int, classifier: ClassifierHead) -> None:
+        super().__init__(max_model_len=max_model_len)
+        self.classifier = classifier
 
     def postprocess(
         self, ctx: ServeContext[ClassifyRequest], outputs: list[np.ndarray]
     ) -> np.ndarray:
         logits = np.stack(outputs)
-        return self.head.activate(logits) if ctx.pooling_params.use_activation else logits
+        return self.classifier.activate(logits) if ctx.pooling_params.use_activation else logits
 
     def build_response(self, ctx: ServeContext[ClassifyRequest], result: np.ndarray) -> bytes:
-        labels = self.head.labels
+        labels = self.classifier.labels
         data = [
             {
                 "index": index,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import orjson
 
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import base64_float32, l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import InputsTask, base64_float32, l2_normalize
 
 EncodingFormat = Literal["float", "base64"]
 EmbedInputs = list[str] | list[list[int]]
@@ -25,30 +23,8 @@ class EmbedRequest:
     encoding_format: EncodingFormat = "float"
 
 
-class EmbedTask:
+class EmbedTask(InputsTask[EmbedRequest]):
     """Task processor for `/v1/embeddings` and the offline `embed`."""
-
-    def __init__(self, *, max_model_len: int) -> None:
-        self.max_model_len = max_model_len
-
-    def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[str] | Sequence[list[int]]:
-        return ctx.request.inputs
-
-    def preprocess(
-        self,
-        ctx: ServeContext[EmbedRequest],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
-        return tokenize_inputs(
-            tokenizer,
-            inputs,
-            start,
-            truncate=ctx.pooling_params.truncate_prompt_tokens,
-            max_model_len=self.max_model_len,
-            head="embed",
-        )
 
     def postprocess(self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]) -> np.ndarray:
         vectors = np.stack(outputs).astype(np.float32, copy=False)

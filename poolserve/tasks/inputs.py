@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import PoolingParams
+from poolserve.tasks.base import PoolingParams, ServeContext
 
 Inputs = Sequence[str] | Sequence[list[int]]
 
@@ -135,3 +136,43 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 def base64_float32(array: np.ndarray) -> str:
     """What OpenAI clients decode: little-endian float32 bytes, row-major, base64."""
     return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+
+class HasInputs(Protocol):
+    @property
+    def inputs(self) -> list[str] | list[list[int]]: ...
+
+
+RequestT = TypeVar("RequestT", bound=HasInputs)
+
+
+class InputsTask(Generic[RequestT]):
+    """The first stages of every task whose request is a list of inputs, one item each: texts
+    (tokenized) or token-id lists (checked), run through the head `head_for` names."""
+
+    head: Head = "embed"
+
+    def __init__(self, *, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+
+    def head_for(self, ctx: ServeContext[RequestT]) -> Head:
+        return self.head
+
+    def inputs(self, ctx: ServeContext[RequestT]) -> Inputs:
+        return ctx.request.inputs
+
+    def preprocess(
+        self,
+        ctx: ServeContext[RequestT],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[str] | Sequence[list[int]],
+    ) -> list[TokenizedText]:
+        return tokenize_inputs(
+            tokenizer,
+            inputs,
+            start,
+            truncate=ctx.pooling_params.truncate_prompt_tokens,
+            max_model_len=self.max_model_len,
+            head=self.head_for(ctx),
+        )

@@ -9,18 +9,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.inputs import Inputs, base64_float32, l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import InputsTask, base64_float32, l2_normalize
 
 
 @dataclass(frozen=True)
@@ -39,29 +37,15 @@ def sparse_entries(weights: np.ndarray) -> list[dict[str, Any]]:
     return [{"index": int(i), "value": float(weights[i])} for i in indices]
 
 
-class PoolingTask:
+class PoolingTask(InputsTask[PoolingRequest]):
+    """Task processor for `/pooling` and `/embed_sparse`: any head, raw output per input."""
+
     def __init__(self, *, max_model_len: int, classifier: ClassifierHead | None) -> None:
-        self.max_model_len = max_model_len
+        super().__init__(max_model_len=max_model_len)
         self.classifier = classifier
 
-    def inputs(self, ctx: ServeContext[PoolingRequest]) -> Inputs:
-        return ctx.request.inputs
-
-    def preprocess(
-        self,
-        ctx: ServeContext[PoolingRequest],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
-        return tokenize_inputs(
-            tokenizer,
-            inputs,
-            start,
-            truncate=ctx.pooling_params.truncate_prompt_tokens,
-            max_model_len=self.max_model_len,
-            head=ctx.request.head,
-        )
+    def head_for(self, ctx: ServeContext[PoolingRequest]) -> Head:
+        return ctx.request.head
 
     def postprocess(
         self, ctx: ServeContext[PoolingRequest], outputs: list[np.ndarray]

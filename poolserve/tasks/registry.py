@@ -151,7 +151,7 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         pooling=PoolingTask(max_model_len=limit, classifier=classifier),
         embed=EmbedTask(max_model_len=limit) if kind == "embedding" else None,
         classify=(
-            ClassifyTask(max_model_len=limit, head=classifier)
+            ClassifyTask(max_model_len=limit, classifier=classifier)
             if classifier is not None and kind != "token_classifier"
             else None
         ),
