@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+import orjson
 
 from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
@@ -106,6 +107,25 @@ class Task(Protocol[RequestT, ResultT]):
     def build_response(self, ctx: ServeContext[RequestT], result: ResultT) -> bytes:
         """Serialize the result as the HTTP response body (runs in the CPU pool)."""
         ...
+
+
+def usage(ctx: ServeContext[Any]) -> dict[str, int]:
+    return {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens}
+
+
+def list_response(ctx: ServeContext[Any], id_prefix: str, data: list[Any]) -> bytes:
+    """The OpenAI / vLLM list envelope around `data`; numpy arrays serialize natively."""
+    return orjson.dumps(
+        {
+            "id": f"{id_prefix}-{ctx.request_id}",
+            "object": "list",
+            "created": ctx.timings.created,
+            "model": ctx.model_name,
+            "data": data,
+            "usage": usage(ctx),
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    )
 
 
 def _prepare_chunk(

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
-from poolserve.tasks.base import ServeContext
+from poolserve.tasks.base import ServeContext, list_response
 from poolserve.tasks.inputs import InputsTask
 
 
@@ -60,14 +59,4 @@ class ClassifyTask(InputsTask[ClassifyRequest]):
             }
             for index, row in enumerate(result)
         ]
-        return orjson.dumps(
-            {
-                "id": f"classify-{ctx.request_id}",
-                "object": "list",
-                "created": ctx.timings.created,
-                "model": ctx.model_name,
-                "data": data,
-                "usage": {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens},
-            },
-            option=orjson.OPT_SERIALIZE_NUMPY,
-        )
+        return list_response(ctx, "classify", data)

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import orjson
 
-from poolserve.tasks.base import ServeContext
+from poolserve.tasks.base import ServeContext, list_response
 from poolserve.tasks.inputs import InputsTask, base64_float32, l2_normalize
 
 EncodingFormat = Literal["float", "base64"]
@@ -40,17 +39,8 @@ class EmbedTask(InputsTask[EmbedRequest]):
             embeddings: list[object] = [base64_float32(row) for row in result]
         else:
             embeddings = list(result)
-        return orjson.dumps(
-            {
-                "id": f"embd-{ctx.request_id}",
-                "object": "list",
-                "created": ctx.timings.created,
-                "model": ctx.model_name,
-                "data": [
-                    {"object": "embedding", "index": index, "embedding": embedding}
-                    for index, embedding in enumerate(embeddings)
-                ],
-                "usage": {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens},
-            },
-            option=orjson.OPT_SERIALIZE_NUMPY,
-        )
+        data = [
+            {"object": "embedding", "index": index, "embedding": embedding}
+            for index, embedding in enumerate(embeddings)
+        ]
+        return list_response(ctx, "embd", data)

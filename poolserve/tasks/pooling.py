@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import ServeContext
+from poolserve.tasks.base import ServeContext, list_response
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import InputsTask, base64_float32, l2_normalize
 
@@ -71,14 +71,4 @@ class PoolingTask(InputsTask[PoolingRequest]):
             if ctx.request.head == "token_classify" and self.classifier is not None:
                 entry["labels"] = [self.classifier.labels[int(i)] for i in np.argmax(output, -1)]
             data.append(entry)
-        return orjson.dumps(
-            {
-                "id": f"pool-{ctx.request_id}",
-                "object": "list",
-                "created": ctx.timings.created,
-                "model": ctx.model_name,
-                "data": data,
-                "usage": {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens},
-            },
-            option=orjson.OPT_SERIALIZE_NUMPY,
-        )
+        return list_response(ctx, "pool", data)

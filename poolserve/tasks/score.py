@@ -20,7 +20,7 @@ import orjson
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
-from poolserve.tasks.base import ServeContext
+from poolserve.tasks.base import ServeContext, list_response, usage
 from poolserve.tasks.inputs import CHARS_PER_TOKEN_CAP, bound_text, l2_normalize, tokenize_inputs
 
 
@@ -284,40 +284,28 @@ class ScoreTask:
         return self.scorer.scores(ctx, outputs)
 
     def build_response(self, ctx: ServeContext[ScoreRequest], result: np.ndarray) -> bytes:
-        usage = {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens}
         rerank = ctx.request.rerank
         if rerank is None:
-            body: dict[str, Any] = {
-                "id": f"score-{ctx.request_id}",
-                "object": "list",
-                "created": ctx.timings.created,
-                "model": ctx.model_name,
-                "data": [
-                    {"index": index, "object": "score", "score": float(score)}
-                    for index, score in enumerate(result)
-                ],
-                "usage": usage,
-            }
-        else:
-            order = np.argsort(-result, kind="stable")
-            if rerank.top_n:
-                order = order[: rerank.top_n]
-            documents = ctx.request.documents
-            body = {
+            scores = [
+                {"index": index, "object": "score", "score": float(score)}
+                for index, score in enumerate(result)
+            ]
+            return list_response(ctx, "score", scores)
+        order = np.argsort(-result, kind="stable")
+        if rerank.top_n:
+            order = order[: rerank.top_n]
+        documents = ctx.request.documents
+        results: list[dict[str, Any]] = []
+        for index in order:
+            entry: dict[str, Any] = {"index": int(index), "relevance_score": float(result[index])}
+            if rerank.return_documents:
+                entry["document"] = {"text": documents[index]}
+            results.append(entry)
+        return orjson.dumps(
+            {
                 "id": f"rerank-{ctx.request_id}",
                 "model": ctx.model_name,
-                "results": [
-                    {
-                        "index": int(index),
-                        "relevance_score": float(result[index]),
-                        **(
-                            {"document": {"text": documents[index]}}
-                            if rerank.return_documents
-                            else {}
-                        ),
-                    }
-                    for index in order
-                ],
-                "usage": usage,
+                "results": results,
+                "usage": usage(ctx),
             }
-        return orjson.dumps(body)
+        )
