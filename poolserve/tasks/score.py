@@ -141,13 +141,17 @@ class CrossEncoderScorer:
         return logits
 
 
-class BiEncoderScorer:
+class _EachTextOnce:
+    """Scorers that encode every query and document once, whatever it is scored against."""
+
     def __init__(self, *, max_model_len: int) -> None:
         self.max_model_len = max_model_len
 
     def inputs(self, request: ScoreRequest) -> Sequence[Any]:
         return _texts(request)
 
+
+class BiEncoderScorer(_EachTextOnce):
     def preprocess(
         self,
         ctx: ServeContext[ScoreRequest],
@@ -189,13 +193,10 @@ class LateInteractionConfig:
     skiplist: frozenset[int] = frozenset()
 
 
-class LateInteractionScorer:
+class LateInteractionScorer(_EachTextOnce):
     def __init__(self, *, max_model_len: int, config: LateInteractionConfig) -> None:
-        self.max_model_len = max_model_len
+        super().__init__(max_model_len=max_model_len)
         self.config = config
-
-    def inputs(self, request: ScoreRequest) -> Sequence[Any]:
-        return _texts(request)
 
     def preprocess(
         self,
