@@ -33,7 +33,7 @@ test: install-test
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
 bench: install-test
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/load.py
+	HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.load
 
 clean:
 	rm -rf $(VENV) build *.egg-info
