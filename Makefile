@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve test lint bench clean
+.PHONY: install install-test serve test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
