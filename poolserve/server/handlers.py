@@ -10,10 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
+from poolserve.server.body import parse_body
+from poolserve.server.protocol import InputRequest
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
 
 RequestT = TypeVar("RequestT")
+InputRequestT = TypeVar("InputRequestT", bound=InputRequest)
 
 
 def state_of(request: Request) -> ServingState:
@@ -33,6 +36,18 @@ def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
         "x-inference-time": f"{timings.inference * 1000:.3f}",
         "x-total-time": f"{timings.total * 1000:.3f}",
     }
+
+
+async def read_inputs(
+    request: Request, schema: type[InputRequestT]
+) -> tuple[ServingState, InputRequestT, list[str] | list[list[int]]]:
+    """Parse a body whose `input` lists the inputs; check the model and the input count."""
+    state = state_of(request)
+    wire = await parse_body(request, schema, state.engine.core.cpu)
+    state.check_model(wire.model)
+    inputs = wire.inputs()
+    state.check_batch(len(inputs), "input")
+    return state, wire, inputs
 
 
 def _timeout(request: Request, state: ServingState, asked_in_body: float | None) -> float | None:

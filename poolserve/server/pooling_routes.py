@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import json_body_schema, parse_body
-from poolserve.server.handlers import serve_task, state_of
+from poolserve.server.handlers import read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     ClassifyRequest,
     PoolingRequest,
@@ -47,11 +47,7 @@ def _params(
 
 @classify_router.post("/classify", openapi_extra=json_body_schema(ClassifyRequest))
 async def classify(request: Request) -> Response:
-    state = state_of(request)
-    wire = await parse_body(request, ClassifyRequest, state.engine.core.cpu)
-    state.check_model(wire.model)
-    inputs = wire.inputs()
-    state.check_batch(len(inputs), "input")
+    state, wire, inputs = await read_inputs(request, ClassifyRequest)
     task = state.engine.tasks.classify
     assert task is not None  # the router is only included for models that classify
     params = _params(
@@ -143,11 +139,7 @@ async def rerank(request: Request) -> Response:
 
 @pooling_router.post("/pooling", openapi_extra=json_body_schema(PoolingRequest))
 async def pooling(request: Request) -> Response:
-    state = state_of(request)
-    wire = await parse_body(request, PoolingRequest, state.engine.core.cpu)
-    state.check_model(wire.model)
-    inputs = wire.inputs()
-    state.check_batch(len(inputs), "input")
+    state, wire, inputs = await read_inputs(request, PoolingRequest)
     heads = state.engine.tasks.heads
     head = wire.task or heads[0]
     if head not in heads:

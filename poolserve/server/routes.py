@@ -13,7 +13,7 @@ from starlette.responses import Response
 from poolserve import __version__
 from poolserve.server.body import json_body_schema, parse_body
 from poolserve.server.errors import error_response
-from poolserve.server.handlers import json_response, serve_task, state_of
+from poolserve.server.handlers import json_response, read_inputs, serve_task, state_of
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from poolserve.server.state import ServingState
 from poolserve.tasks.embed import EmbedRequest
@@ -37,12 +37,8 @@ WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
 
 @embeddings_router.post("/v1/embeddings", openapi_extra=json_body_schema(EmbeddingRequest))
 async def create_embeddings(request: Request) -> Response:
-    state = state_of(request)
+    state, wire, inputs = await read_inputs(request, EmbeddingRequest)
     engine = state.engine
-    wire = await parse_body(request, EmbeddingRequest, engine.core.cpu)
-    state.check_model(wire.model)
-    inputs = wire.inputs()
-    state.check_batch(len(inputs), "input")
     params = engine.pooling_params(
         normalize=wire.wants_normalize(),
         dimensions=wire.dimensions,

@@ -8,24 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from poolserve import ServerConfig
-from poolserve.server import create_app
+from tests.api.helpers import serving
 
 
 @pytest.fixture
 async def client(engine: Any) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a fresh app over the shared engine (the app's shutdown leaves it open)."""
-    app = create_app(engine, ServerConfig())
-    async with (
-        LifespanManager(app) as manager,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app),
-            base_url="http://poolserve.test",
-            timeout=120,
-        ) as http,
-    ):
+    async with serving(engine) as http:
         yield http
 
 

@@ -1,0 +1,80 @@
+"""Where the server's CPU goes: CPU seconds per request of each server thread under load.
+
+Runs `poolserve serve` under a closed-loop load of one-sentence requests and reads each
+thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the load generator's
+own CPU comes from getrusage. Thread names are what the kernel reports (Python threads are all
+"python"; the event loop is the lowest thread id, torch's OpenMP workers the newest).
+
+    .venv/bin/python -m benchmarks.thread_cpu --concurrency 64 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+from pathlib import Path
+
+import orjson
+
+from benchmarks.loadgen import build_request, run_load
+from benchmarks.sentences import sentences
+from benchmarks.server_process import running_server_process
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    ticks = os.sysconf("SC_CLK_TCK")
+    result = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            name = (task / "comm").read_text().strip()
+        except FileNotFoundError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        result[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+
+    with running_server_process(["--dtype", args.dtype]) as (port, process):
+        requests = [
+            build_request("127.0.0.1", port, "/v1/embeddings", orjson.dumps({"input": text}))
+            for text in sentences(256)
+        ]
+        warm = run_load("127.0.0.1", port, requests, concurrency=args.concurrency, seconds=1)
+        asyncio.run(warm)
+        before, own_before = thread_cpu_seconds(process.pid), resource.getrusage(0)
+        load = run_load(
+            "127.0.0.1",
+            port,
+            requests,
+            concurrency=args.concurrency,
+            seconds=args.seconds,
+            warmup=0,
+        )
+        result = asyncio.run(load)
+        after, own_after = thread_cpu_seconds(process.pid), resource.getrusage(0)
+
+    served = len(result.latencies)
+    print(f"c={args.concurrency}: {result.throughput:.0f} req/s over {args.seconds:g} s")
+    print()
+    print("| thread id | name | CPU s | µs per request |")
+    print("|---:|---|---:|---:|")
+    for tid, (name, seconds) in sorted(after.items()):
+        spent = seconds - before.get(tid, (name, 0.0))[1]
+        if spent > 0.01:
+            print(f"| {tid} | {name} | {spent:.2f} | {spent / served * 1e6:.0f} |")
+    own = (own_after.ru_utime + own_after.ru_stime) - (own_before.ru_utime + own_before.ru_stime)
+    print(f"| - | load generator | {own:.2f} | {own / served * 1e6:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
