@@ -1,4 +1,5 @@
-"""Starting `poolserve serve` as a child process on a free loopback port, for benchmarks."""
+"""Starting a server (`poolserve serve`, or a peer's command) as a child process on a free loopback
+port, for benchmarks."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,14 +35,32 @@ def running_server_process(
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """As `running_server`, yielding the port and the process (for its pid)."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port), *args]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with running_process(command, port, timeout=timeout) as process:
+        yield port, process
+
+
+@contextlib.contextmanager
+def running_process(
+    command: Sequence[str],
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `command` (a server listening on `port`) until the block ends; yields the process
+    once GET /health answers 200. Its stderr is kept in a temporary file, shown if it fails."""
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    process = subprocess.Popen(
+        list(command), env=environment, stdout=subprocess.DEVNULL, stderr=log
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:  # readiness: the process gives no other signal that it is listening
             if process.poll() is not None:
-                stderr = process.stderr.read().decode() if process.stderr else ""
+                log.seek(0)
+                stderr = log.read().decode(errors="replace")[-5000:]
                 raise RuntimeError(f"server exited with {process.returncode}:\n{stderr}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
@@ -49,10 +69,12 @@ def running_server_process(
                 if time.monotonic() > deadline:
                     raise TimeoutError("server did not become healthy") from None
                 time.sleep(0.2)
-        yield port, process
+        yield process
     finally:
         process.terminate()
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+        log.close()

@@ -8,11 +8,14 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poolserve import __version__
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 from poolserve.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from poolserve.engine.core import BackendFactory
 
 logger = logging.getLogger("poolserve")
 
@@ -160,16 +163,31 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
         help="threads for tokenization and response building (default: cores)",
     )
     parser.add_argument(
+        "--runners",
+        type=int,
+        default=_env("runners", None, int),
+        help="model runner threads, each running its own batches over one copy of the weights "
+        "(default: one per core on CPU, one on CUDA)",
+    )
+    parser.add_argument(
         "--torch-threads",
         type=int,
         default=_env("torch-threads", None, int),
-        help="threads torch uses inside one operator (default: torch's choice)",
+        help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
     )
     parser.add_argument(
         "--single-thread-tokens",
         type=int,
         default=_env("single-thread-tokens", defaults.single_thread_tokens, int),
-        help="on CPU, batches under this many padded tokens run on one torch thread (0: never)",
+        help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
+        "also use the cores of idle runners (0: never one thread)",
+    )
+    parser.add_argument(
+        "--compile",
+        choices=["off", "on", "auto"],
+        default=_env("compile", defaults.compile),
+        help="torch.compile the model (cached under POOLSERVE_CACHE_DIR); auto: where a "
+        "compiler is available",
     )
 
 
@@ -186,8 +204,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         max_batch_tokens=args.max_batch_tokens,
         max_batch_size=args.max_batch_size,
         cpu_workers=args.cpu_workers,
+        runners=args.runners,
         torch_threads=args.torch_threads,
         single_thread_tokens=args.single_thread_tokens,
+        compile=args.compile,
     )
     server = ServerConfig(
         host=args.host,
@@ -207,9 +227,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
     return model, engine, server
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> int:
     import uvicorn
 
+    from poolserve.engine.core import torch_backend
     from poolserve.offline import Engine
     from poolserve.server import create_app
 
@@ -219,7 +240,11 @@ def serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        engine = Engine(model_config=model_config, engine_config=engine_config)
+        engine = Engine(
+            model_config=model_config,
+            engine_config=engine_config,
+            backend=backend or torch_backend,
+        )
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc)
         return 1
@@ -246,10 +271,11 @@ def serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, backend: BackendFactory | None = None) -> int:
+    """The command line; `backend` replaces the model backend (a test harness injects faults)."""
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        return serve(args)
+        return serve(args, backend)
     return 2
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
+CompileMode = Literal["off", "on", "auto"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,18 @@ class EngineConfig:
     tokenize_chunk_size: int = 64
     # How many waiting items the scheduler looks at when it sorts by length to cut padding.
     schedule_window: int = 1024
-    # Threads torch uses inside one operator; None keeps torch's default.
+    # Runner threads, each running its own batches over the one copy of the weights; None: one
+    # per core on CPU, one on CUDA.
+    runners: int | None = None
+    # Threads torch uses inside one operator, per runner; None: the cores divided among the
+    # runners on CPU (torch's default on CUDA).
     torch_threads: int | None = None
-    # On CPU, batches of fewer padded tokens run on one torch thread (see engine/executor.py).
+    # On CPU, batches of fewer padded tokens run on one torch thread, and batches of at least
+    # this many borrow the cores of idle runners (see engine/executor.py, engine/scheduler.py).
     single_thread_tokens: int = 256
+    # torch.compile the model's forward: off, on, or auto (where it can work; see
+    # engine/compiled.py).
+    compile: CompileMode = "off"
 
 
 @dataclass(frozen=True)

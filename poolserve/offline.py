@@ -8,7 +8,7 @@ from types import TracebackType
 import numpy as np
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.engine.core import EngineCore
+from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.models import prepare_model
@@ -33,11 +33,12 @@ class Engine:
         *,
         model_config: ModelConfig | None = None,
         engine_config: EngineConfig | None = None,
+        backend: BackendFactory = torch_backend,
     ) -> None:
         self.model_config = model_config or ModelConfig(model=model)
         self.engine_config = engine_config or EngineConfig()
         loaded = prepare_model(self.model_config)
-        self.core = EngineCore(loaded, self.engine_config)
+        self.core = EngineCore(loaded, self.engine_config, backend=backend)
         self.core.start()
         self.name = loaded.name
         self.max_model_len = loaded.max_model_len

@@ -1,43 +1,86 @@
-"""The engine: composition root of the CPU pool, the scheduler and the runner thread.
+"""The engine: composition root of the CPU pool, the scheduler, the backend and the runner threads.
 
 Everything here is synchronous and thread-safe; the HTTP server and the offline API are thin
 adapters over `open_group` / `submit` and the group's future.
+
+The backend loads the weights once, on the first runner's thread; then each runner gets its own
+executor on its own thread. With N runners the engine serves while at least one is alive; when
+the last one dies, every waiting request is failed at once and new work is refused.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import partial
 
-import numpy as np
-import torch
-
 from poolserve.config import EngineConfig
+from poolserve.engine.backend import Backend, Forward, TorchBackend
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.executor import ModelExecutor
+from poolserve.engine.executor import use_threads
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, ModelLoadError
-from poolserve.models import ModelSpec, load_module
+from poolserve.models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
+# Builds the backend of a model: the seam where tests inject faults.
+BackendFactory = Callable[[ModelSpec, EngineConfig, Callable[[list[WorkItem]], Batch]], Backend]
+
+
+def torch_backend(
+    model: ModelSpec, config: EngineConfig, collate: Callable[[list[WorkItem]], Batch]
+) -> Backend:
+    return TorchBackend(
+        model, collate, single_thread_tokens=config.single_thread_tokens, compile=config.compile
+    )
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | None]:
+    """(runners, torch threads per runner; None: torch's default)."""
+    if device_type != "cpu":
+        return config.runners or 1, config.torch_threads
+    runners = config.runners or available_cores()
+    threads = config.torch_threads or max(1, available_cores() // runners)
+    return runners, threads
+
 
 class EngineCore:
-    def __init__(self, model: ModelSpec, config: EngineConfig) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        config: EngineConfig,
+        *,
+        backend: BackendFactory = torch_backend,
+    ) -> None:
         if config.max_batch_tokens < model.max_model_len:
             raise ModelLoadError(
                 f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
                 f"limit {model.max_model_len}: the longest input would never fit in a batch"
             )
+        for flag, value in (
+            ("--runners", config.runners),
+            ("--torch-threads", config.torch_threads),
+        ):
+            if value is not None and value < 1:
+                raise ModelLoadError(f"{flag} must be at least 1, got {value}")
         self.model = model
         self.config = config
-        self.stats = EngineStats()
+        runners, self._threads = runner_layout(config, model.device.type)
+        self.stats = EngineStats(runners)
         self.cpu = CpuPool(config.cpu_workers, model.tokenizer_json)
         self._collate = partial(
             collate, pad_token_id=model.pad_token_id, pin_memory=model.device.type == "cuda"
@@ -47,22 +90,39 @@ class EngineCore:
             max_batch_size=config.max_batch_size,
             window=config.schedule_window,
             stats=self.stats,
+            lend_tokens=config.single_thread_tokens if model.device.type == "cpu" else 0,
         )
-        self._runner = Runner(self._scheduler, self._collate, self._load_forward, self.stats)
-        self._thread = threading.Thread(
-            target=self._runner.run, name="poolserve-runner", daemon=True
-        )
-        self._started = False
+        self.backend = backend(model, config, self._collate)
+        self._runners = [
+            Runner(
+                index,
+                self._scheduler,
+                self._collate,
+                partial(self._make_forward, index),
+                self.stats,
+                threads=self._threads or 1,
+                on_death=self._runner_died,
+            )
+            for index in range(runners)
+        ]
+        self._threads_started: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the threads and wait until the model is loaded; raises if loading fails."""
+        """Start the threads and wait until every runner is ready; raises if loading fails.
+
+        The first runner loads the weights; the others start once it is ready, each building
+        and warming up its own executor over the shared weights."""
         self.cpu.warm_up()
-        self._thread.start()
-        self._started = True
         try:
-            self._runner.ready.result()
+            for runner in self._runners:
+                thread = threading.Thread(
+                    target=runner.run, name=f"poolserve-runner-{runner.index}", daemon=True
+                )
+                thread.start()
+                self._threads_started.append(thread)
+                runner.ready.result()
         except BaseException:
             self.close()
             raise
@@ -70,13 +130,25 @@ class EngineCore:
     def close(self, timeout: float | None = None) -> None:
         """Finish every admitted item, then stop the threads and the pool."""
         self._scheduler.close()
-        if self._started:
-            self._thread.join(timeout)
+        for thread in self._threads_started:
+            thread.join(timeout)
         self.cpu.shutdown()
 
     @property
+    def runners(self) -> int:
+        return len(self._runners)
+
+    @property
+    def runners_alive(self) -> int:
+        return sum(runner.alive for runner in self._runners)
+
+    @property
     def alive(self) -> bool:
-        return self._started and self._runner.alive and self._thread.is_alive()
+        """True while at least one runner can serve."""
+        return any(
+            runner.alive and thread.is_alive()
+            for runner, thread in zip(self._runners, self._threads_started, strict=False)
+        )
 
     # -- work -------------------------------------------------------------------------------
 
@@ -99,20 +171,20 @@ class EngineCore:
     def queued_tokens(self) -> int:
         return self._scheduler.queued_tokens
 
-    # -- threads ----------------------------------------------------------------------------
+    # -- runner threads ---------------------------------------------------------------------
 
-    def _load_forward(self) -> Callable[[Batch], Sequence[np.ndarray]]:
-        """Runs on the runner thread: load the module, warm it up, return the executor."""
-        if self.config.torch_threads is not None:
-            torch.set_num_threads(self.config.torch_threads)
-        executor = ModelExecutor(
-            load_module(self.model), self.model.device, self.config.single_thread_tokens
-        )
-        tokenizer = self.cpu.tokenizer()
-        for head in self.model.heads:
-            for text in ("warm up", "a longer sentence to warm up the model with " * 8):
-                ids = tokenizer.encode_batch([text], truncate_to=None)[0]
-                for size in (1, 8):
-                    item = WorkItem(RequestGroup(size), 0, ids, head=head)
-                    executor(self._collate([item] * size))
-        return executor
+    def _make_forward(self, index: int) -> Forward:
+        """Runs on runner `index`'s thread: its thread count, then (first runner) the weights,
+        then its own warmed-up executor."""
+        if self._threads is not None:
+            use_threads(self._threads)
+        if index == 0:
+            self.backend.load()
+        return self.backend.executor()
+
+    def _runner_died(self) -> None:
+        """Once no runner is left, fail what waits: nobody would ever run it."""
+        if self.runners_alive == 0:
+            error = EngineUnavailableError("the model runner stopped; see the server log")
+            for item in self._scheduler.abort():
+                item.group.fail(error)

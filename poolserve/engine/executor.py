@@ -1,46 +1,54 @@
-"""Running one collated batch through the model, on the runner thread.
+"""Running one collated batch through the model, on a runner thread.
 
-On CPU it also picks torch's intra-op thread count per batch. With OpenMP threads that wait
-passively (see `poolserve._environment`), splitting a small batch across cores costs more in
-wake-ups than it gains: measured on a 2-core machine, one sentence takes 3.8 ms on one thread
-and 6.2 ms on two, while a batch of 32 takes 38 ms on one and 23 ms on two. Batches below
-`single_thread_tokens` padded tokens therefore run on one thread.
+On CPU it also sets torch's intra-op thread count for the batch. torch keeps that count per
+thread (OpenMP's own setting), so each runner has its own; the scheduler tells a runner how many
+threads a batch may use (its own, plus those of idle runners that lend it their cores). With
+OpenMP threads that wait passively (see `poolserve._environment`), splitting a small batch across
+cores costs more in wake-ups than it gains: measured on a 2-core machine, one sentence takes
+3.8 ms on one thread and 6.2 ms on two, while one 256-token passage takes 45 ms on one and 33 ms
+on two. Batches below `single_thread_tokens` padded tokens therefore always run on one thread.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from poolserve.engine.collate import Batch
-from poolserve.models import PoolingModule
 from poolserve.models.module import TOKEN_HEADS
 
 
+def use_threads(threads: int) -> None:
+    """Set the calling thread's intra-op thread count.
+
+    torch initializes a thread's count from the last process-wide value the first time that
+    thread runs a parallel operator, which would undo a count set before; reading it first
+    makes that first initialization happen now.
+    """
+    torch.get_num_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 class ModelExecutor:
-    """Callable that runs a batch; create and call it on the runner thread only."""
+    """Callable that runs a batch; create and call it on one runner thread only."""
 
     def __init__(
-        self, module: PoolingModule, device: torch.device, single_thread_tokens: int
+        self, run: Callable[..., torch.Tensor], device: torch.device, single_thread_tokens: int
     ) -> None:
-        self._module = module
+        self._run = run
         self._device = device
-        self._wide_threads = torch.get_num_threads()
-        self._threads = self._wide_threads
         self._single_thread_tokens = single_thread_tokens if device.type == "cpu" else 0
 
-    def _use_threads(self, batch: Batch) -> None:
-        threads = 1 if batch.padded_tokens < self._single_thread_tokens else self._wide_threads
-        if threads != self._threads:
-            torch.set_num_threads(threads)
-            self._threads = threads
-
-    def __call__(self, batch: Batch) -> list[np.ndarray]:
+    def __call__(self, batch: Batch, threads: int) -> list[np.ndarray]:
         """One float32 array per item: a vector, or one row per real token for token heads."""
-        self._use_threads(batch)
+        if self._device.type == "cpu":
+            use_threads(1 if batch.padded_tokens < self._single_thread_tokens else threads)
         device = self._device
         with torch.inference_mode():
-            output = self._module(
+            output = self._run(
                 batch.head,
                 batch.input_ids.to(device, non_blocking=True),
                 batch.attention_mask.to(device, non_blocking=True),

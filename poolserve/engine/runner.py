@@ -1,9 +1,11 @@
-"""The runner thread: owns the model; takes batches, collates and runs them, completes requests.
+"""A runner thread: takes batches from the shared scheduler, collates and runs them, completes
+requests. The engine runs one or more of them over one copy of the weights.
 
-The model is loaded on this thread and only ever touched here (see `models.loader.ModelSpec`).
+Each runner gets its forward (`Backend.executor`) on its own thread, and only it calls it.
 An exception in one batch fails only the requests in that batch (each request of a failed batch
 is retried alone, so one bad input fails only its own request); the runner goes on serving.
-If the thread itself dies, `alive` turns false and every waiting request is failed at once.
+If the thread itself dies, it fails the batch it held, reports itself dead and tells the engine
+(`on_death`), which fails every waiting request once no runner is left.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 
-import numpy as np
-
+from poolserve.engine.backend import Forward
 from poolserve.engine.collate import Batch
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
@@ -24,23 +25,29 @@ from poolserve.errors import EngineUnavailableError, InferenceError
 
 logger = logging.getLogger(__name__)
 
-Forward = Callable[[Batch], Sequence[np.ndarray]]
-
 
 class Runner:
     def __init__(
         self,
+        index: int,
         scheduler: Scheduler,
         collate: Callable[[list[WorkItem]], Batch],
         load: Callable[[], Forward],
         stats: EngineStats,
+        *,
+        threads: int = 1,
+        on_death: Callable[[], None] = lambda: None,
     ) -> None:
+        self.index = index
         self._scheduler = scheduler
         self._collate = collate
         self._load = load
         self._stats = stats
+        # Intra-op threads of this runner's batches (times 1 + runners lent to a batch).
+        self._threads = threads
+        self._on_death = on_death
         self._died = threading.Event()
-        # Completes once the model is loaded and warmed up (or with the loading error).
+        # Completes once this runner's forward is ready (or with the loading error).
         self.ready: Future[None] = Future()
 
     @property
@@ -48,41 +55,54 @@ class Runner:
         return not self._died.is_set()
 
     def run(self) -> None:
-        """The runner thread: load the model, then run batches until closed and drained."""
+        """The runner thread: get the forward, then run batches until closed and drained."""
         try:
             forward = self._load()
         except BaseException as exc:
-            self._died.set()
+            self._die()
             self.ready.set_exception(exc)
-            self._scheduler.abort()
             return
         self.ready.set_result(None)
         items: list[WorkItem] | None = None
         try:
-            while (items := self._scheduler.next_batch()) is not None:
-                self._run_batch(forward, items)
+            while (assignment := self._scheduler.next_batch()) is not None:
+                items = assignment.items
+                try:
+                    threads = self._threads * (1 + assignment.borrowed)
+                    self._run_batch(forward, items, threads)
+                finally:
+                    self._scheduler.give_back(assignment.borrowed)
+                items = None
         except BaseException as exc:
-            self._died.set()
-            logger.critical("the runner thread died: %r", exc, exc_info=exc)
+            logger.critical("runner %d died: %r", self.index, exc, exc_info=exc)
             error = EngineUnavailableError(f"the model runner stopped: {exc!r}")
-            for item in [*(items or []), *self._scheduler.abort()]:
+            for item in items or []:
                 item.group.fail(error)
+            self._die()
             raise
 
-    def _run_batch(self, forward: Forward, items: list[WorkItem], *, isolate: bool = True) -> None:
+    def _die(self) -> None:
+        self._died.set()
+        self._stats.runner_died(self.index)
+        self._on_death()
+
+    def _run_batch(
+        self, forward: Forward, items: list[WorkItem], threads: int, *, isolate: bool = True
+    ) -> None:
         """Run one batch. If it fails and holds several requests, each is retried alone, so an
         input that breaks the model fails only its own request."""
+        stats = self._stats
         started = time.perf_counter()
         for item in items:
-            if item.group.first_batch_started_at is None:
-                item.group.first_batch_started_at = started
+            item.group.batch_started(started)
+        stats.batch_started()
         try:
             batch = self._collate(items)
-            outputs = forward(batch)
+            outputs = forward(batch, threads)
             if len(outputs) != len(items):
                 raise RuntimeError(f"the model gave {len(outputs)} outputs for {len(items)} inputs")
         except Exception as exc:
-            self._stats.failed_batches += 1
+            stats.batch_ended(self.index, items=0, padded_tokens=0, seconds=0.0)
             groups = {id(item.group): item.group for item in items}
             if isolate and len(groups) > 1:
                 logger.warning(
@@ -92,7 +112,7 @@ class Runner:
                 )
                 for group in groups.values():
                     mine = [item for item in items if item.group is group]
-                    self._run_batch(forward, mine, isolate=False)
+                    self._run_batch(forward, mine, threads, isolate=False)
                 return
             logger.exception("a batch of %d items failed", len(items))
             # The exception's text stays in the log: it may describe server internals.
@@ -100,14 +120,12 @@ class Runner:
             for group in groups.values():
                 group.fail(error)
             return
+        except BaseException:
+            stats.batch_ended(self.index, items=0, padded_tokens=0, seconds=0.0)
+            raise
         ended = time.perf_counter()
-        stats = self._stats
-        stats.batches += 1
-        stats.items += len(items)
-        stats.padded_tokens += batch.padded_tokens
-        stats.busy_seconds += ended - started
-        stats.batch_sizes[len(items)] += 1
-        stats.batch_tokens[batch.padded_tokens] += 1
+        stats.batch_ended(
+            self.index, items=len(items), padded_tokens=batch.padded_tokens, seconds=ended - started
+        )
         for row, item in enumerate(items):
-            item.group.last_batch_ended_at = ended
-            item.group.set_output(item.index, outputs[row])
+            item.group.set_output(item.index, outputs[row], ended)

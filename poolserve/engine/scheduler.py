@@ -1,19 +1,31 @@
 """The scheduler: owns the queue of waiting items and forms token-budgeted batches from it.
 
-Clients `submit` items from any thread. The runner thread calls `next_batch` when it is free: the
-batch is formed at that moment (padding-aware token budget, length-sorted window around a seed
-item, cancelled items dropped), so it holds everything that arrived while the previous batch
-ran. The seed comes from the request with the fewest items waiting: small requests overtake
-large ones, which fill the rest of each batch. Forming the batch earlier, while the runner is
-busy, was measured to halve batch sizes at moderate concurrency on CPU. One condition variable
-wakes the runner; nothing polls.
+Clients `submit` items from any thread. Each runner thread calls `next_batch` when it is free:
+the batch is formed at that moment (padding-aware token budget, length-sorted window around a
+seed item, cancelled items dropped), so it holds everything that arrived while the runner's
+previous batch ran. The seed comes from the request with the fewest items waiting: small requests
+overtake large ones, which fill the rest of each batch. Forming the batch earlier, while the
+runner is busy, was measured to halve batch sizes at moderate concurrency on CPU.
+
+With several runners:
+- a runner takes its fair share of what waits: if other runners are idle, the waiting items are
+  split between them rather than all run on one thread while the others sleep;
+- a runner that leaves items behind wakes the next idle runner (`submit` wakes only one);
+- a large batch (at least `lend_tokens` padded tokens) that finds the queue empty borrows the
+  runners that are idle: they take no batch until it is done, and their cores run it with the
+  lender's (`Assignment.borrowed`). A lone long passage thus uses every core, while under load,
+  when no runner is idle, every runner keeps to its own threads.
+
+One condition variable wakes the runners; nothing polls.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter, deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
@@ -21,6 +33,19 @@ from poolserve.engine.work import WorkItem
 
 class SchedulerClosedError(Exception):
     """Raised by `submit` once the scheduler no longer accepts work."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A batch for one runner, and how many idle runners lend it their cores until it is done
+    (the runner hands them back with `Scheduler.give_back`)."""
+
+    items: list[WorkItem]
+    borrowed: int = 0
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.items) * max(item.length for item in self.items)
 
 
 class Scheduler:
@@ -31,16 +56,22 @@ class Scheduler:
         max_batch_size: int,
         window: int,
         stats: EngineStats,
+        lend_tokens: int = 0,
     ) -> None:
         self._max_batch_tokens = max_batch_tokens
         self._max_batch_size = max_batch_size
         self._window = window
         self._stats = stats
+        # Batches of at least this many padded tokens borrow idle runners; 0: never.
+        self._lend_tokens = lend_tokens
         self._condition = threading.Condition()
         self._waiting: deque[WorkItem] = deque()
         # Tokens of the waiting items: what admission control bounds.
         self._waiting_tokens = 0
         self._closed = False
+        # Runners blocked in `next_batch`, and how many of those are lent to a running batch.
+        self._idle = 0
+        self._lent = 0
 
     # -- called from any thread -------------------------------------------------------------
 
@@ -77,31 +108,61 @@ class Scheduler:
     def queued_tokens(self) -> int:
         return self._waiting_tokens
 
-    # -- the runner thread ------------------------------------------------------------------
+    @property
+    def idle_runners(self) -> int:
+        """Runners waiting in `next_batch` (lent ones included)."""
+        return self._idle
 
-    def next_batch(self) -> list[WorkItem] | None:
+    # -- the runner threads -----------------------------------------------------------------
+
+    def next_batch(self) -> Assignment | None:
         """Block until work is waiting and pop the next batch; None once closed and drained."""
         with self._condition:
+            self._idle += 1
             while True:
-                self._condition.wait_for(lambda: bool(self._waiting) or self._closed)
+                self._condition.wait_for(self._may_take)
                 if not self._waiting:
+                    self._idle -= 1
                     return None
-                batch = self._form_batch()
-                if batch:
-                    return batch
+                # Other runners free to take work now: they share what waits with this one.
+                peers = max(0, self._idle - self._lent - 1)
+                items = self._form_batch(share=1 + peers)
+                if not items:
+                    continue  # everything looked at was cancelled
+                self._idle -= 1
+                assignment = Assignment(items)
+                if self._waiting:
+                    self._condition.notify()
+                elif peers and self._lend_tokens and assignment.padded_tokens >= self._lend_tokens:
+                    self._lent += peers
+                    assignment = Assignment(items, borrowed=peers)
+                return assignment
 
-    def _form_batch(self) -> list[WorkItem]:
+    def give_back(self, borrowed: int) -> None:
+        """The runners lent to a batch may take work again."""
+        if borrowed:
+            with self._condition:
+                self._lent = max(0, self._lent - borrowed)
+                self._condition.notify_all()
+
+    def _may_take(self) -> bool:
+        return self._closed or (bool(self._waiting) and self._idle > self._lent)
+
+    def _form_batch(self, share: int) -> list[WorkItem]:
         """Pop a batch: the oldest live item plus the waiting items of its head closest to it in
-        length."""
+        length; at most 1/`share` of the live items looked at, when runners share them."""
         waiting = self._waiting
         window: list[WorkItem] = []
+        skipped = 0
         while waiting and len(window) < self._window:
             item = waiting.popleft()
             if item.group.finished:
-                self._stats.items_skipped += 1
+                skipped += 1
                 self._waiting_tokens -= item.length
             else:
                 window.append(item)
+        if skipped:
+            self._stats.items_were_skipped(skipped)
         if not window:
             return []
         # The seed: the oldest item of the request with the fewest items waiting, so that a
@@ -111,18 +172,20 @@ class Scheduler:
         seed = min(window, key=lambda item: waiting_per_group[id(item.group)])
         same_head = [item for item in window if item.head == seed.head]
         by_length = sorted(same_head, key=lambda item: item.length)
-        chosen = self._pick_around(by_length, by_length.index(seed))
+        limit = min(self._max_batch_size, math.ceil(len(by_length) / share))
+        chosen = self._pick_around(by_length, by_length.index(seed), limit)
         taken = {id(item) for item in chosen}
         waiting.extendleft(reversed([item for item in window if id(item) not in taken]))
         self._waiting_tokens -= sum(item.length for item in chosen)
         return chosen
 
-    def _pick_around(self, by_length: list[WorkItem], start: int) -> list[WorkItem]:
-        """Grow a run of the sorted window around `start`, adding whichever neighbour pads least."""
+    def _pick_around(self, by_length: list[WorkItem], start: int, limit: int) -> list[WorkItem]:
+        """Grow a run of the sorted window around `start`, adding whichever neighbour pads least,
+        up to `limit` items."""
         low = high = start
         longest = by_length[start].length
         count = 1
-        while count < self._max_batch_size:
+        while count < limit:
             left = by_length[low - 1] if low > 0 else None
             right = by_length[high + 1] if high + 1 < len(by_length) else None
             left_fits = left is not None and (count + 1) * longest <= self._max_batch_tokens

@@ -1,33 +1,75 @@
-"""Engine statistics: counters the scheduler and runner threads update and anyone may read.
+"""Engine statistics: counters the scheduler and the runner threads update, and snapshots of them.
 
-Each counter has one writer thread; readers see plain ints (atomic under the GIL), so no lock.
+Several runner threads write these at once, and `/metrics` or `/stats` read them from the CPU
+pool, so every update and every snapshot holds one lock: a reader never iterates a histogram
+while a runner adds a key to it. Readers use `snapshot()`, a frozen copy. A few plain-int
+properties (`items`, `batches`, ...) stay for readers that want one number: reading an int is
+atomic under the GIL.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
 
 @dataclass
-class EngineStats:
+class RunnerCounters:
+    """One runner's share of the work (written under the stats lock)."""
+
     batches: int = 0
     items: int = 0
     padded_tokens: int = 0
     failed_batches: int = 0
-    # Seconds the runner spent in forward passes (the rest of its time it waited for work).
+    # Seconds this runner spent in forward passes (the rest of its time it waited for work).
     busy_seconds: float = 0.0
-    # Items dropped before reaching the model because their request was cancelled or failed.
-    items_skipped: int = 0
-    batch_sizes: Counter[int] = field(default_factory=Counter)
-    # Padded tokens per batch.
-    batch_tokens: Counter[int] = field(default_factory=Counter)
+    alive: bool = True
+
+
+@dataclass(frozen=True)
+class RunnerSnapshot:
+    index: int
+    batches: int
+    items: int
+    padded_tokens: int
+    failed_batches: int
+    busy_seconds: float
+    alive: bool
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    batches: int
+    items: int
+    padded_tokens: int
+    failed_batches: int
+    busy_seconds: float
+    items_skipped: int
+    batch_sizes: dict[int, int]
+    batch_tokens: dict[int, int]
+    runners: tuple[RunnerSnapshot, ...]
+    # Batches that started while another runner's batch was running, and the most batches that
+    # ever ran at once: the engine's own evidence that runners work in parallel.
+    overlapped_batches: int
+    max_concurrent_batches: int
 
     @property
     def max_batch_size(self) -> int:
         return max(self.batch_sizes, default=0)
 
-    def snapshot(self) -> dict[str, object]:
+    @property
+    def tokens_per_second(self) -> float:
+        """What the engine as a whole runs: each runner's measured rate, summed over the
+        runners still alive (0 before the first batch)."""
+        rate = sum(
+            r.padded_tokens / r.busy_seconds for r in self.runners if r.alive and r.busy_seconds
+        )
+        if rate == 0.0 and self.busy_seconds:
+            rate = self.padded_tokens / self.busy_seconds
+        return rate
+
+    def as_dict(self) -> dict[str, object]:
         return {
             "batches": self.batches,
             "items": self.items,
@@ -37,4 +79,111 @@ class EngineStats:
             "items_skipped": self.items_skipped,
             "max_batch_size": self.max_batch_size,
             "batch_sizes": dict(sorted(self.batch_sizes.items())),
+            "overlapped_batches": self.overlapped_batches,
+            "max_concurrent_batches": self.max_concurrent_batches,
+            "runners": [
+                {
+                    "index": r.index,
+                    "alive": r.alive,
+                    "batches": r.batches,
+                    "items": r.items,
+                    "failed_batches": r.failed_batches,
+                    "busy_seconds": r.busy_seconds,
+                }
+                for r in self.runners
+            ],
         }
+
+
+@dataclass
+class EngineStats:
+    runner_count: int = 1
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _runners: list[RunnerCounters] = field(default_factory=list, repr=False)
+    _items_skipped: int = 0
+    _batch_sizes: Counter[int] = field(default_factory=Counter, repr=False)
+    _batch_tokens: Counter[int] = field(default_factory=Counter, repr=False)
+    _running: int = 0
+    _overlapped: int = 0
+    _max_running: int = 0
+
+    def __post_init__(self) -> None:
+        self._runners = [RunnerCounters() for _ in range(self.runner_count)]
+
+    # -- writers ------------------------------------------------------------------------------
+
+    def batch_started(self) -> None:
+        with self._lock:
+            if self._running:
+                self._overlapped += 1
+            self._running += 1
+            self._max_running = max(self._max_running, self._running)
+
+    def batch_ended(self, runner: int, *, items: int, padded_tokens: int, seconds: float) -> None:
+        """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs."""
+        with self._lock:
+            self._running -= 1
+            counters = self._runners[runner]
+            if not items:
+                counters.failed_batches += 1
+                return
+            counters.batches += 1
+            counters.items += items
+            counters.padded_tokens += padded_tokens
+            counters.busy_seconds += seconds
+            self._batch_sizes[items] += 1
+            self._batch_tokens[padded_tokens] += 1
+
+    def items_were_skipped(self, count: int) -> None:
+        with self._lock:
+            self._items_skipped += count
+
+    def runner_died(self, runner: int) -> None:
+        with self._lock:
+            self._runners[runner].alive = False
+
+    # -- readers ------------------------------------------------------------------------------
+
+    def snapshot(self) -> StatsSnapshot:
+        with self._lock:
+            runners = tuple(
+                RunnerSnapshot(
+                    index,
+                    c.batches,
+                    c.items,
+                    c.padded_tokens,
+                    c.failed_batches,
+                    c.busy_seconds,
+                    c.alive,
+                )
+                for index, c in enumerate(self._runners)
+            )
+            return StatsSnapshot(
+                batches=sum(r.batches for r in runners),
+                items=sum(r.items for r in runners),
+                padded_tokens=sum(r.padded_tokens for r in runners),
+                failed_batches=sum(r.failed_batches for r in runners),
+                busy_seconds=sum(r.busy_seconds for r in runners),
+                items_skipped=self._items_skipped,
+                batch_sizes=dict(self._batch_sizes),
+                batch_tokens=dict(self._batch_tokens),
+                runners=runners,
+                overlapped_batches=self._overlapped,
+                max_concurrent_batches=self._max_running,
+            )
+
+    @property
+    def items(self) -> int:
+        return sum(c.items for c in list(self._runners))
+
+    @property
+    def batches(self) -> int:
+        return sum(c.batches for c in list(self._runners))
+
+    @property
+    def failed_batches(self) -> int:
+        return sum(c.failed_batches for c in list(self._runners))
+
+    @property
+    def items_skipped(self) -> int:
+        return self._items_skipped

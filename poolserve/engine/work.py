@@ -1,13 +1,15 @@
 """Units of work: a `RequestGroup` is one request's set of inputs, a `WorkItem` one tokenized input.
 
-The runner thread is the only writer of a group's results, so they need no lock; the group's
-`concurrent.futures.Future` carries the outcome to whoever waits (an event loop or a caller thread),
-and cancelling it tells the scheduler to skip the group's items that have not run yet.
+A group's items may run in batches on several runner threads at once, so its results and timing
+marks are written under the group's own lock (the last writer completes it). The group's
+`concurrent.futures.Future` carries the outcome to whoever waits (an event loop or a caller
+thread), and cancelling it tells the scheduler to skip the group's items that have not run yet.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -23,11 +25,12 @@ class RequestGroup:
     size: int
     future: Future[list[Any]] = field(default_factory=Future)
     submitted_at: float = field(default_factory=time.perf_counter)
-    # Set by the runner thread: when the first of this group's batches started, the last ended.
+    # Set by the runner threads: when the first of this group's batches started, the last ended.
     first_batch_started_at: float | None = None
     last_batch_ended_at: float | None = None
     _results: list[Any] = field(default_factory=list)
     _remaining: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._results = [None] * self.size
@@ -41,11 +44,20 @@ class RequestGroup:
     def cancel(self) -> None:
         self.future.cancel()
 
-    def set_output(self, index: int, output: Any) -> None:
-        """Record one item's output (runner thread only); completes the future with the last one."""
-        self._results[index] = output
-        self._remaining -= 1
-        if self._remaining == 0:
+    def batch_started(self, at: float) -> None:
+        with self._lock:
+            if self.first_batch_started_at is None or at < self.first_batch_started_at:
+                self.first_batch_started_at = at
+
+    def set_output(self, index: int, output: Any, ended_at: float) -> None:
+        """Record one item's output (runner threads); completes the future with the last one."""
+        with self._lock:
+            if self.last_batch_ended_at is None or ended_at > self.last_batch_ended_at:
+                self.last_batch_ended_at = ended_at
+            self._results[index] = output
+            self._remaining -= 1
+            complete = self._remaining == 0
+        if complete:
             self._settle(lambda: self.future.set_result(self._results))
 
     def fail(self, error: BaseException) -> None:

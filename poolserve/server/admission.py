@@ -25,9 +25,9 @@ class AdmissionControl:
         self.rejected = 0
 
     def _retry_after(self) -> str:
-        """Seconds until the queue has drained, from the engine's measured token rate."""
-        stats = self._core.stats
-        rate = stats.padded_tokens / stats.busy_seconds if stats.busy_seconds else 0.0
+        """Seconds until the queue has drained, from the engine's measured token rate (each
+        live runner's rate, summed)."""
+        rate = self._core.stats.snapshot().tokens_per_second
         seconds = self._core.queued_tokens / rate if rate else 1.0
         return str(max(1, math.ceil(seconds)))
 

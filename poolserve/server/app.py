@@ -41,9 +41,11 @@ def create_app(
         # exit. Without this, each full collection walks it all: ~200 ms with every request
         # stalled, about once a second under load.
         gc.freeze()
+        metrics.loop_lag.start()
         try:
             yield
         finally:
+            metrics.loop_lag.stop()
             if close_engine:
                 await asyncio.to_thread(engine.close)
 

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.body import parse_body
 from poolserve.server.protocol import InputRequest
+from poolserve.server.responses import json_response
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
 
@@ -22,10 +23,6 @@ InputRequestT = TypeVar("InputRequestT", bound=InputRequest)
 def state_of(request: Request) -> ServingState:
     state: ServingState = request.app.state.serving
     return state
-
-
-def json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
-    return Response(body, media_type="application/json", headers=headers)
 
 
 def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:

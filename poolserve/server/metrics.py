@@ -12,12 +12,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.engine.core import EngineCore
+from poolserve.server.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.tasks.base import ServeContext
 
 # Statuses that mean a request was refused or abandoned, and why.
@@ -44,7 +50,7 @@ class EngineCollector(Collector):
         self._core = core
 
     def collect(self) -> Iterator[Metric]:
-        core, stats = self._core, self._core.stats
+        core, stats = self._core, self._core.stats.snapshot()
         yield GaugeMetricFamily(
             "poolserve_queue_items", "Inputs waiting for the model", value=core.queued_items
         )
@@ -69,7 +75,39 @@ class EngineCollector(Collector):
             "poolserve_failed_batches", "Forward passes that raised", value=stats.failed_batches
         )
         yield GaugeMetricFamily(
-            "poolserve_runner_alive", "1 while the model runner thread is alive", value=core.alive
+            "poolserve_runner_alive",
+            "1 while at least one model runner thread is alive (the engine can serve)",
+            value=core.alive,
+        )
+        yield GaugeMetricFamily(
+            "poolserve_runners_alive", "Model runner threads alive", value=core.runners_alive
+        )
+        yield GaugeMetricFamily(
+            "poolserve_runners", "Model runner threads started", value=core.runners
+        )
+        per_runner = (
+            ("poolserve_runner_batches", "Forward passes run, by runner", "batches"),
+            ("poolserve_runner_items", "Inputs run, by runner", "items"),
+            (
+                "poolserve_runner_failed_batches",
+                "Forward passes that raised, by runner",
+                "failed_batches",
+            ),
+            (
+                "poolserve_runner_busy_seconds",
+                "Seconds spent in forward passes, by runner",
+                "busy_seconds",
+            ),
+        )
+        for name, documentation, attribute in per_runner:
+            family = CounterMetricFamily(name, documentation, labels=("runner",))
+            for runner in stats.runners:
+                family.add_metric((str(runner.index),), getattr(runner, attribute))
+            yield family
+        yield GaugeMetricFamily(
+            "poolserve_overlapped_batches",
+            "Forward passes that started while another runner's was running",
+            value=stats.overlapped_batches,
         )
 
 
@@ -119,6 +157,20 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(EngineCollector(core))
+        self.loop_lag = LoopLagMonitor(
+            Histogram(
+                "poolserve_event_loop_lag_seconds",
+                "How late the event loop woke for a timer (sampled every 50 ms): time it spent "
+                "on other work",
+                buckets=LAG_BUCKETS,
+                registry=self.registry,
+            ),
+            Gauge(
+                "poolserve_event_loop_lag_latest_seconds",
+                "The latest event-loop lag sample",
+                registry=self.registry,
+            ),
+        )
 
     def route_label(self, path: str) -> str:
         """The path for known routes; one label for the rest, so clients cannot add series."""

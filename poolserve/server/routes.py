@@ -13,8 +13,9 @@ from starlette.responses import Response
 from poolserve import __version__
 from poolserve.server.body import json_body_schema, parse_body
 from poolserve.server.errors import error_response
-from poolserve.server.handlers import json_response, read_inputs, serve_task, state_of
+from poolserve.server.handlers import read_inputs, serve_task, state_of
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from poolserve.server.responses import json_response
 from poolserve.server.state import ServingState
 from poolserve.tasks.embed import EmbedRequest
 
@@ -135,5 +136,5 @@ async def metrics(request: Request) -> Response:
 async def engine_stats(request: Request) -> Response:
     """Engine counters (batches, batch sizes, skipped items): for tests and benchmarks."""
     core = state_of(request).engine.core
-    stats = {**core.stats.snapshot(), "queued_items": core.queued_items}
+    stats = {**core.stats.snapshot().as_dict(), "queued_items": core.queued_items}
     return json_response(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))

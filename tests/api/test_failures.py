@@ -1,7 +1,7 @@
 """Failures stay local: a failing batch is a 500 for its request only, and /health tells the truth.
 
-The engine core here is the real one on the real model, with its forward wrapped so that inputs
-holding a POISON token id fail.
+The engine core here is the real one on the real model, with its backend's forward wrapped (the
+engine's backend seam) so that inputs holding a POISON token id fail.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import EngineConfig, ServerConfig
-from poolserve.engine.core import EngineCore
+from poolserve.engine.core import EngineCore, torch_backend
 from poolserve.engine.work import WorkItem
 from poolserve.errors import EngineUnavailableError
 from poolserve.server import create_app
@@ -35,31 +34,40 @@ class Fatal(BaseException):
     """Escapes the runner's per-batch `except Exception`, so the runner thread dies."""
 
 
-class PoisonCore(EngineCore):
-    """The real engine core whose forward raises `error()` on batches holding POISON."""
+class PoisonBackend:
+    """The real torch backend, whose runners' forwards raise `error()` on batches holding
+    POISON (injected through the engine's backend seam)."""
 
-    def __init__(self, *args: Any, error: Callable[[], BaseException], **kwargs: Any) -> None:
+    def __init__(self, inner: Any, error: Callable[[], BaseException]) -> None:
+        self.inner = inner
         self.error = error
-        super().__init__(*args, **kwargs)
 
-    def _load_forward(self) -> Callable[[Any], np.ndarray]:
-        forward = super()._load_forward()
+    def load(self) -> None:
+        self.inner.load()
 
-        def guarded(batch: Any) -> np.ndarray:
+    def executor(self) -> Callable[[Any, int], Any]:
+        forward = self.inner.executor()
+
+        def guarded(batch: Any, threads: int) -> Any:
             if any(POISON in item.input_ids for item in batch.items):
                 raise self.error()
-            return forward(batch)
+            return forward(batch, threads)
 
         return guarded
 
 
 @pytest.fixture
 def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
-    """A copy of the session engine with its own PoisonCore (same model spec, own threads)."""
+    """A copy of the session engine with its own core (same model spec, own threads) whose
+    backend is poisoned."""
     cores: list[EngineCore] = []
 
-    def make(error: Callable[[], BaseException]) -> Any:
-        core = PoisonCore(engine.core.model, EngineConfig(cpu_workers=1), error=error)
+    def make(error: Callable[[], BaseException], runners: int = 1) -> Any:
+        core = EngineCore(
+            engine.core.model,
+            EngineConfig(cpu_workers=1, runners=runners),
+            backend=lambda *args: PoisonBackend(torch_backend(*args), error),
+        )
         core.start()
         cores.append(core)
         poisoned = copy.copy(engine)
@@ -81,10 +89,11 @@ async def client_for(engine: Any) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+@pytest.mark.parametrize("runners", [1, 2])
 async def test_failed_batch_is_a_500_for_its_request_and_serving_goes_on(
-    make_engine: Callable[..., Any], st_model: Any
+    make_engine: Callable[..., Any], st_model: Any, runners: int
 ) -> None:
-    poisoned = make_engine(lambda: RuntimeError("poisoned batch"))
+    poisoned = make_engine(lambda: RuntimeError("poisoned batch"), runners)
     async with client_for(poisoned) as client:
         response = await client.post("/v1/embeddings", json={"input": [101, POISON, 102]})
         error = assert_openai_error(response, 500)

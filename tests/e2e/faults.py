@@ -1,8 +1,9 @@
 """A server launcher that injects faults into the model's forward pass: test harness only.
 
-`python -m tests.e2e.faults serve ...` runs `poolserve.cli.main` after wrapping the forward the
-runner thread gets once the model is loaded and warmed up (so warm-up is neither slowed nor
-poisoned). What to inject comes as JSON in the HARNESS_FAULTS environment variable:
+`python -m tests.e2e.faults serve ...` runs `poolserve.cli.main` with a model backend that wraps
+the real one: each runner's forward is wrapped once the real backend has loaded and warmed it up
+(so warm-up is neither slowed nor poisoned). What to inject comes as JSON in the HARNESS_FAULTS
+environment variable:
 
 - `delay`: seconds every batch sleeps before its forward pass (a slow model);
 - `slow_id`, `slow_delay`: batches holding token id `slow_id` sleep `slow_delay` seconds instead
@@ -10,6 +11,8 @@ poisoned). What to inject comes as JSON in the HARNESS_FAULTS environment variab
 - `poison_id`, `poison`: batches holding token id `poison_id` raise; `poison` is `"error"`
   (RuntimeError: a failing batch) or `"fatal"` (a BaseException that is not an Exception: the
   runner thread dies).
+
+`FaultyBackend` is also used in-process by the API tests.
 """
 
 from __future__ import annotations
@@ -29,15 +32,15 @@ class Fatal(BaseException):
 
 
 def wrap_forward(
-    forward: Callable[[Any], Sequence[Any]], faults: dict[str, Any]
-) -> Callable[..., Any]:
+    forward: Callable[[Any, int], Sequence[Any]], faults: dict[str, Any]
+) -> Callable[[Any, int], Sequence[Any]]:
     delay = float(faults.get("delay", 0.0))
     slow_id = faults.get("slow_id")
     slow_delay = float(faults.get("slow_delay", 0.0))
     poison_id = faults.get("poison_id")
     poison = faults.get("poison", "error")
 
-    def faulty(batch: Any) -> Sequence[Any]:
+    def faulty(batch: Any, threads: int) -> Sequence[Any]:
         ids = [item.input_ids for item in batch.items]
         if poison_id is not None and any(poison_id in item for item in ids):
             if poison == "fatal":
@@ -47,28 +50,41 @@ def wrap_forward(
             time.sleep(slow_delay)
         elif delay:
             time.sleep(delay)
-        return forward(batch)
+        return forward(batch, threads)
 
     return faulty
 
 
-def install(faults: dict[str, Any]) -> None:
-    from poolserve.engine.core import EngineCore
+class FaultyBackend:
+    """A backend whose runners' forwards carry the faults (the engine's backend seam)."""
 
-    load_forward = EngineCore._load_forward
+    def __init__(self, inner: Any, faults: dict[str, Any]) -> None:
+        self.inner = inner
+        self.faults = faults
 
-    def patched(self: EngineCore) -> Callable[..., Any]:
-        return wrap_forward(load_forward(self), faults)
+    def load(self) -> None:
+        self.inner.load()
 
-    EngineCore._load_forward = patched  # type: ignore[method-assign]
+    def executor(self) -> Callable[[Any, int], Sequence[Any]]:
+        return wrap_forward(self.inner.executor(), self.faults)
+
+
+def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
+    """A `BackendFactory`: the real torch backend, wrapped."""
+    from poolserve.engine.core import torch_backend
+
+    def build(*args: Any) -> FaultyBackend:
+        return FaultyBackend(torch_backend(*args), faults)
+
+    return build
 
 
 def main(argv: Sequence[str]) -> int:
     import poolserve  # noqa: F401 - first: sets the threading environment before torch
     from poolserve.cli import main as cli_main
 
-    install(json.loads(os.environ.get(ENV) or "{}"))
-    return cli_main(list(argv))
+    faults = json.loads(os.environ.get(ENV) or "{}")
+    return cli_main(list(argv), backend=faulty_backend(faults))
 
 
 if __name__ == "__main__":

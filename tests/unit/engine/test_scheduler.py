@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
+from poolserve.engine.scheduler import Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 
@@ -21,7 +21,7 @@ WAIT = 5
 
 
 def make_scheduler(
-    *, max_batch_tokens: int, max_batch_size: int, window: int = 1024
+    *, max_batch_tokens: int, max_batch_size: int, window: int = 1024, lend_tokens: int = 0
 ) -> tuple[Scheduler, EngineStats]:
     stats = EngineStats()
     scheduler = Scheduler(
@@ -29,6 +29,7 @@ def make_scheduler(
         max_batch_size=max_batch_size,
         window=window,
         stats=stats,
+        lend_tokens=lend_tokens,
     )
     return scheduler, stats
 
@@ -38,14 +39,20 @@ def drain(scheduler: Scheduler, items: list[WorkItem]) -> list[list[WorkItem]]:
     scheduler.submit(items)
     scheduler.close()
     batches = []
-    while (batch := scheduler.next_batch()) is not None:
+    while (batch := take(scheduler)) is not None:
         batches.append(batch)
     return batches
 
 
-def next_batch_in_thread(scheduler: Scheduler) -> Future[list[WorkItem] | None]:
-    """Call the blocking `next_batch` on another thread, as the runner does."""
-    result: Future[list[WorkItem] | None] = Future()
+def take(scheduler: Scheduler) -> list[WorkItem] | None:
+    """The next batch's items, as a runner would take them; None once closed and drained."""
+    assignment = scheduler.next_batch()
+    return None if assignment is None else assignment.items
+
+
+def next_batch_in_thread(scheduler: Scheduler) -> Future[Assignment | None]:
+    """Call the blocking `next_batch` on another thread, as a runner does."""
+    result: Future[Assignment | None] = Future()
     threading.Thread(target=lambda: result.set_result(scheduler.next_batch()), daemon=True).start()
     return result
 
@@ -166,7 +173,7 @@ def test_next_batch_waits_for_work_and_wakes_on_submit() -> None:
     scheduler.submit(items_of_lengths([5, 6], group))
     batch = pending.result(WAIT)
     assert batch is not None
-    assert [item.length for item in batch] == [5, 6]
+    assert [item.length for item in batch.items] == [5, 6]
 
 
 def test_close_wakes_a_waiting_runner_with_none() -> None:
@@ -180,7 +187,7 @@ def test_close_drains_the_queue_first() -> None:
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1)
     scheduler.submit(items_of_lengths([3, 4]))
     scheduler.close()
-    assert [len(b) for b in iter(scheduler.next_batch, None)] == [1, 1]
+    assert [len(b) for b in iter(lambda: take(scheduler), None)] == [1, 1]
 
 
 def test_abort_returns_the_waiting_items_and_stops() -> None:
@@ -193,3 +200,70 @@ def test_abort_returns_the_waiting_items_and_stops() -> None:
     assert scheduler.next_batch() is None
     with pytest.raises(SchedulerClosedError):
         scheduler.submit(items_of_lengths([1]))
+
+
+# -- several runners ---------------------------------------------------------------------------
+
+
+def idle_runners(scheduler: Scheduler, count: int) -> list[Future[Assignment | None]]:
+    """`count` runner threads blocked in `next_batch`, once the scheduler counts them idle."""
+    pending = [next_batch_in_thread(scheduler) for _ in range(count)]
+    with scheduler._condition:
+        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == count, WAIT)
+    return pending
+
+
+def test_idle_runners_share_what_waits() -> None:
+    """Ten items and two idle runners: each takes half, instead of one running all ten while
+    the other sleeps (the second is woken by the first, since submit wakes only one)."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    pending = idle_runners(scheduler, 2)
+    scheduler.submit(items_of_lengths([5] * 10))
+    batches = [future.result(WAIT) for future in pending]
+    assert sorted(len(batch.items) for batch in batches if batch) == [5, 5]
+    assert all(batch is not None and batch.borrowed == 0 for batch in batches)
+
+
+def test_a_busy_runner_leaves_a_free_one_the_whole_queue() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    scheduler.submit(items_of_lengths([5] * 10))
+    assignment = scheduler.next_batch()  # the only runner asking: nobody to share with
+    assert assignment is not None and len(assignment.items) == 10
+
+
+def test_a_large_lone_batch_borrows_the_idle_runners_until_it_gives_them_back() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256, lend_tokens=256)
+    first, second = idle_runners(scheduler, 2)
+    scheduler.submit(items_of_lengths([300]))
+    with scheduler._condition:
+        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == 1, WAIT)
+    lender, lent = (first, second) if first.done() else (second, first)
+    assignment = lender.result(WAIT)
+    assert assignment is not None and assignment.borrowed == 1
+    # The lent runner takes nothing while its cores run the large batch...
+    scheduler.submit(items_of_lengths([4]))
+    with pytest.raises(TimeoutError):
+        lent.result(0.2)
+    # ...and takes the waiting work as soon as they are given back.
+    scheduler.give_back(assignment.borrowed)
+    taken = lent.result(WAIT)
+    assert taken is not None and [item.length for item in taken.items] == [4]
+
+
+def test_small_batches_and_batches_with_work_behind_them_borrow_nothing() -> None:
+    small, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1, lend_tokens=256)
+    pending = idle_runners(small, 2)
+    small.submit(items_of_lengths([10]))
+    with small._condition:
+        assert small._condition.wait_for(lambda: small.idle_runners == 1, WAIT)
+    assignment = next(future for future in pending if future.done()).result()
+    assert assignment is not None and assignment.borrowed == 0
+    small.close()
+
+    shared, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1, lend_tokens=256)
+    pending = idle_runners(shared, 2)
+    shared.submit(items_of_lengths([300, 300]))  # one each: nobody idle to borrow
+    for future in pending:
+        assignment = future.result(WAIT)
+        assert assignment is not None and assignment.borrowed == 0
+        assert len(assignment.items) == 1

