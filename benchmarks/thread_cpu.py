@@ -42,9 +42,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--server-args", default="", help="extra flags for `poolserve serve`")
     args = parser.parse_args()
 
-    with running_server_process(["--dtype", args.dtype]) as (port, process):
+    server_args = ["--dtype", args.dtype, *args.server_args.split()]
+    with running_server_process(server_args) as (port, process):
         requests = [
             build_request("127.0.0.1", port, "/v1/embeddings", orjson.dumps({"input": text}))
             for text in sentences(256)

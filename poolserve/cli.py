@@ -185,9 +185,9 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compile",
         choices=["off", "on", "auto"],
-        default=_env("compile", defaults.compile),
-        help="torch.compile the model (cached under POOLSERVE_CACHE_DIR); auto: where a "
-        "compiler is available",
+        default=_env("compile", "auto"),
+        help="torch.compile the model's forward (kernels cached under POOLSERVE_CACHE_DIR); "
+        "auto (default): on CPU where a C++ compiler is found",
     )
 
 

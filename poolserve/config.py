@@ -56,7 +56,8 @@ class EngineConfig:
     # this many borrow the cores of idle runners (see engine/executor.py, engine/scheduler.py).
     single_thread_tokens: int = 256
     # torch.compile the model's forward: off, on, or auto (where it can work; see
-    # engine/compiled.py).
+    # engine/compiled.py). Off here, for the Python API (compiling takes tens of seconds at
+    # start-up); `poolserve serve` defaults to auto.
     compile: CompileMode = "off"
 
 

@@ -22,7 +22,8 @@ from poolserve.engine.compiled import compile_module
 from poolserve.engine.executor import ModelExecutor
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.models import ModelSpec, PoolingModule, load_module
+from poolserve.models import ModelSpec, load_module
+from poolserve.models.kinds import Head
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ class Backend(Protocol):
 
 
 class TorchBackend:
+    """Eager PyTorch, or with `compile` on/auto the model's main head through torch.compile
+    (its other heads, such as an embedding model's `token_embed`, stay eager: they are rare,
+    and each compiled head costs start-up time)."""
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -55,34 +60,38 @@ class TorchBackend:
         self._collate = collate
         self._single_thread_tokens = single_thread_tokens
         self._compile = compile
-        self._module: PoolingModule | None = None
         self._run: Callable[..., torch.Tensor] | None = None
-
-    @property
-    def compiled(self) -> bool:
-        return self._run is not None and self._run is not self._module
+        self.compiled = False
 
     def load(self) -> None:
         module = load_module(self._spec)
-        self._module = module
         self._run = module
-        if self._compile != "off":
-            compiled = compile_module(module, self._spec, self._compile)
-            if compiled is not None:
-                # Compile every graph serving will need now (each head; batch of one and more,
-                # which torch.compile specializes), so that no request waits on a compile.
-                self._run = compiled
-                try:
-                    self._warm_up(self._new_executor())
-                except Exception as exc:
-                    logger.warning(
-                        "torch.compile failed on %s (%r); serving it eagerly", self._spec.name, exc
-                    )
-                    self._run = module
+        if self._compile == "off":
+            return
+        compiled = compile_module(module, self._spec, self._compile)
+        if compiled is None:
+            return
+        main_head = self._spec.heads[0]
+
+        def run(head: Head, *args: torch.Tensor | None) -> torch.Tensor:
+            return (compiled if head == main_head else module)(head, *args)
+
+        # Compile every graph serving will need now (a batch of one and of more, which
+        # torch.compile specializes), so that no request waits on a compile.
+        self._run = run
+        try:
+            self._warm_up(self._new_executor(), heads=(main_head,))
+        except Exception as exc:
+            logger.warning(
+                "torch.compile failed for %s (%r); serving it eagerly", self._spec.name, exc
+            )
+            self._run = module
+        else:
+            self.compiled = True
 
     def executor(self) -> Forward:
         executor = self._new_executor()
-        self._warm_up(executor)
+        self._warm_up(executor, heads=self._spec.heads)
         return executor
 
     def _new_executor(self) -> ModelExecutor:
@@ -90,9 +99,9 @@ class TorchBackend:
             raise RuntimeError("TorchBackend.executor() before load()")
         return ModelExecutor(self._run, self._spec.device, self._single_thread_tokens)
 
-    def _warm_up(self, forward: Forward) -> None:
+    def _warm_up(self, forward: Forward, heads: Sequence[Head]) -> None:
         tokenizer = TextTokenizer(self._spec.tokenizer_json)
-        for head in self._spec.heads:
+        for head in heads:
             for text in WARM_UP_TEXTS:
                 ids = tokenizer.encode_batch([text], truncate_to=None)[0]
                 for size in (1, 8):

@@ -80,14 +80,24 @@ def _no_such_route(request: Request) -> str:
     )
 
 
+def poolserve_error_response(request: Request, exc: PoolserveError) -> Response:
+    if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
+        logger.error("request %s failed: %s", request.url.path, exc.message)
+    return error_response(
+        exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers
+    )
+
+
+def unexpected_error_response(request: Request) -> Response:
+    """For an exception nobody expected (call from its `except` block: the log has it)."""
+    logger.exception("unexpected error on %s", request.url.path)
+    return error_response(500, "internal server error; the server log has the details")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PoolserveError)
     async def _poolserve_error(request: Request, exc: PoolserveError) -> Response:
-        if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
-            logger.error("request %s failed: %s", request.url.path, exc.message)
-        return error_response(
-            exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers
-        )
+        return poolserve_error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -102,5 +112,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        logger.exception("unexpected error on %s", request.url.path)
-        return error_response(500, "internal server error; the server log has the details")
+        return unexpected_error_response(request)

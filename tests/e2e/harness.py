@@ -79,16 +79,17 @@ def running_server(
     faults: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """`poolserve serve --dtype float32 --runners 1 FLAGS` on a free port (through the fault
-    launcher when `faults` is given); stopped with SIGTERM when the block ends."""
+    """`poolserve serve --dtype float32 --runners 1 --compile off FLAGS` on a free port (through
+    the fault launcher when `faults` is given); stopped with SIGTERM when the block ends."""
     port = free_port()
     log = directory / f"server-{port}.log"
     module = "tests.e2e.faults" if faults is not None else "poolserve"
     # One runner unless the test asks for more: the fault tests block "the" runner for a known
-    # time (a later --runners in `flags` wins).
+    # time (a later --runners in `flags` wins). Eager: compiling would add a minute per server
+    # (the session server in conftest.py runs the default, compiled forward).
     command = [
         *(sys.executable, "-m", module, "serve", "--port", str(port)),
-        *("--dtype", "float32", "--runners", "1"),
+        *("--dtype", "float32", "--runners", "1", "--compile", "off"),
     ]
     environment = {**server_env(), "PYTHONUNBUFFERED": "1", **(env or {})}
     if faults is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -24,8 +25,9 @@ def configs(*argv: str) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
     return configs_from_args(build_parser().parse_args(["serve", *argv]))
 
 
-def test_defaults_are_the_dataclass_defaults() -> None:
-    assert configs() == (ModelConfig(), EngineConfig(), ServerConfig())
+def test_defaults_are_the_dataclass_defaults_but_the_server_compiles() -> None:
+    """Only --compile differs: a server compiles where it can, the Python API when asked."""
+    assert configs() == (ModelConfig(), replace(EngineConfig(), compile="auto"), ServerConfig())
 
 
 def test_flags() -> None:
@@ -44,12 +46,19 @@ def test_flags() -> None:
         "--max-batch-size", "16",
         "--cpu-workers", "3",
         "--torch-threads", "1",
+        "--runners", "3",
+        "--compile", "off",
     )  # fmt: skip
     assert model == ModelConfig(
         model="/models/mine", revision="v2", dtype="bfloat16", device="cpu", max_model_len=128
     )
     assert engine == EngineConfig(
-        max_batch_tokens=4096, max_batch_size=16, cpu_workers=3, torch_threads=1
+        max_batch_tokens=4096,
+        max_batch_size=16,
+        cpu_workers=3,
+        torch_threads=1,
+        runners=3,
+        compile="off",
     )
     assert server == ServerConfig(
         host="0.0.0.0",
@@ -75,6 +84,8 @@ ENV = {
     "POOLSERVE_MAX_BATCH_SIZE": "8",
     "POOLSERVE_CPU_WORKERS": "5",
     "POOLSERVE_TORCH_THREADS": "2",
+    "POOLSERVE_RUNNERS": "4",
+    "POOLSERVE_COMPILE": "on",
 }
 
 
@@ -86,7 +97,12 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         model="org/model", revision="main", dtype="float32", device="cpu", max_model_len=64
     )
     assert engine == EngineConfig(
-        max_batch_tokens=2048, max_batch_size=8, cpu_workers=5, torch_threads=2
+        max_batch_tokens=2048,
+        max_batch_size=8,
+        cpu_workers=5,
+        torch_threads=2,
+        runners=4,
+        compile="on",
     )
     assert server == ServerConfig(
         host="::",

@@ -246,9 +246,18 @@ def test_runner_layout_divides_the_cores() -> None:
     assert threads is not None and threads >= 1
 
 
-@pytest.mark.parametrize("flag", ["runners", "torch_threads"])
-def test_fewer_than_one_runner_or_thread_is_refused(spec: ModelSpec, flag: str) -> None:
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"runners": 0}, "at least 1"),
+        ({"torch_threads": 0}, "at least 1"),
+        ({"compile": "yes"}, "off, on or auto"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(
+    spec: ModelSpec, setting: dict[str, Any], message: str
+) -> None:
     from poolserve.errors import ModelLoadError
 
-    with pytest.raises(ModelLoadError, match="at least 1"):
-        EngineCore(spec, EngineConfig(**{flag: 0}))
+    with pytest.raises(ModelLoadError, match=message):
+        EngineCore(spec, EngineConfig(**setting))
