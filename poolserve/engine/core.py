@@ -77,6 +77,8 @@ class EngineCore:
         ):
             if value is not None and value < 1:
                 raise ModelLoadError(f"{flag} must be at least 1, got {value}")
+        if config.compile not in ("off", "on", "auto"):
+            raise ModelLoadError(f"--compile must be off, on or auto, got {config.compile!r}")
         self.model = model
         self.config = config
         runners, self._threads = runner_layout(config, model.device.type)
