@@ -14,7 +14,9 @@ import argparse
 import asyncio
 import os
 import resource
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -37,6 +39,12 @@ def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
     return result
 
 
+def engine_stats(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats") as response:
+        stats: dict[str, Any] = orjson.loads(response.read())
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=64)
@@ -53,6 +61,7 @@ def main() -> None:
         ]
         warm = run_load("127.0.0.1", port, requests, concurrency=args.concurrency, seconds=1)
         asyncio.run(warm)
+        stats_before = engine_stats(port)
         before, own_before = thread_cpu_seconds(process.pid), resource.getrusage(0)
         load = run_load(
             "127.0.0.1",
@@ -64,6 +73,7 @@ def main() -> None:
         )
         result = asyncio.run(load)
         after, own_after = thread_cpu_seconds(process.pid), resource.getrusage(0)
+        stats_after = engine_stats(port)
 
     served = len(result.latencies)
     print(f"c={args.concurrency}: {result.throughput:.0f} req/s over {args.seconds:g} s")
@@ -76,6 +86,16 @@ def main() -> None:
             print(f"| {tid} | {name} | {spent:.2f} | {spent / served * 1e6:.0f} |")
     own = (own_after.ru_utime + own_after.ru_stime) - (own_before.ru_utime + own_before.ru_stime)
     print(f"| - | load generator | {own:.2f} | {own / served * 1e6:.0f} |")
+    print()
+    batches = stats_after["batches"] - stats_before["batches"]
+    items = stats_after["items"] - stats_before["items"]
+    print(f"batches: {batches}, mean size {items / max(batches, 1):.1f}")
+    for runner, old in zip(stats_after["runners"], stats_before["runners"], strict=True):
+        busy = runner["busy_seconds"] - old["busy_seconds"]
+        print(
+            f"runner {runner['index']}: in forward passes {busy / args.seconds:.0%} of the time, "
+            f"{runner['batches'] - old['batches']} batches"
+        )
 
 
 if __name__ == "__main__":

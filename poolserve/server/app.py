@@ -16,6 +16,7 @@ from poolserve.offline import Engine
 from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
+from poolserve.server.direct_routes import DirectRouteMiddleware
 from poolserve.server.errors import install_error_handlers
 from poolserve.server.metrics import Metrics, MetricsMiddleware
 from poolserve.server.pooling_routes import (
@@ -69,7 +70,20 @@ def create_app(
         max_client_batch_size=config.max_client_batch_size,
         request_timeout=config.request_timeout,
     )
-    # Starlette runs the middleware added last first: metrics, auth, admission, body size.
+    tasks = engine.tasks
+    routers = [
+        router,
+        *([embeddings_router] if tasks.embed is not None else []),
+        *([classify_router] if tasks.classify is not None else []),
+        *([score_router] if tasks.score is not None else []),
+        *([sparse_router] if tasks.sparse else []),
+        pooling_router,
+    ]
+    # Starlette runs the middleware added last first: metrics, auth, admission, body size, then
+    # our routes dispatched directly (the rest goes on to FastAPI).
+    app.add_middleware(
+        DirectRouteMiddleware, routes=[route for each in routers for route in each.routes]
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     app.add_middleware(AdmissionMiddleware, control=admission)
     if config.api_keys:
@@ -77,15 +91,6 @@ def create_app(
         app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys, open_paths=open_paths)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts every refusal
     install_error_handlers(app)
-    app.include_router(router)
-    tasks = engine.tasks
-    if tasks.embed is not None:
-        app.include_router(embeddings_router)
-    if tasks.classify is not None:
-        app.include_router(classify_router)
-    if tasks.score is not None:
-        app.include_router(score_router)
-    if tasks.sparse:
-        app.include_router(sparse_router)
-    app.include_router(pooling_router)
+    for each in routers:
+        app.include_router(each)
     return app

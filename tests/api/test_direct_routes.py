@@ -3,6 +3,8 @@ whatever is not an exact (method, path) of ours still reaches FastAPI."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from fastapi import APIRouter, FastAPI, Request
@@ -79,3 +81,14 @@ async def test_everything_else_reaches_fastapi(client: httpx.AsyncClient) -> Non
     assert (await client.get("/items/x")).json() == {"name": "x"}
     assert (await client.get("/direct")).status_code == 405
     assert_openai_error(await client.post("/nowhere", json={}), 404)
+
+
+def test_the_app_dispatches_every_route_of_the_model_directly(engine: Any) -> None:
+    from poolserve.server import create_app
+
+    app = create_app(engine)
+    (middleware,) = [m for m in app.user_middleware if m.cls is DirectRouteMiddleware]
+    table = direct_endpoints(middleware.kwargs["routes"])
+    posts = {path for method, path in table if method == "POST"}
+    assert {"/v1/embeddings", "/pooling", "/score", "/rerank", "/tokenize"} <= posts
+    assert ("GET", "/health") in table
