@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from poolserve.errors import PoolserveError
-from poolserve.server.errors import poolserve_error_response, unexpected_error_response
+from poolserve.server.errors import poolserve_error_response
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -60,6 +60,6 @@ class DirectRouteMiddleware:
             response = await endpoint(request)
         except PoolserveError as exc:
             response = poolserve_error_response(request, exc)
-        except Exception:
-            response = unexpected_error_response(request)
+        # Any other exception goes up as it would from FastAPI's routes: through our outer
+        # middleware (the body limit turns its own into a 413) to the app's 500 handler.
         await response(scope, receive, send)

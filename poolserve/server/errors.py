@@ -88,12 +88,6 @@ def poolserve_error_response(request: Request, exc: PoolserveError) -> Response:
     )
 
 
-def unexpected_error_response(request: Request) -> Response:
-    """For an exception nobody expected (call from its `except` block: the log has it)."""
-    logger.exception("unexpected error on %s", request.url.path)
-    return error_response(500, "internal server error; the server log has the details")
-
-
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PoolserveError)
     async def _poolserve_error(request: Request, exc: PoolserveError) -> Response:
@@ -112,4 +106,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        return unexpected_error_response(request)
+        logger.exception("unexpected error on %s", request.url.path)
+        return error_response(500, "internal server error; the server log has the details")
