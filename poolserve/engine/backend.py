@@ -19,7 +19,7 @@ import torch
 from poolserve.config import CompileMode
 from poolserve.engine.collate import Batch
 from poolserve.engine.compiled import compile_module
-from poolserve.engine.executor import ModelExecutor
+from poolserve.engine.executor import CompiledForward, ModelExecutor
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.models import ModelSpec, load_module
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 # One batch through the model with at most `threads` intra-op threads: one float32 array per item.
 Forward = Callable[[Batch, int], Sequence[np.ndarray]]
 
-WARM_UP_TEXTS = ("warm up", "a longer sentence to warm up the model with " * 8)
+WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 
 
 class Backend(Protocol):
@@ -46,7 +46,9 @@ class Backend(Protocol):
 class TorchBackend:
     """Eager PyTorch, or with `compile` on/auto the model's main head through torch.compile
     (its other heads, such as an embedding model's `token_embed`, stay eager: they are rare,
-    and each compiled head costs start-up time)."""
+    and each compiled head costs start-up time). The compiled graphs are built at start-up for
+    the thread counts a runner uses on its own (1 for small batches, and `threads`); a batch on
+    cores lent by idle runners runs eagerly, since any other count would recompile."""
 
     def __init__(
         self,
@@ -54,40 +56,40 @@ class TorchBackend:
         collate: Callable[[list[WorkItem]], Batch],
         *,
         single_thread_tokens: int,
+        threads: int = 1,
         compile: CompileMode = "off",
     ) -> None:
         self._spec = spec
         self._collate = collate
         self._single_thread_tokens = single_thread_tokens
+        self._threads = threads
         self._compile = compile
-        self._run: Callable[..., torch.Tensor] | None = None
-        self.compiled = False
+        self._module: Callable[..., torch.Tensor] | None = None
+        self._compiled: CompiledForward | None = None
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
 
     def load(self) -> None:
         module = load_module(self._spec)
-        self._run = module
+        self._module = module
         if self._compile == "off":
             return
-        compiled = compile_module(module, self._spec, self._compile)
-        if compiled is None:
+        run = compile_module(module, self._spec, self._compile)
+        if run is None:
             return
-        main_head = self._spec.heads[0]
-
-        def run(head: Head, *args: torch.Tensor | None) -> torch.Tensor:
-            return (compiled if head == main_head else module)(head, *args)
-
-        # Compile every graph serving will need now (a batch of one and of more, which
-        # torch.compile specializes), so that no request waits on a compile.
-        self._run = run
+        compiled = CompiledForward(run, self._spec.heads[0], frozenset({1, self._threads}))
+        # Build every graph serving will need now (a batch of one and of more, which
+        # torch.compile specializes, at each thread count), so no request waits on a compile.
+        self._compiled = compiled
         try:
-            self._warm_up(self._new_executor(), heads=(main_head,))
+            self._warm_up(self._new_executor(), heads=(compiled.head,))
         except Exception as exc:
             logger.warning(
                 "torch.compile failed for %s (%r); serving it eagerly", self._spec.name, exc
             )
-            self._run = module
-        else:
-            self.compiled = True
+            self._compiled = None
 
     def executor(self) -> Forward:
         executor = self._new_executor()
@@ -95,15 +97,23 @@ class TorchBackend:
         return executor
 
     def _new_executor(self) -> ModelExecutor:
-        if self._run is None:
+        if self._module is None:
             raise RuntimeError("TorchBackend.executor() before load()")
-        return ModelExecutor(self._run, self._spec.device, self._single_thread_tokens)
+        return ModelExecutor(
+            self._module, self._spec.device, self._single_thread_tokens, self._compiled
+        )
 
-    def _warm_up(self, forward: Forward, heads: Sequence[Head]) -> None:
+    def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
+        """Run batches of one and of eight, short and long, at each thread count the runner
+        uses on its own."""
         tokenizer = TextTokenizer(self._spec.tokenizer_json)
+        longest = self._spec.max_model_len
+        short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
         for head in heads:
-            for text in WARM_UP_TEXTS:
-                ids = tokenizer.encode_batch([text], truncate_to=None)[0]
-                for size in (1, 8):
-                    item = WorkItem(RequestGroup(size), 0, ids, head=head)
-                    forward(self._collate([item] * size), 1)
+            for threads in sorted({1, self._threads}):
+                for ids in (short, long):
+                    for size in (1, 8):
+                        item = WorkItem(RequestGroup(size), 0, ids, head=head)
+                        batch = self._collate([item] * size)
+                        if executor.threads_for(batch, threads) == threads:
+                            executor(batch, threads)

@@ -38,7 +38,11 @@ def torch_backend(
     model: ModelSpec, config: EngineConfig, collate: Callable[[list[WorkItem]], Batch]
 ) -> Backend:
     return TorchBackend(
-        model, collate, single_thread_tokens=config.single_thread_tokens, compile=config.compile
+        model,
+        collate,
+        single_thread_tokens=config.single_thread_tokens,
+        threads=runner_layout(config, model.device.type)[1] or 1,
+        compile=config.compile,
     )
 
 

@@ -12,11 +12,13 @@ on two. Batches below `single_thread_tokens` padded tokens therefore always run 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from poolserve.engine.collate import Batch
+from poolserve.models.kinds import Head
 from poolserve.models.module import TOKEN_HEADS
 
 
@@ -32,23 +34,50 @@ def use_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class CompiledForward:
+    """A compiled module, for one head, valid at the intra-op thread counts it was compiled for
+    (torch.compile guards on the thread count: any other count would recompile, for seconds,
+    in the middle of serving)."""
+
+    run: Callable[..., torch.Tensor]
+    head: Head
+    threads: frozenset[int]
+
+
 class ModelExecutor:
-    """Callable that runs a batch; create and call it on one runner thread only."""
+    """Callable that runs a batch; create and call it on one runner thread only.
+
+    Batches run through `compiled` when it covers their head and thread count, else through the
+    eager module (other heads; a batch running on cores lent by idle runners)."""
 
     def __init__(
-        self, run: Callable[..., torch.Tensor], device: torch.device, single_thread_tokens: int
+        self,
+        module: Callable[..., torch.Tensor],
+        device: torch.device,
+        single_thread_tokens: int,
+        compiled: CompiledForward | None = None,
     ) -> None:
-        self._run = run
+        self._module = module
+        self._compiled = compiled
         self._device = device
         self._single_thread_tokens = single_thread_tokens if device.type == "cpu" else 0
 
+    def threads_for(self, batch: Batch, threads: int) -> int:
+        return 1 if batch.padded_tokens < self._single_thread_tokens else threads
+
     def __call__(self, batch: Batch, threads: int) -> list[np.ndarray]:
         """One float32 array per item: a vector, or one row per real token for token heads."""
+        run = self._module
         if self._device.type == "cpu":
-            use_threads(1 if batch.padded_tokens < self._single_thread_tokens else threads)
+            threads = self.threads_for(batch, threads)
+            use_threads(threads)
+        compiled = self._compiled
+        if compiled is not None and batch.head == compiled.head and threads in compiled.threads:
+            run = compiled.run
         device = self._device
         with torch.inference_mode():
-            output = self._run(
+            output = run(
                 batch.head,
                 batch.input_ids.to(device, non_blocking=True),
                 batch.attention_mask.to(device, non_blocking=True),

@@ -10,6 +10,7 @@ the loop it measures.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from prometheus_client import Gauge, Histogram
 
@@ -17,10 +18,18 @@ LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 
 
 class LoopLagMonitor:
-    def __init__(self, histogram: Histogram, latest: Gauge, interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        histogram: Histogram,
+        latest: Gauge,
+        interval: float = 0.05,
+        on_sample: Callable[[float], object] | None = None,
+    ) -> None:
         self._histogram = histogram
         self._latest = latest
         self._interval = interval
+        # Called with each sample, on the loop (a hook for tests).
+        self._on_sample = on_sample
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -48,3 +57,5 @@ class LoopLagMonitor:
         self._latest.set(lag)
         self.samples += 1
         self._schedule()
+        if self._on_sample is not None:
+            self._on_sample(lag)

@@ -679,6 +679,14 @@ def test_metrics_count_exactly_what_was_served(limits_server: Server) -> None:
     assert ("poolserve_queue_items", frozenset()) in after
     assert sample(after, "poolserve_queue_items") == 0
     assert sample(after, "poolserve_runner_alive") == 1
+    assert sample(after, "poolserve_runners_alive") == sample(after, "poolserve_runners") == 1
+    assert delta("poolserve_runner_items_total", runner="0") == sent
+    assert delta("poolserve_runner_batches_total", runner="0") == sent
+    # The loop-lag gauge samples all along (every 50 ms) and the loop stayed free.
+    assert sample(after, "poolserve_event_loop_lag_seconds_count") > 0
+    assert sample(after, "poolserve_event_loop_lag_seconds_bucket", le="0.5") == sample(
+        after, "poolserve_event_loop_lag_seconds_count"
+    )
 
 
 def test_timing_headers_and_request_ids(limits_server: Server) -> None:

@@ -1,6 +1,7 @@
 """`--compile`: the compiled forward matches eager on varied lengths and batch sizes and never
-recompiles while serving; where compiling cannot work, `on` refuses to start and `auto` serves
-eagerly; an architecture that fails to compile is served eagerly with one log line."""
+recompiles while serving (not even for a batch on borrowed cores); where compiling cannot work,
+`on` refuses to start and `auto` serves eagerly; an architecture that fails to compile is served
+eagerly with one log line."""
 
 from __future__ import annotations
 
@@ -67,6 +68,12 @@ def test_compiled_forward_matches_eager_without_recompiling(spec: ModelSpec) -> 
         actual = np.stack(compiled_forward(batch, 1))
         assert actual.shape == expected.shape == (size, spec.embedding_dim)
         assert_close_vectors(actual, expected, FP32_COSINE, [f"{size}x{length}"] * size)
+    # A large batch on cores lent by an idle runner (two threads) runs eagerly: compiling it
+    # for another thread count would stall serving for seconds.
+    lent = collate(batch_of(4, 256, 77), pad_token_id=0)
+    assert_close_vectors(
+        np.stack(compiled_forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
+    )
     assert counters["stats"]["unique_graphs"] == graphs_after_warm_up, "serving recompiled"
     # The other head (token_embed) stays eager and still works.
     batch = collate(batch_of(2, 12, 99), pad_token_id=0)
