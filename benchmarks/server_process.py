@@ -23,7 +23,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(args: Sequence[str], *, timeout: float = 120.0) -> Iterator[int]:
+def running_server(args: Sequence[str], *, timeout: float = 600.0) -> Iterator[int]:
     """Run `poolserve serve ARGS` until the block ends; yields its port once /health is 200."""
     with running_server_process(args, timeout=timeout) as (port, _):
         yield port
@@ -31,7 +31,7 @@ def running_server(args: Sequence[str], *, timeout: float = 120.0) -> Iterator[i
 
 @contextlib.contextmanager
 def running_server_process(
-    args: Sequence[str], *, timeout: float = 120.0
+    args: Sequence[str], *, timeout: float = 600.0
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """As `running_server`, yielding the port and the process (for its pid)."""
     port = free_port()
@@ -46,7 +46,7 @@ def running_process(
     port: int,
     *,
     env: dict[str, str] | None = None,
-    timeout: float = 120.0,
+    timeout: float = 600.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run `command` (a server listening on `port`) until the block ends; yields the process
     once GET /health answers 200. Its stderr is kept in a temporary file, shown if it fails."""

@@ -11,10 +11,11 @@ With several runners:
 - a runner takes its fair share of what waits: if other runners are idle, the waiting items are
   split between them rather than all run on one thread while the others sleep;
 - a runner that leaves items behind wakes the next idle runner (`submit` wakes only one);
-- a large batch (at least `lend_tokens` padded tokens) that finds the queue empty borrows the
-  runners that are idle: they take no batch until it is done, and their cores run it with the
-  lender's (`Assignment.borrowed`). A lone long passage thus uses every core, while under load,
-  when no runner is idle, every runner keeps to its own threads.
+- a large batch (at least `lend_tokens` padded tokens) that is all the work there is (nothing
+  else waits, and its requests are wholly submitted) borrows the runners that are idle: they
+  take no batch until it is done, and their cores run it with the lender's
+  (`Assignment.borrowed`). A lone long passage thus uses every core, while under load, when no
+  runner is idle or more work is coming, every runner keeps to its own threads.
 
 One condition variable wakes the runners; nothing polls.
 """
@@ -82,6 +83,7 @@ class Scheduler:
             for item in items:
                 self._waiting.append(item)
                 self._waiting_tokens += item.length
+                item.group.submitted += 1
             self._condition.notify()
 
     def close(self) -> None:
@@ -133,7 +135,7 @@ class Scheduler:
                 assignment = Assignment(items)
                 if self._waiting:
                     self._condition.notify()
-                elif peers and self._lend_tokens and assignment.padded_tokens >= self._lend_tokens:
+                elif self._may_lend(assignment, peers):
                     self._lent += peers
                     assignment = Assignment(items, borrowed=peers)
                 return assignment
@@ -144,6 +146,17 @@ class Scheduler:
             with self._condition:
                 self._lent = max(0, self._lent - borrowed)
                 self._condition.notify_all()
+
+    def _may_lend(self, assignment: Assignment, peers: int) -> bool:
+        """Lend idle runners' cores to a large batch that is all the work there is: nothing else
+        waits, and its requests have no items still being tokenized (their next chunk would
+        otherwise find the idle runners lent, and wait)."""
+        return (
+            peers > 0
+            and self._lend_tokens > 0
+            and assignment.padded_tokens >= self._lend_tokens
+            and all(item.group.submitted == item.group.size for item in assignment.items)
+        )
 
     def _may_take(self) -> bool:
         return self._closed or (bool(self._waiting) and self._idle > self._lent)

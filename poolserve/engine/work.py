@@ -28,6 +28,9 @@ class RequestGroup:
     # Set by the runner threads: when the first of this group's batches started, the last ended.
     first_batch_started_at: float | None = None
     last_batch_ended_at: float | None = None
+    # Items handed to the scheduler so far (written under the scheduler's lock): a request is
+    # tokenized and submitted chunk by chunk.
+    submitted: int = 0
     _results: list[Any] = field(default_factory=list)
     _remaining: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -267,3 +267,20 @@ def test_small_batches_and_batches_with_work_behind_them_borrow_nothing() -> Non
         assignment = future.result(WAIT)
         assert assignment is not None and assignment.borrowed == 0
         assert len(assignment.items) == 1
+
+
+def test_a_batch_whose_request_is_still_being_submitted_borrows_nothing() -> None:
+    """The first chunk of a large request must not lock the idle runner out of the next one."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256, lend_tokens=256)
+    first, second = idle_runners(scheduler, 2)
+    group = RequestGroup(2)  # submitted in two chunks of one
+    first_chunk, second_chunk = items_of_lengths([300, 300], group)
+    scheduler.submit([first_chunk])
+    with scheduler._condition:
+        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == 1, WAIT)
+    taker, other = (first, second) if first.done() else (second, first)
+    assignment = taker.result(WAIT)
+    assert assignment is not None and assignment.borrowed == 0
+    scheduler.submit([second_chunk])
+    taken = other.result(WAIT)
+    assert taken is not None and taken.items == [second_chunk]
