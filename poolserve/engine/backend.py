@@ -9,6 +9,7 @@ the engine's internals.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -68,7 +69,12 @@ class TorchBackend:
         self._compiled: CompiledForward | None = None
 
     @property
+    def compile_mode(self) -> CompileMode:
+        return self._compile
+
+    @property
     def compiled(self) -> bool:
+        """True once `load` has compiled (and warmed) the main head's graphs."""
         return self._compiled is not None
 
     def load(self) -> None:
@@ -105,15 +111,17 @@ class TorchBackend:
 
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
         """Run batches of one and of eight, short and long, at each thread count the runner
-        uses on its own."""
+        uses on its own; for a cross-encoder also with token type ids (its query-document
+        pairs carry them, single texts do not, and torch.compile builds a graph for each)."""
         tokenizer = TextTokenizer(self._spec.tokenizer_json)
         longest = self._spec.max_model_len
         short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
+        typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
         for head in heads:
             for threads in sorted({1, self._threads}):
-                for ids in (short, long):
-                    for size in (1, 8):
-                        item = WorkItem(RequestGroup(size), 0, ids, head=head)
-                        batch = self._collate([item] * size)
-                        if executor.threads_for(batch, threads) == threads:
-                            executor(batch, threads)
+                for ids, with_types, size in itertools.product((short, long), typed, (1, 8)):
+                    types = [0] * len(ids) if with_types else None
+                    item = WorkItem(RequestGroup(size), 0, ids, types, head=head)
+                    batch = self._collate([item] * size)
+                    if executor.threads_for(batch, threads) == threads:
+                        executor(batch, threads)

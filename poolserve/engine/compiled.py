@@ -45,6 +45,12 @@ def _cpu_compiler() -> str | None:
     return None
 
 
+def will_compile(mode: CompileMode, device_type: str) -> bool:
+    """Whether `mode` compiles on this device (`on` always tries; `auto` on CPU with a C++
+    compiler)."""
+    return mode == "on" or (mode == "auto" and device_type == "cpu" and _cpu_compiler() is not None)
+
+
 def compile_module(
     module: PoolingModule, spec: ModelSpec, mode: CompileMode
 ) -> Callable[..., torch.Tensor] | None:

@@ -19,6 +19,7 @@ from functools import partial
 from poolserve.config import EngineConfig
 from poolserve.engine.backend import Backend, Forward, TorchBackend
 from poolserve.engine.collate import Batch, collate
+from poolserve.engine.compiled import will_compile
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.executor import use_threads
 from poolserve.engine.runner import Runner
@@ -34,15 +35,32 @@ logger = logging.getLogger(__name__)
 BackendFactory = Callable[[ModelSpec, EngineConfig, Callable[[list[WorkItem]], Batch]], Backend]
 
 
+# Why a compiled forward takes one runner only.
+COMPILE_NEEDS_ONE_RUNNER = (
+    "torch.compile checks its guards on every call, and from several threads at once they fail "
+    "spuriously (pytorch/pytorch#123177): measured here, a compiled graph recompiled mid-serving, "
+    "stalling every runner for about 15 s"
+)
+
+
 def torch_backend(
     model: ModelSpec, config: EngineConfig, collate: Callable[[list[WorkItem]], Batch]
 ) -> Backend:
+    runners, threads = runner_layout(config, model.device.type)
+    compile = config.compile
+    if compile == "auto" and runners > 1:
+        logger.info(
+            "--compile auto: serving eagerly with %d runners (%s)",
+            runners,
+            COMPILE_NEEDS_ONE_RUNNER,
+        )
+        compile = "off"
     return TorchBackend(
         model,
         collate,
         single_thread_tokens=config.single_thread_tokens,
-        threads=runner_layout(config, model.device.type)[1] or 1,
-        compile=config.compile,
+        threads=threads or 1,
+        compile=compile,
     )
 
 
@@ -54,11 +72,17 @@ def available_cores() -> int:
 
 
 def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | None]:
-    """(runners, torch threads per runner; None: torch's default)."""
+    """(runners, torch threads per runner; None: torch's default).
+
+    On CPU, by default: one runner on every core when the forward is compiled (a compiled graph
+    takes one runner: `COMPILE_NEEDS_ONE_RUNNER`), else one runner per core. Measured on 2 cores
+    (docs/benchmarks.md), the compiled runner on two threads beat two eager runners on every
+    load; two eager runners beat one eager runner on two threads by 1.3-1.4x."""
     if device_type != "cpu":
         return config.runners or 1, config.torch_threads
-    runners = config.runners or available_cores()
-    threads = config.torch_threads or max(1, available_cores() // runners)
+    cores = available_cores()
+    runners = config.runners or (1 if will_compile(config.compile, device_type) else cores)
+    threads = config.torch_threads or max(1, cores // runners)
     return runners, threads
 
 
@@ -83,6 +107,11 @@ class EngineCore:
                 raise ModelLoadError(f"{flag} must be at least 1, got {value}")
         if config.compile not in ("off", "on", "auto"):
             raise ModelLoadError(f"--compile must be off, on or auto, got {config.compile!r}")
+        if config.compile == "on" and runner_layout(config, model.device.type)[0] > 1:
+            raise ModelLoadError(
+                f"--compile on needs --runners 1: {COMPILE_NEEDS_ONE_RUNNER}; use --runners 1 "
+                "(with --torch-threads for the cores) or --compile off"
+            )
         self.model = model
         self.config = config
         runners, self._threads = runner_layout(config, model.device.type)

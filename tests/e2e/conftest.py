@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-STARTUP_SECONDS = 300  # the default server compiles its forward at start-up
+STARTUP_SECONDS = 300  # generous: a server with --compile compiles at start-up
 
 
 def free_port() -> int:
@@ -47,8 +47,8 @@ def wait_until_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> N
 
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`poolserve serve` with its defaults (two runners on two cores, the compiled forward where
-    a C++ compiler exists), in float32 so that it can be checked tightly."""
+    """`poolserve serve` with its defaults (a runner per core, `--compile auto`), in float32 so
+    that it can be checked tightly."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port)]

@@ -85,8 +85,8 @@ def running_server(
     log = directory / f"server-{port}.log"
     module = "tests.e2e.faults" if faults is not None else "poolserve"
     # One runner unless the test asks for more: the fault tests block "the" runner for a known
-    # time (a later --runners in `flags` wins). Eager: compiling would add a minute per server
-    # (the session server in conftest.py runs the default, compiled forward).
+    # time (a later --runners in `flags` wins). Eager: with one runner `--compile auto` would
+    # compile, which adds most of a minute per server.
     command = [
         *(sys.executable, "-m", module, "serve", "--port", str(port)),
         *("--dtype", "float32", "--runners", "1", "--compile", "off"),

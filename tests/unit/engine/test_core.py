@@ -17,7 +17,7 @@ import pytest
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.collate import Batch
-from poolserve.engine.core import EngineCore, runner_layout
+from poolserve.engine.core import EngineCore, available_cores, runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 from poolserve.models import ModelSpec, prepare_model
@@ -244,6 +244,10 @@ def test_runner_layout_divides_the_cores() -> None:
     assert runner_layout(EngineConfig(), "cuda") == (1, None)
     _, threads = runner_layout(EngineConfig(runners=1), "cpu")
     assert threads is not None and threads >= 1
+    # By default: a runner per core when eager, one runner on every core when compiled.
+    cores = available_cores()
+    assert runner_layout(EngineConfig(compile="off"), "cpu") == (cores, 1)
+    assert runner_layout(EngineConfig(compile="on"), "cpu") == (1, cores)
 
 
 @pytest.mark.parametrize(
@@ -261,3 +265,24 @@ def test_settings_that_cannot_work_are_refused(
 
     with pytest.raises(ModelLoadError, match=message):
         EngineCore(spec, EngineConfig(**setting))
+
+
+def test_auto_compiles_only_with_one_runner(spec: ModelSpec) -> None:
+    from poolserve.engine.backend import TorchBackend
+    from poolserve.engine.core import torch_backend
+
+    def mode(**config: Any) -> str:
+        backend = torch_backend(spec, EngineConfig(**config), rows_batch)
+        assert isinstance(backend, TorchBackend)
+        return backend.compile_mode
+
+    assert mode(runners=2, compile="auto") == "off"
+    assert mode(runners=1, compile="auto") == "auto"
+    assert mode(compile="auto") == "auto"  # with a C++ compiler, as here: one runner
+    assert mode(runners=1, compile="on") == "on"
+
+
+def rows_batch(items: list[WorkItem]) -> Batch:
+    from poolserve.engine.collate import collate
+
+    return collate(items, pad_token_id=0)
