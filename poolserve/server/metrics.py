@@ -66,25 +66,23 @@ class EngineCollector(Collector):
             stats.batch_tokens,
             BATCH_TOKEN_BUCKETS,
         )
-        yield GaugeMetricFamily(
-            "poolserve_items_skipped",
-            "Inputs dropped before the model because their request was cancelled or failed",
-            value=stats.items_skipped,
+        gauges = (
+            (
+                "poolserve_items_skipped",
+                "Inputs dropped before the model because their request was cancelled or failed",
+                stats.items_skipped,
+            ),
+            ("poolserve_failed_batches", "Forward passes that raised", stats.failed_batches),
+            (
+                "poolserve_runner_alive",
+                "1 while at least one model runner thread is alive (the engine can serve)",
+                core.alive,
+            ),
+            ("poolserve_runners_alive", "Model runner threads alive", core.runners_alive),
+            ("poolserve_runners", "Model runner threads started", core.runners),
         )
-        yield GaugeMetricFamily(
-            "poolserve_failed_batches", "Forward passes that raised", value=stats.failed_batches
-        )
-        yield GaugeMetricFamily(
-            "poolserve_runner_alive",
-            "1 while at least one model runner thread is alive (the engine can serve)",
-            value=core.alive,
-        )
-        yield GaugeMetricFamily(
-            "poolserve_runners_alive", "Model runner threads alive", value=core.runners_alive
-        )
-        yield GaugeMetricFamily(
-            "poolserve_runners", "Model runner threads started", value=core.runners
-        )
+        for name, documentation, value in gauges:
+            yield GaugeMetricFamily(name, documentation, value=value)
         per_runner = (
             ("poolserve_runner_batches", "Forward passes run, by runner", "batches"),
             ("poolserve_runner_items", "Inputs run, by runner", "items"),
