@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -43,15 +42,6 @@ REPO = Path(__file__).resolve().parents[1]
 VLLM_VERSION = "0.32.0"
 NAME = "sentence-transformers/all-MiniLM-L6-v2"
 HEALTH_INTERVAL = 0.02
-
-
-@dataclass
-class Row:
-    label: str
-    unit: str
-    better: str  # "higher" or "lower"
-    value: Callable[[LoadResult], float]
-    values: dict[str, float] = field(default_factory=dict)
 
 
 def cpu_model() -> str:

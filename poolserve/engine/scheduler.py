@@ -65,7 +65,10 @@ class Scheduler:
         self._stats = stats
         # Batches of at least this many padded tokens borrow idle runners; 0: never.
         self._lend_tokens = lend_tokens
-        self._condition = threading.Condition()
+        lock = threading.Lock()
+        self._condition = threading.Condition(lock)
+        # Signals each change of `_idle`, for `wait_for_idle_runners` (never wakes a runner).
+        self._idle_changed = threading.Condition(lock)
         self._waiting: deque[WorkItem] = deque()
         # Tokens of the waiting items: what admission control bounds.
         self._waiting_tokens = 0
@@ -115,23 +118,32 @@ class Scheduler:
         """Runners waiting in `next_batch` (lent ones included)."""
         return self._idle
 
+    def wait_for_idle_runners(self, count: int, timeout: float) -> bool:
+        """Block until exactly `count` runners wait in `next_batch` (a hook for tests)."""
+        with self._idle_changed:
+            return self._idle_changed.wait_for(lambda: self._idle == count, timeout)
+
+    def _set_idle(self, idle: int) -> None:
+        self._idle = idle
+        self._idle_changed.notify_all()
+
     # -- the runner threads -----------------------------------------------------------------
 
     def next_batch(self) -> Assignment | None:
         """Block until work is waiting and pop the next batch; None once closed and drained."""
         with self._condition:
-            self._idle += 1
+            self._set_idle(self._idle + 1)
             while True:
                 self._condition.wait_for(self._may_take)
                 if not self._waiting:
-                    self._idle -= 1
+                    self._set_idle(self._idle - 1)
                     return None
                 # Other runners free to take work now: they share what waits with this one.
                 peers = max(0, self._idle - self._lent - 1)
                 items = self._form_batch(share=1 + peers)
                 if not items:
                     continue  # everything looked at was cancelled
-                self._idle -= 1
+                self._set_idle(self._idle - 1)
                 assignment = Assignment(items)
                 if self._waiting:
                     self._condition.notify()

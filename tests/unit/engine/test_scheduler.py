@@ -208,8 +208,7 @@ def test_abort_returns_the_waiting_items_and_stops() -> None:
 def idle_runners(scheduler: Scheduler, count: int) -> list[Future[Assignment | None]]:
     """`count` runner threads blocked in `next_batch`, once the scheduler counts them idle."""
     pending = [next_batch_in_thread(scheduler) for _ in range(count)]
-    with scheduler._condition:
-        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == count, WAIT)
+    assert scheduler.wait_for_idle_runners(count, WAIT)
     return pending
 
 
@@ -235,8 +234,7 @@ def test_a_large_lone_batch_borrows_the_idle_runners_until_it_gives_them_back() 
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256, lend_tokens=256)
     first, second = idle_runners(scheduler, 2)
     scheduler.submit(items_of_lengths([300]))
-    with scheduler._condition:
-        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == 1, WAIT)
+    assert scheduler.wait_for_idle_runners(1, WAIT)
     lender, lent = (first, second) if first.done() else (second, first)
     assignment = lender.result(WAIT)
     assert assignment is not None and assignment.borrowed == 1
@@ -254,8 +252,7 @@ def test_small_batches_and_batches_with_work_behind_them_borrow_nothing() -> Non
     small, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1, lend_tokens=256)
     pending = idle_runners(small, 2)
     small.submit(items_of_lengths([10]))
-    with small._condition:
-        assert small._condition.wait_for(lambda: small.idle_runners == 1, WAIT)
+    assert small.wait_for_idle_runners(1, WAIT)
     assignment = next(future for future in pending if future.done()).result()
     assert assignment is not None and assignment.borrowed == 0
     small.close()
@@ -276,8 +273,7 @@ def test_a_batch_whose_request_is_still_being_submitted_borrows_nothing() -> Non
     group = RequestGroup(2)  # submitted in two chunks of one
     first_chunk, second_chunk = items_of_lengths([300, 300], group)
     scheduler.submit([first_chunk])
-    with scheduler._condition:
-        assert scheduler._condition.wait_for(lambda: scheduler.idle_runners == 1, WAIT)
+    assert scheduler.wait_for_idle_runners(1, WAIT)
     taker, other = (first, second) if first.done() else (second, first)
     assignment = taker.result(WAIT)
     assert assignment is not None and assignment.borrowed == 0
