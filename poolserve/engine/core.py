@@ -198,6 +198,10 @@ class EngineCore:
         except SchedulerClosedError as exc:
             raise EngineUnavailableError("the server is shutting down; retry elsewhere") from exc
 
+    def wait_for_idle_runners(self, count: int, timeout: float) -> bool:
+        """Block until `count` runners wait for work (a hook for tests)."""
+        return self._scheduler.wait_for_idle_runners(count, timeout)
+
     @property
     def queued_items(self) -> int:
         return self._scheduler.queued_items

@@ -234,6 +234,7 @@ def test_a_lone_large_batch_borrows_the_idle_runners_threads(
     core, _ = start_core(forward, runners=2, torch_threads=1, single_thread_tokens=64)
     assert core.model.device.type == "cpu"
     submit(core, 10, length=8).future.result(WAIT)
+    assert core.wait_for_idle_runners(2, WAIT)  # both back, waiting: one can lend its core
     submit(core, 11, length=100).future.result(WAIT)
     assert seen == [(8, 1), (100, 2)]
 
