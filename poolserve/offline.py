@@ -40,13 +40,17 @@ class Engine:
         loaded = prepare_model(self.model_config)
         self.core = EngineCore(loaded, self.engine_config, backend=backend)
         self.core.start()
-        self.name = loaded.name
-        self.max_model_len = loaded.max_model_len
-        self.embedding_dim = loaded.embedding_dim
-        self.normalizes = loaded.layout.normalize
-        self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
-        self.kind = loaded.kind
-        self.tasks = build_tasks(loaded)
+        try:
+            self.name = loaded.name
+            self.max_model_len = loaded.max_model_len
+            self.embedding_dim = loaded.embedding_dim
+            self.normalizes = loaded.layout.normalize
+            self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
+            self.kind = loaded.kind
+            self.tasks = build_tasks(loaded)
+        except BaseException:
+            self.core.close()  # its threads are running: never leave them behind
+            raise
 
     @property
     def embed_task(self) -> EmbedTask:
@@ -157,9 +161,10 @@ class Engine:
     def alive(self) -> bool:
         return self.core.alive
 
-    def close(self, timeout: float | None = None) -> None:
-        """Finish admitted work and stop the engine's threads."""
-        self.core.close(timeout)
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish admitted work and stop the engine's threads; with a `timeout`, False if a
+        runner was still busy when it passed (it is abandoned)."""
+        return self.core.close(timeout)
 
     def __enter__(self) -> Engine:
         return self

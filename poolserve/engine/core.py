@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -162,12 +163,28 @@ class EngineCore:
             self.close()
             raise
 
-    def close(self, timeout: float | None = None) -> None:
-        """Finish every admitted item, then stop the threads and the pool."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish every admitted item, then stop the threads and the pool.
+
+        With a `timeout` (seconds, for the whole close), work still running when it passes is
+        abandoned: waiting requests are failed, and a runner stuck in a forward pass is left
+        behind (its thread is a daemon). Returns False if anything was left behind."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._scheduler.close()
         for thread in self._threads_started:
-            thread.join(timeout)
-        self.cpu.shutdown()
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        stuck = [thread.name for thread in self._threads_started if thread.is_alive()]
+        if stuck:
+            logger.error(
+                "%s still busy after the %g s shutdown timeout; abandoning it",
+                ", ".join(stuck),
+                timeout,
+            )
+            error = EngineUnavailableError("the server shut down before this request finished")
+            for item in self._scheduler.abort():
+                item.group.fail(error)
+        self.cpu.shutdown(wait=not stuck)
+        return not stuck
 
     @property
     def runners(self) -> int:
@@ -209,6 +226,16 @@ class EngineCore:
     @property
     def queued_tokens(self) -> int:
         return self._scheduler.queued_tokens
+
+    @property
+    def tokens_in_work(self) -> int:
+        """Tokens waiting for a runner or in a batch that has not ended."""
+        return self._scheduler.tokens_in_work
+
+    @property
+    def peak_tokens_in_work(self) -> int:
+        """The most tokens ever in work at once (admission control's bound, measured)."""
+        return self._scheduler.peak_tokens_in_work
 
     # -- runner threads ---------------------------------------------------------------------
 

@@ -89,5 +89,6 @@ class CpuPool:
         for future in [self._executor.submit(build) for _ in range(self.workers)]:
             future.result()
 
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+    def shutdown(self, wait: bool = True) -> None:
+        """Drop the tasks not started; with `wait`, let the running ones finish first."""
+        self._executor.shutdown(wait=wait, cancel_futures=True)

@@ -71,7 +71,7 @@ class Runner:
                     threads = self._threads * (1 + assignment.borrowed)
                     self._run_batch(forward, items, threads)
                 finally:
-                    self._scheduler.give_back(assignment.borrowed)
+                    self._scheduler.batch_ended(assignment)
                 items = None
         except BaseException as exc:
             logger.critical("runner %d died: %r", self.index, exc, exc_info=exc)

@@ -13,9 +13,12 @@ With several runners:
 - a runner that leaves items behind wakes the next idle runner (`submit` wakes only one);
 - a large batch (at least `lend_tokens` padded tokens) that is all the work there is (nothing
   else waits, and its requests are wholly submitted) borrows the runners that are idle: they
-  take no batch until it is done, and their cores run it with the lender's
+  take no batch until it has ended (`batch_ended`), and their cores run it with the lender's
   (`Assignment.borrowed`). A lone long passage thus uses every core, while under load, when no
   runner is idle or more work is coming, every runner keeps to its own threads.
+
+The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
+most there ever were: what admission control promises to bound, measured where the work is.
 
 One condition variable wakes the runners; nothing polls.
 """
@@ -39,7 +42,7 @@ class SchedulerClosedError(Exception):
 @dataclass(frozen=True)
 class Assignment:
     """A batch for one runner, and how many idle runners lend it their cores until it is done
-    (the runner hands them back with `Scheduler.give_back`)."""
+    (the runner hands them back with `Scheduler.batch_ended`)."""
 
     items: list[WorkItem]
     borrowed: int = 0
@@ -47,6 +50,10 @@ class Assignment:
     @property
     def padded_tokens(self) -> int:
         return len(self.items) * max(item.length for item in self.items)
+
+    @property
+    def tokens(self) -> int:
+        return sum(item.length for item in self.items)
 
 
 class Scheduler:
@@ -70,8 +77,11 @@ class Scheduler:
         # Signals each change of `_idle`, for `wait_for_idle_runners` (never wakes a runner).
         self._idle_changed = threading.Condition(lock)
         self._waiting: deque[WorkItem] = deque()
-        # Tokens of the waiting items: what admission control bounds.
+        # Tokens of the waiting items, of the items in batches not yet ended, and the most
+        # tokens ever in work at once.
         self._waiting_tokens = 0
+        self._running_tokens = 0
+        self._peak_tokens = 0
         self._closed = False
         # Runners blocked in `next_batch`, and how many of those are lent to a running batch.
         self._idle = 0
@@ -87,6 +97,7 @@ class Scheduler:
                 self._waiting.append(item)
                 self._waiting_tokens += item.length
                 item.group.submitted += 1
+            self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             self._condition.notify()
 
     def close(self) -> None:
@@ -112,6 +123,16 @@ class Scheduler:
     @property
     def queued_tokens(self) -> int:
         return self._waiting_tokens
+
+    @property
+    def tokens_in_work(self) -> int:
+        """Tokens waiting or in a batch that has not ended."""
+        return self._waiting_tokens + self._running_tokens
+
+    @property
+    def peak_tokens_in_work(self) -> int:
+        """The most tokens ever in work at once."""
+        return self._peak_tokens
 
     @property
     def idle_runners(self) -> int:
@@ -145,6 +166,7 @@ class Scheduler:
                     continue  # everything looked at was cancelled
                 self._set_idle(self._idle - 1)
                 assignment = Assignment(items)
+                self._running_tokens += assignment.tokens
                 if self._waiting:
                     self._condition.notify()
                 elif self._may_lend(assignment, peers):
@@ -152,11 +174,13 @@ class Scheduler:
                     assignment = Assignment(items, borrowed=peers)
                 return assignment
 
-    def give_back(self, borrowed: int) -> None:
-        """The runners lent to a batch may take work again."""
-        if borrowed:
-            with self._condition:
-                self._lent = max(0, self._lent - borrowed)
+    def batch_ended(self, assignment: Assignment) -> None:
+        """A runner is done with `assignment`: its tokens leave the work, and the runners lent
+        to it may take work again."""
+        with self._condition:
+            self._running_tokens -= assignment.tokens
+            if assignment.borrowed:
+                self._lent = max(0, self._lent - assignment.borrowed)
                 self._condition.notify_all()
 
     def _may_lend(self, assignment: Assignment, peers: int) -> bool:

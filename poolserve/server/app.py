@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,29 +24,22 @@ from poolserve.server.pooling_routes import (
     sparse_router,
 )
 from poolserve.server.routes import COMMON_ROUTES, embeddings_router, router
+from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
 
 
-def create_app(
-    engine: Engine, config: ServerConfig | None = None, *, close_engine: bool = False
-) -> FastAPI:
-    """The application serving `engine`; with `close_engine` its shutdown closes the engine too."""
+def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
+    """The application serving `engine` (which its caller closes)."""
     config = config or ServerConfig()
     names = config.served_model_name or (engine.name,)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Everything loaded so far (torch, transformers, the model: ~400k objects) lives until
-        # exit. Without this, each full collection walks it all: ~200 ms with every request
-        # stalled, about once a second under load.
-        gc.freeze()
         metrics.loop_lag.start()
         try:
             yield
         finally:
             metrics.loop_lag.stop()
-            if close_engine:
-                await asyncio.to_thread(engine.close)
 
     app = FastAPI(
         title="poolserve",
@@ -58,14 +49,16 @@ def create_app(
     admission = AdmissionControl(
         engine.core,
         max_requests=config.max_concurrent_requests,
-        max_queued_tokens=config.max_queued_tokens,
+        max_tokens=config.max_queued_tokens,
+        largest_request_tokens=config.max_client_batch_size * engine.max_model_len,
     )
-    metrics = Metrics(engine.core, routes=(*COMMON_ROUTES, *engine.tasks.routes))
+    metrics = Metrics(engine.core, admission, routes=(*COMMON_ROUTES, *engine.tasks.routes))
     app.state.serving = ServingState(
         engine,
         tuple(names),
         admission,
         metrics,
+        GracePeriod(config.shutdown_timeout),
         created=int(time.time()),
         max_client_batch_size=config.max_client_batch_size,
         request_timeout=config.request_timeout,

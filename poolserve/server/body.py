@@ -33,8 +33,15 @@ def validate_body(schema: type[M], body: bytes) -> M:
         raise InvalidRequestError(message, param=param) from None
 
 
+async def read_body(request: Request) -> bytes:
+    """The whole body, not kept on the request (`Request.body()` would keep it until the response
+    is sent; parsed, it is garbage)."""
+    chunks = [chunk async for chunk in request.stream() if chunk]
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
-    body = await request.body()
+    body = await read_body(request)
     if not body:
         raise InvalidRequestError("the request has no body; send a JSON object")
     if len(body) <= INLINE_PARSE_BYTES:

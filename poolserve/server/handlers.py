@@ -4,12 +4,14 @@ with the body and the timing headers."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
+from poolserve.server.admission import ticket_of
 from poolserve.server.body import parse_body
 from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import json_response
@@ -81,30 +83,33 @@ async def serve_task(
 ) -> Response:
     """Run `internal` through `task` on the engine; the response carries timing headers.
 
-    If the client disconnects or the time limit passes first, the request's work is cancelled:
+    The request's time limit counts from its admission. If the client disconnects, the limit
+    passes or the server's shutdown grace period ends first, the request's work is cancelled:
     its items still queued never reach the model.
     """
     state = state_of(request)
+    ticket = ticket_of(request.scope)
     ctx = ServeContext(
         internal,
         model_name=state.model_name,
         pooling_params=params,
         request_id=request.headers.get("x-request-id") or state.new_request_id(),
+        cost_meter=ticket,
     )
     timeout = _timeout(request, state, timeout)
+    wait = timeout
+    if timeout is not None and ticket is not None:
+        wait = max(0.0, timeout - (time.monotonic() - ticket.admitted_at))
     work = asyncio.ensure_future(serve(state.engine.core, task, ctx))
     watcher = asyncio.ensure_future(_disconnected(request))
+    grace_over = state.grace.over()
     try:
         done, _ = await asyncio.wait(
-            (work, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            (work, watcher, grace_over), timeout=wait, return_when=asyncio.FIRST_COMPLETED
         )
-    except asyncio.CancelledError:
-        # The server is shutting down and its grace period is over: say so, in JSON.
-        work.cancel()
-        raise EngineUnavailableError(
-            "the server shut down before this request finished; retry it"
-        ) from None
     except BaseException:
+        # Cancelled (uvicorn gave up waiting for this request) or worse: the work goes too, and
+        # the cancellation goes on up.
         work.cancel()
         raise
     finally:
@@ -117,6 +122,8 @@ async def serve_task(
     if watcher in done:
         # Nobody is listening; 499 (client closed request) only shows in the access log.
         return Response(status_code=499)
+    if grace_over in done:
+        raise EngineUnavailableError("the server shut down before this request finished; retry it")
     raise RequestTimeoutError(
         f"the request took longer than its time limit ({timeout:g} s) and was cancelled; "
         "send less per request, or allow more time (request_timeout, x-request-timeout, "

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.engine.core import EngineCore
+from poolserve.server.admission import AdmissionControl
 from poolserve.server.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.tasks.base import ServeContext
 
@@ -44,13 +45,15 @@ BATCH_TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536)
 
 
 class EngineCollector(Collector):
-    """Queue depth and batch histograms, read from the engine's counters when scraped."""
+    """Queue depth, admitted cost and batch histograms, read from the engine's and admission's
+    counters when scraped."""
 
-    def __init__(self, core: EngineCore) -> None:
+    def __init__(self, core: EngineCore, admission: AdmissionControl) -> None:
         self._core = core
+        self._admission = admission
 
     def collect(self) -> Iterator[Metric]:
-        core, stats = self._core, self._core.stats.snapshot()
+        core, stats, admission = self._core, self._core.stats.snapshot(), self._admission
         yield GaugeMetricFamily(
             "poolserve_queue_items", "Inputs waiting for the model", value=core.queued_items
         )
@@ -80,6 +83,31 @@ class EngineCollector(Collector):
             ),
             ("poolserve_runners_alive", "Model runner threads alive", core.runners_alive),
             ("poolserve_runners", "Model runner threads started", core.runners),
+            (
+                "poolserve_tokens_in_work",
+                "Tokens waiting for the model or in a forward pass",
+                core.tokens_in_work,
+            ),
+            (
+                "poolserve_tokens_in_work_peak",
+                "The most tokens ever waiting for the model or in a forward pass at once",
+                core.peak_tokens_in_work,
+            ),
+            (
+                "poolserve_admitted_tokens",
+                "What admitted requests cost, in tokens (bounded by --max-queued-tokens)",
+                admission.admitted_tokens,
+            ),
+            (
+                "poolserve_admitted_tokens_peak",
+                "The most admitted requests ever cost at once, in tokens",
+                admission.peak_admitted_tokens,
+            ),
+            (
+                "poolserve_requests_in_flight",
+                "Requests admitted and not answered",
+                admission.in_flight,
+            ),
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)
@@ -125,7 +153,9 @@ def _histogram(
 class Metrics:
     """The app's metrics and their registry."""
 
-    def __init__(self, core: EngineCore, routes: tuple[str, ...]) -> None:
+    def __init__(
+        self, core: EngineCore, admission: AdmissionControl, routes: tuple[str, ...]
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.routes = frozenset(routes)
         self.requests = Counter(
@@ -154,7 +184,7 @@ class Metrics:
             ("reason",),
             registry=self.registry,
         )
-        self.registry.register(EngineCollector(core))
+        self.registry.register(EngineCollector(core, admission))
         self.loop_lag = LoopLagMonitor(
             Histogram(
                 "poolserve_event_loop_lag_seconds",

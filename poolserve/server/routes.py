@@ -134,7 +134,18 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/stats", include_in_schema=False)
 async def engine_stats(request: Request) -> Response:
-    """Engine counters (batches, batch sizes, skipped items): for tests and benchmarks."""
-    core = state_of(request).engine.core
-    stats = {**core.stats.snapshot().as_dict(), "queued_items": core.queued_items}
+    """Engine and admission counters (batches, batch sizes, skipped items, tokens in work,
+    admitted cost): for tests and benchmarks."""
+    state = state_of(request)
+    core, admission = state.engine.core, state.admission
+    stats = {
+        **core.stats.snapshot().as_dict(),
+        "queued_items": core.queued_items,
+        "tokens_in_work": core.tokens_in_work,
+        "peak_tokens_in_work": core.peak_tokens_in_work,
+        "requests_in_flight": admission.in_flight,
+        "admitted_tokens": admission.admitted_tokens,
+        "peak_admitted_tokens": admission.peak_admitted_tokens,
+        "max_queued_tokens": admission.max_tokens,
+    }
     return json_response(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))

@@ -10,6 +10,7 @@ from poolserve.errors import ModelNotFoundError, PayloadTooLargeError
 from poolserve.offline import Engine
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.metrics import Metrics
+from poolserve.server.shutdown import GracePeriod
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class ServingState:
     served_names: tuple[str, ...]
     admission: AdmissionControl
     metrics: Metrics
+    grace: GracePeriod
     created: int = field(default=0)
     max_client_batch_size: int = 2048
     request_timeout: float | None = None

@@ -23,6 +23,7 @@ import orjson
 from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.errors import EngineUnavailableError
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -58,6 +59,14 @@ class Timings:
         return (self.finished or time.perf_counter()) - self.received
 
 
+class CostMeter(Protocol):
+    """Told the token counts of each tokenized chunk of a request, in order, before the chunk
+    reaches the engine; raises (a PoolserveError) to refuse the request. The HTTP server's
+    admission ticket is one."""
+
+    def tokenized(self, lengths: Sequence[int], *, last: bool) -> None: ...
+
+
 @dataclass
 class ServeContext(Generic[RequestT]):
     """One request on its way through the template."""
@@ -73,6 +82,8 @@ class ServeContext(Generic[RequestT]):
     chunk_seconds: list[float] = field(default_factory=list)
     # What preprocessing learns about an input that post-processing needs, by input index.
     item_data: dict[int, Any] = field(default_factory=dict)
+    # Counts what the request costs as it is tokenized (chunks must then be prepared in order).
+    cost_meter: CostMeter | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -136,7 +147,8 @@ def _prepare_chunk(
     chunk_index: int,
     inputs: Sequence[Any],
 ) -> None:
-    """Tokenize one chunk and submit it (CPU pool). Never raises: a failure fails the group."""
+    """Tokenize one chunk and submit it (CPU pool). An error fails the group instead of being
+    raised; anything worse (not an Exception) fails it too, and goes on up."""
     start = chunk_index * engine.config.tokenize_chunk_size
     chunk = inputs[start : start + engine.config.tokenize_chunk_size]
     started = time.perf_counter()
@@ -155,10 +167,16 @@ def _prepare_chunk(
         ]
         ctx.chunk_tokens[chunk_index] = sum(item.length for item in items)
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
+        if ctx.cost_meter is not None:
+            last = chunk_index == len(ctx.chunk_tokens) - 1
+            ctx.cost_meter.tokenized([item.length for item in items], last=last)
         if not group.finished:
             engine.submit(items)
-    except BaseException as exc:
+    except Exception as exc:
         group.fail(exc)
+    except BaseException:
+        group.fail(EngineUnavailableError("the server stopped while preparing this request"))
+        raise
 
 
 def _finish(

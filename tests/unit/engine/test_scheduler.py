@@ -243,7 +243,7 @@ def test_a_large_lone_batch_borrows_the_idle_runners_until_it_gives_them_back() 
     with pytest.raises(TimeoutError):
         lent.result(0.2)
     # ...and takes the waiting work as soon as they are given back.
-    scheduler.give_back(assignment.borrowed)
+    scheduler.batch_ended(assignment)
     taken = lent.result(WAIT)
     assert taken is not None and [item.length for item in taken.items] == [4]
 
