@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve test bench clean
+.PHONY: install install-test serve test test-fast bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: install-test
 	$(BIN)/ruff format --check poolserve tests benchmarks
 	$(BIN)/mypy
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
+
+# The inner loop: everything not marked slow (no server processes, no long loads).
+test-fast: install-test
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "not slow" -q
 
 bench: install-test
 	HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.load

@@ -64,12 +64,19 @@ class CpuPool:
                 else:
                     result.set_result(stage.result())
 
+        # `source` keeps this callback (and so `fn` and what it holds: the request's group,
+        # whose future is `source`) after calling it: a reference cycle that only the garbage
+        # collector's rare full collections would free, with the request's outputs in it.
+        # The callback lets go of `fn` as it runs.
+        pending = [fn]
+
         def start_next(done: Future[A]) -> None:
+            next_stage = pending.pop()
             if done.cancelled() or done.exception() is not None:
                 copy_outcome(done)
             elif result.set_running_or_notify_cancel():
                 try:
-                    stage = self.submit(fn, done.result())
+                    stage = self.submit(next_stage, done.result())
                 except EngineUnavailableError as exc:
                     result.set_exception(exc)
                 else:

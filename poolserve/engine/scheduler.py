@@ -1,10 +1,11 @@
-"""The scheduler: owns the queue of waiting items and forms token-budgeted batches from it.
+"""The scheduler: owns the waiting items (a queue per request) and forms token-budgeted batches.
 
 Clients `submit` items from any thread. Each runner thread calls `next_batch` when it is free:
 the batch is formed at that moment (padding-aware token budget, length-sorted window around a
 seed item, cancelled items dropped), so it holds everything that arrived while the runner's
-previous batch ran. The seed comes from the request with the fewest items waiting: small requests
-overtake large ones, which fill the rest of each batch. Forming the batch earlier, while the
+previous batch ran. The seed comes from the request with the fewest items left to run, among all
+that wait: small requests overtake large ones (however many of those wait), which fill the rest
+of each batch, the one nearest to done first. Forming the batch earlier, while the
 runner is busy, was measured to halve batch sizes at moderate concurrency on CPU.
 
 With several runners:
@@ -25,9 +26,10 @@ One condition variable wakes the runners; nothing polls.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -56,6 +58,12 @@ class Assignment:
         return sum(item.length for item in self.items)
 
 
+def items_left(queue: deque[WorkItem]) -> int:
+    """Items of the queue's request not yet handed to a runner (waiting or not yet submitted)."""
+    group = queue[0].group
+    return group.size - group.submitted + len(queue)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -76,7 +84,9 @@ class Scheduler:
         self._condition = threading.Condition(lock)
         # Signals each change of `_idle`, for `wait_for_idle_runners` (never wakes a runner).
         self._idle_changed = threading.Condition(lock)
-        self._waiting: deque[WorkItem] = deque()
+        # The waiting items, one queue per request (in order of arrival), and how many in all.
+        self._waiting: dict[int, deque[WorkItem]] = {}
+        self._waiting_items = 0
         # Tokens of the waiting items, of the items in batches not yet ended, and the most
         # tokens ever in work at once.
         self._waiting_tokens = 0
@@ -94,7 +104,11 @@ class Scheduler:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
             for item in items:
-                self._waiting.append(item)
+                queue = self._waiting.get(id(item.group))
+                if queue is None:
+                    queue = self._waiting[id(item.group)] = deque()
+                queue.append(item)
+                self._waiting_items += 1
                 self._waiting_tokens += item.length
                 item.group.submitted += 1
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
@@ -110,15 +124,16 @@ class Scheduler:
         """Stop at once: return every waiting item so that their groups can be failed."""
         with self._condition:
             self._closed = True
-            items = list(self._waiting)
+            items = [item for queue in self._waiting.values() for item in queue]
             self._waiting.clear()
+            self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
         return items
 
     @property
     def queued_items(self) -> int:
-        return len(self._waiting)
+        return self._waiting_items
 
     @property
     def queued_tokens(self) -> int:
@@ -198,35 +213,90 @@ class Scheduler:
         return self._closed or (bool(self._waiting) and self._idle > self._lent)
 
     def _form_batch(self, share: int) -> list[WorkItem]:
-        """Pop a batch: the oldest live item plus the waiting items of its head closest to it in
-        length; at most 1/`share` of the live items looked at, when runners share them."""
-        waiting = self._waiting
-        window: list[WorkItem] = []
-        skipped = 0
-        while waiting and len(window) < self._window:
-            item = waiting.popleft()
-            if item.group.finished:
-                skipped += 1
-                self._waiting_tokens -= item.length
-            else:
-                window.append(item)
-        if skipped:
-            self._stats.items_were_skipped(skipped)
-        if not window:
+        """Pop a batch: the oldest item of the request with the fewest items left, with that
+        request's waiting items of its head closest to it in length, then (while the batch has
+        room) the next requests' in the same order, each request's items closest in length
+        first; at most 1/`share` of the items looked at, when runners share them."""
+        self._drop_finished()
+        if not self._waiting:
             return []
-        # The seed: the oldest item of the request with the fewest items waiting, so that a
-        # small request is never stuck behind a large one that arrived first (the large one
-        # still fills the rest of the batch). One head per batch: the seed's.
-        waiting_per_group = Counter(id(item.group) for item in window)
-        seed = min(window, key=lambda item: waiting_per_group[id(item.group)])
-        same_head = [item for item in window if item.head == seed.head]
-        by_length = sorted(same_head, key=lambda item: item.length)
-        limit = min(self._max_batch_size, math.ceil(len(by_length) / share))
-        chosen = self._pick_around(by_length, by_length.index(seed), limit)
-        taken = {id(item) for item in chosen}
-        waiting.extendleft(reversed([item for item in window if id(item) not in taken]))
-        self._waiting_tokens -= sum(item.length for item in chosen)
+        # The requests with the fewest items left to run come first (the oldest first among
+        # equals): a small request is never stuck behind large ones that arrived before it,
+        # however many items they have waiting, and of the large ones the nearest to done goes
+        # on first and finishes, rather than all of them sharing the runner and finishing late
+        # together (measured: 8 requests of 500 sentences sent at once all took 4.4 s or more).
+        # Items left count those not yet submitted: a request still being tokenized chunk by
+        # chunk is as large as it will be.
+        queues = sorted(self._waiting.values(), key=items_left)
+        seed = queues[0][0]
+        window: list[list[WorkItem]] = []
+        looked_at = 0
+        for queue in queues:
+            same_head = [
+                item
+                for item in itertools.islice(queue, self._window - looked_at)
+                if item.head == seed.head
+            ]
+            window.append(same_head)
+            looked_at += len(same_head)
+            if looked_at >= self._window:
+                break
+        limit = min(self._max_batch_size, math.ceil(looked_at / share))
+        first = sorted(window[0], key=lambda item: item.length)
+        chosen = self._pick_around(first, first.index(seed), limit)
+        for others in window[1:]:
+            if len(chosen) >= limit:
+                break
+            chosen += self._fill(chosen, others, limit)
+        self._take(chosen)
         return chosen
+
+    def _fill(self, chosen: list[WorkItem], others: list[WorkItem], limit: int) -> list[WorkItem]:
+        """Items of `others` (one request's) to add to `chosen`: those nearest in length to it
+        first, while they fit in the token budget, up to `limit` items in all."""
+        shortest = min(item.length for item in chosen)
+        longest = max(item.length for item in chosen)
+
+        def distance(item: WorkItem) -> int:
+            return max(0, shortest - item.length, item.length - longest)
+
+        added: list[WorkItem] = []
+        count = len(chosen)
+        for item in sorted(others, key=distance):
+            if count >= limit:
+                break
+            padded_to = max(longest, item.length)
+            if (count + 1) * padded_to > self._max_batch_tokens:
+                continue
+            added.append(item)
+            longest = padded_to
+            count += 1
+        return added
+
+    def _drop_finished(self) -> None:
+        """Forget the waiting items of requests that were cancelled or failed."""
+        skipped = 0
+        for key, queue in list(self._waiting.items()):
+            if queue[0].group.finished:
+                skipped += len(queue)
+                self._waiting_tokens -= sum(item.length for item in queue)
+                del self._waiting[key]
+        if skipped:
+            self._waiting_items -= skipped
+            self._stats.items_were_skipped(skipped)
+
+    def _take(self, chosen: list[WorkItem]) -> None:
+        """Remove `chosen` from their requests' queues, keeping the others in order."""
+        taken = {id(item) for item in chosen}
+        for key in {id(item.group) for item in chosen}:
+            queue = self._waiting[key]
+            left = deque(item for item in queue if id(item) not in taken)
+            if left:
+                self._waiting[key] = left
+            else:
+                del self._waiting[key]
+        self._waiting_items -= len(chosen)
+        self._waiting_tokens -= sum(item.length for item in chosen)
 
     def _pick_around(self, by_length: list[WorkItem], start: int, limit: int) -> list[WorkItem]:
         """Grow a run of the sorted window around `start`, adding whichever neighbour pads least,

@@ -30,12 +30,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.engine.core import EngineCore
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.errors import error_response
 
@@ -76,13 +75,14 @@ class Ticket:
 class AdmissionControl:
     def __init__(
         self,
-        core: EngineCore,
+        token_rate: Callable[[], float],
         *,
         max_requests: int,
         max_tokens: int,
         largest_request_tokens: int,
     ) -> None:
-        self._core = core
+        # Tokens per second the engine runs (measured), for Retry-After.
+        self._token_rate = token_rate
         self.max_requests = max_requests
         self.max_tokens = max_tokens
         # The most tokens a door estimate reserves: the most one request can hold.
@@ -94,7 +94,7 @@ class AdmissionControl:
 
     def retry_after(self) -> str:
         """Seconds until what is admitted now has run, at the engine's measured token rate."""
-        rate = self._core.stats.snapshot().tokens_per_second
+        rate = self._token_rate()
         seconds = self.admitted_tokens / rate if rate else 1.0
         return str(max(1, math.ceil(seconds)))
 

@@ -47,7 +47,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     admission = AdmissionControl(
-        engine.core,
+        lambda: engine.core.stats.snapshot().tokens_per_second,
         max_requests=config.max_concurrent_requests,
         max_tokens=config.max_queued_tokens,
         largest_request_tokens=config.max_client_batch_size * engine.max_model_len,

@@ -23,7 +23,7 @@ import orjson
 from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.errors import EngineUnavailableError
+from poolserve.errors import EngineUnavailableError, PoolserveError
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -172,6 +172,10 @@ def _prepare_chunk(
             ctx.cost_meter.tokenized([item.length for item in items], last=last)
         if not group.finished:
             engine.submit(items)
+    except PoolserveError as exc:
+        # The message says it all; the traceback would tie this frame (and the group, whose
+        # future holds the error) into a cycle only a full garbage collection frees.
+        group.fail(exc.with_traceback(None))
     except Exception as exc:
         group.fail(exc)
     except BaseException:
@@ -207,6 +211,24 @@ def _open(
     return inputs, engine.open_group(len(inputs)), chunks
 
 
+def _prepare_in_turn(
+    engine: EngineCore,
+    task: Task[RequestT, Any],
+    ctx: ServeContext[RequestT],
+    group: RequestGroup,
+    chunk_index: int,
+    inputs: Sequence[Any],
+) -> None:
+    """Prepare one chunk, then queue the next one behind whatever the pool has to do by now
+    (CPU pool)."""
+    _prepare_chunk(engine, task, ctx, group, chunk_index, inputs)
+    if chunk_index + 1 < len(ctx.chunk_tokens) and not group.finished:
+        try:
+            engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, chunk_index + 1, inputs)
+        except EngineUnavailableError as exc:
+            group.fail(exc)
+
+
 async def serve(
     engine: EngineCore, task: Task[RequestT, Any], ctx: ServeContext[RequestT]
 ) -> bytes:
@@ -214,18 +236,14 @@ async def serve(
 
     Every stage after validation runs off the loop and hands over to the next by itself
     (tokenize+submit in the pool, forward on the runner, finish in the pool), so the loop wakes
-    once per request. Large requests are prepared one chunk at a time, each chunk awaited, so
-    that a small request arriving meanwhile gets the CPU pool between two chunks.
+    once per request. A large request is prepared one chunk at a time, each chunk queueing the
+    next at the back of the pool: a small request arriving meanwhile gets the pool between two
+    chunks, and the large one keeps the runner fed without a round trip through the loop.
     """
-    inputs, group, chunks = _open(engine, task, ctx)
+    inputs, group, _ = _open(engine, task, ctx)
     finished = engine.cpu.then(group.future, partial(_finish, task, ctx, group))
     try:
-        for index in range(chunks - 1):
-            await engine.cpu.run(_prepare_chunk, engine, task, ctx, group, index, inputs)
-            if group.finished:
-                break
-        else:
-            engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, chunks - 1, inputs)
+        engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, 0, inputs)
         return await asyncio.wrap_future(finished)
     except BaseException:
         group.cancel()

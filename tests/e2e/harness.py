@@ -3,13 +3,15 @@ until ready, read /stats and /metrics, stop with SIGTERM and report how the proc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from tests.e2e.conftest import free_port, server_env, wait_until_ready
@@ -36,6 +39,11 @@ class Server:
     def pid(self) -> int:
         return self.process.pid
 
+    def rss(self) -> int:
+        """The server process's resident memory, in bytes."""
+        rss: int = psutil.Process(self.pid).memory_info().rss
+        return rss
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
@@ -50,14 +58,25 @@ class Server:
         assert response.status_code == 200, response.text
         return response.text
 
-    def wait_idle(self, settle: float = 0.0, timeout: float = 10) -> dict[str, Any]:
-        """Poll /stats until nothing is queued, then wait `settle` (a batch still running)."""
+    def wait_idle(self, timeout: float = 30) -> dict[str, Any]:
+        """Read /stats until no request is in flight and no token is in work (waiting, or in a
+        batch that has not ended)."""
+        return wait_for_stats(
+            self, lambda s: s["requests_in_flight"] == 0 and s["tokens_in_work"] == 0, timeout
+        )
+
+    def wait_running(self, timeout: float = 30) -> dict[str, Any]:
+        """Read /stats until a batch holds the runner and nothing waits behind it."""
+        return wait_for_stats(
+            self, lambda s: s["tokens_in_work"] > 0 and s["queued_items"] == 0, timeout
+        )
+
+    def wait_for_output(self, text: str, timeout: float = 30) -> None:
+        """Read the server's log until `text` shows up in it."""
         deadline = time.monotonic() + timeout
-        while (stats := self.stats())["queued_items"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert stats["queued_items"] == 0, stats
-        time.sleep(settle)
-        return self.stats()
+        while text not in self.output():
+            assert time.monotonic() < deadline, f"{text!r} not logged in {timeout} s"
+            time.sleep(0.02)
 
     def stop(self, timeout: float = STOP_SECONDS) -> int:
         """SIGTERM, wait, and return the exit code (killing it and failing if it hangs)."""
@@ -108,6 +127,107 @@ def running_server(
         yield server
     finally:
         server.stop()
+
+
+# -- load -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One request of a load run: which client sent it, what came back, how long it took."""
+
+    client: int
+    response: httpx.Response | BaseException
+    seconds: float
+
+    @property
+    def status(self) -> int | None:
+        return self.response.status_code if isinstance(self.response, httpx.Response) else None
+
+
+async def post_all(
+    url: str, bodies: Sequence[bytes], path: str = "/v1/embeddings"
+) -> list[Outcome]:
+    """Every body posted at the same moment, each on its own connection."""
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+
+        async def one(index: int, body: bytes) -> Outcome:
+            started = time.perf_counter()
+            try:
+                response: httpx.Response | BaseException = await client.post(
+                    path, content=body, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                response = exc
+            return Outcome(index, response, time.perf_counter() - started)
+
+        return list(await asyncio.gather(*(one(i, body) for i, body in enumerate(bodies))))
+
+
+async def closed_loop(
+    url: str,
+    bodies: Sequence[bytes],
+    seconds: float,
+    *,
+    max_requests: int = 5000,
+    path: str = "/v1/embeddings",
+) -> list[Outcome]:
+    """One client per body, each posting it again as soon as it is answered (a 429 included),
+    for `seconds` or until `max_requests` were sent in all."""
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    headers = {"content-type": "application/json"}
+    outcomes: list[Outcome] = []
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+
+        async def loop(index: int, body: bytes) -> None:
+            while time.monotonic() < deadline and len(outcomes) < max_requests:
+                started = time.perf_counter()
+                try:
+                    response: httpx.Response | BaseException = await client.post(
+                        path, content=body, headers=headers
+                    )
+                except httpx.HTTPError as exc:
+                    response = exc
+                outcomes.append(Outcome(index, response, time.perf_counter() - started))
+
+        await asyncio.gather(*(loop(i, body) for i, body in enumerate(bodies)))
+    return outcomes
+
+
+@contextmanager
+def peak_rss(pid: int) -> Iterator[list[int]]:
+    """Samples the process's RSS every 10 ms while the block runs; yields [peak bytes], filled
+    in when the block ends (a measurement, not a wait on anything)."""
+    process = psutil.Process(pid)
+    peak = [process.memory_info().rss]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
+        peak[0] = max(peak[0], process.memory_info().rss)
+
+
+def wait_for_stats(
+    server: Server, condition: Callable[[dict[str, Any]], bool], timeout: float = 30
+) -> dict[str, Any]:
+    """Read /stats until `condition` holds (the engine's and admission's own counters)."""
+    deadline = time.monotonic() + timeout
+    while not condition(stats := server.stats()):
+        assert time.monotonic() < deadline, f"not reached in {timeout} s: {stats}"
+        time.sleep(0.02)
+    return stats
 
 
 # -- Prometheus text ----------------------------------------------------------------------------

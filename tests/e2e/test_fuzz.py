@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
+pytestmark = pytest.mark.slow  # a real server process
+
 EXAMPLES = 30
 # The operations an embedding model's server documents (the model-specific ones and the common).
 OPERATIONS = [

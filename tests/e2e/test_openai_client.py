@@ -17,6 +17,8 @@ from tests.reference import (
     norms,
 )
 
+pytestmark = pytest.mark.slow  # a real server process
+
 
 @pytest.fixture(scope="module")
 def client(server_url: str) -> openai.OpenAI:

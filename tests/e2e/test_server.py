@@ -7,9 +7,12 @@ import sys
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.e2e.conftest import server_env
 from tests.reference import FP32_COSINE, MAX_LEN, MODEL_ID, Corpus, assert_close_vectors
+
+pytestmark = pytest.mark.slow  # a real server process
 
 
 def test_health_models_and_version(server_url: str) -> None:

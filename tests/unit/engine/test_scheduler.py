@@ -93,11 +93,10 @@ def test_random_workloads_respect_every_limit(seed: int) -> None:
     live = [item for item in items if id(item.group) not in cancelled]
     remaining = list(live)  # in submission order
     for batch in batches:
-        # The seed: the oldest waiting item of the request with the fewest items waiting
-        # (among the window the scheduler looks at), so small requests overtake large ones.
-        looked_at = remaining[:window]
-        waiting = Counter(id(item.group) for item in looked_at)
-        seed = min(looked_at, key=lambda item: waiting[id(item.group)])
+        # The seed: the oldest waiting item of the request with the fewest items waiting (of
+        # all that wait), so small requests overtake large ones.
+        waiting = Counter(id(item.group) for item in remaining)
+        seed = min(remaining, key=lambda item: waiting[id(item.group)])
         assert batch, "an empty batch was handed to the runner"
         longest = max(item.length for item in batch)
         assert len(batch) * longest <= max_batch_tokens, "padded tokens exceed the budget"
@@ -280,3 +279,29 @@ def test_a_batch_whose_request_is_still_being_submitted_borrows_nothing() -> Non
     scheduler.submit([second_chunk])
     taken = other.result(WAIT)
     assert taken is not None and taken.items == [second_chunk]
+
+
+def test_a_small_request_behind_more_large_items_than_the_window_goes_first() -> None:
+    """Thousands of items of large requests wait; a one-item request that arrives after them is
+    in the next batch, whatever the window."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=16, window=64)
+    large = [item for _ in range(4) for item in items_of_lengths([10] * 500)]
+    scheduler.submit(large)
+    small = items_of_lengths([12])
+    scheduler.submit(small)
+    first = take(scheduler)
+    assert first is not None and small[0] in first
+    assert len(first) == 16
+
+
+def test_a_request_still_being_submitted_counts_all_its_items() -> None:
+    """Of two large requests, the one with fewer items left runs first, even when the other has
+    fewer items waiting so far because it is still being tokenized."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=64)
+    nearly_done = items_of_lengths([10] * 300)
+    scheduler.submit(nearly_done)
+    big = RequestGroup(1000)
+    scheduler.submit(items_of_lengths([10] * 100, group=big)[:100])
+    for _ in range(3):
+        batch = take(scheduler)
+        assert batch is not None and all(item.group is nearly_done[0].group for item in batch)

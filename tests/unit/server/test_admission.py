@@ -1,0 +1,111 @@
+"""Admission by cost: what a ticket reserves at the door, as its body streams in and as it is
+tokenized, and when it is refused with 429 or 413."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from poolserve.errors import OverloadedError, PayloadTooLargeError
+from poolserve.server.admission import (
+    BODY_BYTES_PER_TOKEN,
+    MIN_INPUT_TOKENS,
+    AdmissionControl,
+)
+
+BOUND = 1000
+
+
+def control(max_requests: int = 100, rate: float = 250.0) -> AdmissionControl:
+    return AdmissionControl(
+        lambda: rate, max_requests=max_requests, max_tokens=BOUND, largest_request_tokens=5000
+    )
+
+
+def test_the_door_reserves_the_content_length_and_refuses_what_does_not_fit() -> None:
+    admission = control()
+    first = admission.admit(600)
+    assert first.reserved == 600 and admission.admitted_tokens == 600
+    with pytest.raises(OverloadedError) as refused:
+        admission.admit(401)
+    # Retry-After: what is admitted, at the measured rate (600 tokens at 250/s: 3 s).
+    assert refused.value.headers == {"retry-after": "3"}
+    assert "needs 401 tokens" in refused.value.message
+    second = admission.admit(400)  # exactly fills the bound
+    assert admission.admitted_tokens == BOUND
+    admission.release(first)
+    admission.release(second)
+    assert admission.admitted_tokens == 0 and admission.in_flight == 0
+    assert admission.peak_admitted_tokens == BOUND
+
+
+def test_a_body_larger_than_the_bound_reserves_all_of_it_and_waits_for_an_empty_server() -> None:
+    admission = control()
+    small = admission.admit(10)
+    with pytest.raises(OverloadedError):
+        admission.admit(50_000)
+    admission.release(small)
+    large = admission.admit(50_000)
+    assert large.reserved == BOUND
+
+
+def test_requests_in_flight_are_bounded_too() -> None:
+    admission = control(max_requests=2)
+    admission.admit(1)
+    admission.admit(1)
+    with pytest.raises(OverloadedError) as refused:
+        admission.admit(1)
+    assert "2 requests in flight" in refused.value.message
+
+
+def test_a_chunked_body_reserves_what_has_arrived() -> None:
+    admission = control()
+    other = admission.admit(700)
+    ticket = admission.admit(None)
+    assert ticket.reserved == 0
+    ticket.body_received(200)
+    assert admission.admitted_tokens == 900
+    with pytest.raises(OverloadedError):
+        ticket.body_received(301)
+    admission.release(other)
+    ticket.body_received(301)
+    assert admission.admitted_tokens == 301
+
+
+def test_once_tokenized_a_request_costs_its_tokens_and_gives_back_the_rest() -> None:
+    admission = control()
+    ticket = admission.admit(800)
+    ticket.tokenized([10, 2, 30], last=False)  # 2 counts as MIN_INPUT_TOKENS
+    assert ticket.reserved == 800  # the estimate still covers it
+    ticket.tokenized([20], last=True)
+    assert ticket.tokenized_cost == 10 + MIN_INPUT_TOKENS + 30 + 20
+    # At least one token per BODY_BYTES_PER_TOKEN bytes of body (100 here) stays held.
+    assert ticket.reserved == max(64, math.ceil(800 / BODY_BYTES_PER_TOKEN)) == 100
+    assert admission.admitted_tokens == 100
+    assert admission.admit(900).reserved == 900
+
+
+def test_a_request_that_costs_more_than_estimated_grows_or_is_refused() -> None:
+    admission = control()
+    pairs = admission.admit(100)  # a rerank: the query counts once per document
+    pairs.tokenized([150] * 2, last=False)
+    assert pairs.reserved == 300
+    other = admission.admit(600)
+    with pytest.raises(OverloadedError):
+        pairs.tokenized([150], last=True)  # 450 would take the sum to 1050
+    assert pairs.reserved == 300 and admission.admitted_tokens == 900
+    admission.release(other)
+    admission.release(pairs)
+    assert admission.admitted_tokens == 0
+
+
+def test_a_request_that_alone_costs_more_than_the_bound_is_413() -> None:
+    admission = control()
+    ticket = admission.admit(500)
+    with pytest.raises(PayloadTooLargeError) as refused:
+        ticket.tokenized([600, 600], last=False)
+    assert "costs 1200 tokens" in refused.value.message
+    assert "could never be served" in refused.value.message
+    with pytest.raises(PayloadTooLargeError):
+        admission.admit(10).tokenized([1001], last=True)
