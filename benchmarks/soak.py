@@ -8,7 +8,8 @@ answers by status, p50/p99 latency of the 200s, server RSS.
 - steady (default): `--rate` requests per second, evenly spaced;
 - `--burst`: the capacity is measured first (closed loop, 64 connections), then every
   `--burst-every` seconds `--load` × capacity × `--burst-every` requests arrive at the same
-  moment, each on its own connection (overload that arrives all at once).
+  moment, each on its own connection (more are opened while the server holds them all: the
+  client never queues, so the latency is the server's).
 
     .venv/bin/python -m benchmarks.soak --rate 300 --minutes 3
     .venv/bin/python -m benchmarks.soak --burst --load 3 --minutes 10 --window 30
@@ -48,8 +49,10 @@ async def soak(
     *,
     window: float,
     connections: int,
+    grow: bool = False,
 ) -> list[tuple[Window, int]]:
-    """Send request i at `schedule[i]` seconds from the start; a row per window."""
+    """Send request i at `schedule[i]` seconds from the start; a row per window. With `grow`, a
+    request that finds every connection busy opens another (a burst arrives all at once)."""
     pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(connections):
         pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
@@ -60,6 +63,8 @@ async def soak(
     pending: set[asyncio.Task[None]] = set()
 
     async def one(index: int, scheduled: float, into: Window) -> None:
+        if pool.empty() and grow:
+            pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
         reader, writer = await pool.get()
         try:
             writer.write(requests[index % len(requests)])
@@ -144,6 +149,7 @@ def main() -> None:
                 schedule,
                 window=args.window,
                 connections=connections,
+                grow=args.burst,
             )
         )
         stats = httpx.get(f"http://127.0.0.1:{port}/stats").json()

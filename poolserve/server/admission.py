@@ -59,7 +59,7 @@ class Ticket:
     def body_received(self, total_bytes: int) -> None:
         """A chunked body has grown to `total_bytes`: reserve as much (429 if it does not fit)."""
         self.body_bytes = total_bytes
-        self.control.resize(self, min(total_bytes, self.control.request_cap), refuse=429)
+        self.control.resize(self, min(total_bytes, self.control.request_cap))
 
     def tokenized(self, lengths: Sequence[int], *, last: bool) -> None:
         """A chunk of this request's inputs was tokenized (chunks come in order); raises
@@ -67,9 +67,9 @@ class Ticket:
         self.tokenized_cost += sum(max(length, MIN_INPUT_TOKENS) for length in lengths)
         if last:
             held = max(self.tokenized_cost, math.ceil(self.body_bytes / BODY_BYTES_PER_TOKEN))
-            self.control.resize(self, held, refuse=413 if held > self.reserved else None)
+            self.control.resize(self, held)
         elif self.tokenized_cost > self.reserved:
-            self.control.resize(self, self.tokenized_cost, refuse=413)
+            self.control.resize(self, self.tokenized_cost)
 
 
 class AdmissionControl:
@@ -117,21 +117,19 @@ class AdmissionControl:
             self._hold(estimate)
         return Ticket(self, estimate, content_length or 0)
 
-    def resize(self, ticket: Ticket, tokens: int, *, refuse: int | None) -> None:
-        """Make `ticket` hold `tokens`. If that is more than it holds and does not fit, raise:
-        413 when `tokens` alone pass the bound and `refuse` is 413, else 429 (`refuse` None:
-        always take the new size, which is only ever a smaller one)."""
+    def resize(self, ticket: Ticket, tokens: int) -> None:
+        """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` alone pass the
+        bound (only a real cost can: estimates are capped), else 429 if the sum would."""
         with self._lock:
             growth = tokens - ticket.reserved
-            if refuse is not None and growth > 0:
-                if refuse == 413 and tokens > self.max_tokens:
-                    raise PayloadTooLargeError(
-                        f"this request costs {tokens} tokens, more than this server admits at "
-                        f"once ({self.max_tokens}, --max-queued-tokens); it could never be "
-                        "served: split it into smaller requests"
-                    )
-                if self.admitted_tokens + growth > self.max_tokens:
-                    raise self._overloaded(self._room_message(tokens))
+            if growth > 0 and tokens > self.max_tokens:
+                raise PayloadTooLargeError(
+                    f"this request costs {tokens} tokens, more than this server admits at "
+                    f"once ({self.max_tokens}, --max-queued-tokens); it could never be "
+                    "served: split it into smaller requests"
+                )
+            if growth > 0 and self.admitted_tokens + growth > self.max_tokens:
+                raise self._overloaded(self._room_message(tokens))
             ticket.reserved = tokens
             self._hold(growth)
 

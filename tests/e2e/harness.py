@@ -26,6 +26,25 @@ from tests.e2e.conftest import free_port, server_env, wait_until_ready
 from tests.e2e.faults import ENV as FAULTS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
+# Sentences the tests send (their references come from sentence-transformers).
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Serving embedding models means batching requests from many clients.",
+    "A library in the old town kept maps of coastlines that no longer exist.",
+    "Rare words such as photosynthesis break into several pieces.",
+    "In spring the orchard bloomed and the bees returned.",
+    "Quantum computers promise speedups for chemistry simulations.",
+    "How do I reset my password?",
+    "Paris is the capital of France.",
+    "Error correction remains the hard engineering problem of the decade.",
+    "The farmer counted seventeen new lambs before breakfast.",
+    "sunny weather today",
+    "C++ templates vs Rust generics",
+    "SELECT * FROM users WHERE id = 7;",
+    "Tokenization splits words into pieces.",
+    "The river keeps running toward the sea.",
+    "Sailors trusted the stars more than their instruments.",
+]
 STOP_SECONDS = 30
 
 
@@ -145,25 +164,29 @@ class Outcome:
         return self.response.status_code if isinstance(self.response, httpx.Response) else None
 
 
+def _client(url: str, connections: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=url, limits=limits, timeout=120)
+
+
+async def _post(client: httpx.AsyncClient, index: int, body: bytes, path: str) -> Outcome:
+    started = time.perf_counter()
+    try:
+        response: httpx.Response | BaseException = await client.post(
+            path, content=body, headers={"content-type": "application/json"}
+        )
+    except httpx.HTTPError as exc:
+        response = exc
+    return Outcome(index, response, time.perf_counter() - started)
+
+
 async def post_all(
     url: str, bodies: Sequence[bytes], path: str = "/v1/embeddings"
 ) -> list[Outcome]:
     """Every body posted at the same moment, each on its own connection."""
-    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
-    headers = {"content-type": "application/json"}
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
-
-        async def one(index: int, body: bytes) -> Outcome:
-            started = time.perf_counter()
-            try:
-                response: httpx.Response | BaseException = await client.post(
-                    path, content=body, headers=headers
-                )
-            except httpx.HTTPError as exc:
-                response = exc
-            return Outcome(index, response, time.perf_counter() - started)
-
-        return list(await asyncio.gather(*(one(i, body) for i, body in enumerate(bodies))))
+    async with _client(url, len(bodies)) as client:
+        posts = (_post(client, index, body, path) for index, body in enumerate(bodies))
+        return list(await asyncio.gather(*posts))
 
 
 async def closed_loop(
@@ -177,23 +200,14 @@ async def closed_loop(
     """One client per body, each posting it again as soon as it is answered (a 429 included),
     for `seconds` or until `max_requests` were sent in all."""
     deadline = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
-    headers = {"content-type": "application/json"}
     outcomes: list[Outcome] = []
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+    async with _client(url, len(bodies)) as client:
 
         async def loop(index: int, body: bytes) -> None:
             while time.monotonic() < deadline and len(outcomes) < max_requests:
-                started = time.perf_counter()
-                try:
-                    response: httpx.Response | BaseException = await client.post(
-                        path, content=body, headers=headers
-                    )
-                except httpx.HTTPError as exc:
-                    response = exc
-                outcomes.append(Outcome(index, response, time.perf_counter() - started))
+                outcomes.append(await _post(client, index, body, path))
 
-        await asyncio.gather(*(loop(i, body) for i, body in enumerate(bodies)))
+        await asyncio.gather(*(loop(index, body) for index, body in enumerate(bodies)))
     return outcomes
 
 

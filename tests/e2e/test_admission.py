@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from tests.e2e.harness import (
+    TEXTS,
     Outcome,
     assert_openai_error,
     closed_loop,
@@ -27,7 +28,6 @@ from tests.e2e.harness import (
     sample,
     wait_for_stats,
 )
-from tests.e2e.test_hardening import TEXTS
 from tests.reference import BF16_COSINE, DIM, FP32_COSINE, assert_close_vectors, st_encode
 
 pytestmark = pytest.mark.slow
@@ -137,8 +137,8 @@ def test_a_request_that_alone_costs_more_than_the_bound_is_413(
 MEMORY_BOUND = 65536
 MAX_BYTES = 32768
 MAX_REQUESTS_IN_FLIGHT = 1024
-# The README's bound: admitted requests hold at most T × (128 + 5·D) + 16 KiB per request.
-ADMITTED_BYTES = MEMORY_BOUND * (128 + 5 * DIM) + 16 * 1024 * MAX_REQUESTS_IN_FLIGHT
+# The README's bound: admitted requests hold at most T × (128 + 5·D) + 32 KiB per request.
+ADMITTED_BYTES = MEMORY_BOUND * (128 + 5 * DIM) + 32 * 1024 * MAX_REQUESTS_IN_FLIGHT
 # What RSS may exceed it by: the forward pass's activations (bounded by --max-batch-tokens,
 # not by admission) and the allocator's slack.
 RSS_MARGIN = 64 * 2**20

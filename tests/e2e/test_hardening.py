@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from tests.e2e.harness import (
+    TEXTS,
     Server,
     assert_openai_error,
     base64_vectors,
@@ -35,24 +36,6 @@ from tests.e2e.harness import (
 from tests.reference import FP32_COSINE, MAX_LEN, assert_close_vectors, st_encode
 
 EMBED = "/v1/embeddings"
-TEXTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Serving embedding models means batching requests from many clients.",
-    "A library in the old town kept maps of coastlines that no longer exist.",
-    "Rare words such as photosynthesis break into several pieces.",
-    "In spring the orchard bloomed and the bees returned.",
-    "Quantum computers promise speedups for chemistry simulations.",
-    "How do I reset my password?",
-    "Paris is the capital of France.",
-    "Error correction remains the hard engineering problem of the decade.",
-    "The farmer counted seventeen new lambs before breakfast.",
-    "sunny weather today",
-    "C++ templates vs Rust generics",
-    "SELECT * FROM users WHERE id = 7;",
-    "Tokenization splits words into pieces.",
-    "The river keeps running toward the sea.",
-    "Sailors trusted the stars more than their instruments.",
-]
 # Words whose token ids the fault launcher watches for (checked against the server's /tokenize).
 SLOW_WORD, SLOW_ID = "chunk", 20000  # a batch holding it sleeps: it blocks the runner
 POISON_WORD, POISON_ID = "fielder", 25000  # a batch holding it raises
