@@ -7,13 +7,23 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from poolserve import __version__
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 from poolserve.errors import ModelLoadError
+from poolserve.flags import (
+    Parser,
+    boolean,
+    env_default,
+    env_list,
+    integer,
+    one_of,
+    positive_seconds,
+)
 
 if TYPE_CHECKING:
     from poolserve.engine.core import BackendFactory
@@ -21,75 +31,88 @@ if TYPE_CHECKING:
 logger = logging.getLogger("poolserve")
 
 
-def _env(name: str, default: Any, kind: type = str) -> Any:
-    """The default of flag `--name` read from POOLSERVE_NAME, converted to `kind`."""
-    value = os.environ.get("POOLSERVE_" + name.upper().replace("-", "_"))
-    if value is None:
-        return default
-    if kind is bool:
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    if kind is tuple:
-        return tuple(part for part in value.replace(",", " ").split() if part)
-    try:
-        return kind(value)
-    except ValueError:
-        variable = "POOLSERVE_" + name.upper().replace("-", "_")
-        raise SystemExit(
-            f"poolserve: {variable}={value!r} is not a valid {kind.__name__}"
-        ) from None
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+COMPILE_MODES = ("off", "on", "auto")
+# Flags whose value is a boolean (their variables are read as text, then checked).
+BOOLEAN_FLAGS = ("protect_metrics", "access_log")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poolserve", description=__doc__)
+    parser = Parser(prog="poolserve", description=__doc__)
     parser.add_argument("--version", action="version", version=f"poolserve {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve a model over HTTP")
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model over HTTP",
+        description="Serve a model over HTTP. Every flag can also be set with its POOLSERVE_* "
+        "environment variable (--max-batch-size: POOLSERVE_MAX_BATCH_SIZE); a flag wins.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     serve.add_argument(
         "model",
         nargs="?",
-        default=_env("model", None),
+        type=str,
+        default=env_default("--model", None),
         help="local model directory or hub id (default: the bundled all-MiniLM-L6-v2)",
     )
     defaults = ServerConfig()
-    serve.add_argument("--host", default=_env("host", defaults.host))
-    serve.add_argument("--port", type=int, default=_env("port", defaults.port, int))
+    serve.add_argument(
+        "--host",
+        type=str,
+        default=env_default("--host", defaults.host),
+        help="address to listen on",
+    )
+    serve.add_argument(
+        "--port",
+        type=integer(1, 65535),
+        default=env_default("--port", defaults.port),
+        help="port to listen on",
+    )
     serve.add_argument(
         "--served-model-name",
         nargs="+",
-        default=_env("served-model-name", None, tuple),
+        default=env_list("--served-model-name"),
         help="names clients may pass as `model` (the first is used in responses)",
     )
-    serve.add_argument("--log-level", default=_env("log-level", defaults.log_level))
+    serve.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", defaults.log_level),
+        help="one of " + ", ".join(LOG_LEVELS),
+    )
     serve.add_argument(
         "--max-request-bytes",
-        type=int,
-        default=_env("max-request-bytes", defaults.max_request_bytes, int),
+        type=integer(1),
+        default=env_default("--max-request-bytes", defaults.max_request_bytes),
         help="larger request bodies are refused with 413",
     )
     serve.add_argument(
         "--max-client-batch-size",
-        type=int,
-        default=_env("max-client-batch-size", defaults.max_client_batch_size, int),
+        type=integer(1),
+        default=env_default("--max-client-batch-size", defaults.max_client_batch_size),
         help="inputs (or documents) one request may carry",
     )
     serve.add_argument(
         "--max-concurrent-requests",
-        type=int,
-        default=_env("max-concurrent-requests", defaults.max_concurrent_requests, int),
+        type=integer(1),
+        default=env_default("--max-concurrent-requests", defaults.max_concurrent_requests),
         help="requests in flight before new ones get 429",
     )
     serve.add_argument(
         "--max-queued-tokens",
-        type=int,
-        default=_env("max-queued-tokens", defaults.max_queued_tokens, int),
-        help="tokens waiting for the model before new requests get 429",
+        type=integer(1),
+        default=env_default("--max-queued-tokens", defaults.max_queued_tokens),
+        help="what admitted requests may cost in all, in tokens, before new ones get 429",
     )
     serve.add_argument(
         "--request-timeout",
-        type=float,
-        default=_env("request-timeout", None, float),
-        help="seconds before a request is answered 504 and its work cancelled (default: none)",
+        type=positive_seconds,
+        default=env_default("--request-timeout", None),
+        help="seconds from admission before a request is answered 504 and its work cancelled "
+        "(default: none)",
     )
     serve.add_argument(
         "--api-key",
@@ -100,20 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--shutdown-timeout",
-        type=int,
-        default=_env("shutdown-timeout", defaults.shutdown_timeout, int),
+        type=integer(0),
+        default=env_default("--shutdown-timeout", defaults.shutdown_timeout),
         help="seconds that admitted requests get to finish after SIGTERM",
     )
     serve.add_argument(
         "--protect-metrics",
         action=argparse.BooleanOptionalAction,
-        default=_env("protect-metrics", False, bool),
+        default=env_default("--protect-metrics", False),
         help="require the API key on /metrics too",
     )
     serve.add_argument(
         "--access-log",
         action=argparse.BooleanOptionalAction,
-        default=_env("access-log", False, bool),
+        default=env_default("--access-log", False),
+        help="log one line per request (uvicorn's access log)",
     )
     _add_model_flags(serve)
     _add_engine_flags(serve)
@@ -121,24 +145,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--revision", default=_env("revision", None))
+    parser.add_argument(
+        "--revision",
+        type=str,
+        default=env_default("--revision", None),
+        help="the model's revision (a branch, tag or commit) when it comes from the hub",
+    )
     parser.add_argument(
         "--dtype",
-        choices=["auto", "float32", "bfloat16", "float16"],
-        default=_env("dtype", "auto"),
+        type=one_of(DTYPES),
+        choices=DTYPES,
+        default=env_default("--dtype", "auto"),
         help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
     )
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("device", "auto"))
+    parser.add_argument(
+        "--device",
+        type=one_of(DEVICES),
+        choices=DEVICES,
+        default=env_default("--device", "auto"),
+        help="auto: CUDA when available, else CPU",
+    )
     parser.add_argument(
         "--task",
-        default=_env("task", "auto"),
+        type=str,
+        default=env_default("--task", "auto"),
         help="what the model is: auto (detect), embed, score, classify, token_embed, sparse, "
         "token_classify",
     )
     parser.add_argument(
         "--max-model-len",
-        type=int,
-        default=_env("max-model-len", None, int),
+        type=integer(1),
+        default=env_default("--max-model-len", None),
         help="lower the model's length limit (tokens)",
     )
 
@@ -147,49 +184,63 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     defaults = EngineConfig()
     parser.add_argument(
         "--max-batch-tokens",
-        type=int,
-        default=_env("max-batch-tokens", defaults.max_batch_tokens, int),
+        type=integer(1),
+        default=env_default("--max-batch-tokens", defaults.max_batch_tokens),
         help="padded tokens one forward pass may hold",
     )
     parser.add_argument(
         "--max-batch-size",
-        type=int,
-        default=_env("max-batch-size", defaults.max_batch_size, int),
+        type=integer(1),
+        default=env_default("--max-batch-size", defaults.max_batch_size),
         help="inputs one forward pass may hold",
     )
     parser.add_argument(
         "--cpu-workers",
-        type=int,
-        default=_env("cpu-workers", defaults.cpu_workers, int),
+        type=integer(1),
+        default=env_default("--cpu-workers", defaults.cpu_workers),
         help="threads for tokenization and response building (default: cores)",
     )
     parser.add_argument(
         "--runners",
-        type=int,
-        default=_env("runners", None, int),
+        type=integer(1),
+        default=env_default("--runners", None),
         help="model runner threads, each running its own batches over one copy of the weights "
         "(default: one per core on CPU, one on CUDA)",
     )
     parser.add_argument(
         "--torch-threads",
-        type=int,
-        default=_env("torch-threads", None, int),
+        type=integer(1),
+        default=env_default("--torch-threads", None),
         help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
     )
     parser.add_argument(
         "--single-thread-tokens",
-        type=int,
-        default=_env("single-thread-tokens", defaults.single_thread_tokens, int),
+        type=integer(0),
+        default=env_default("--single-thread-tokens", defaults.single_thread_tokens),
         help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
         "also use the cores of idle runners (0: never one thread)",
     )
     parser.add_argument(
         "--compile",
-        choices=["off", "on", "auto"],
-        default=_env("compile", "auto"),
+        type=one_of(COMPILE_MODES),
+        choices=COMPILE_MODES,
+        default=env_default("--compile", "auto"),
         help="torch.compile the model's forward (kernels cached under POOLSERVE_CACHE_DIR); "
-        "auto (default): on CPU where a C++ compiler is found",
+        "auto: on CPU where a C++ compiler is found",
     )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, every value checked (boolean variables included)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in BOOLEAN_FLAGS:
+        if hasattr(args, name):
+            try:
+                setattr(args, name, boolean(getattr(args, name)))
+            except argparse.ArgumentTypeError as exc:
+                parser.error(f"argument --{name.replace('_', '-')}: {exc}")
+    return args
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
@@ -223,12 +274,30 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         request_timeout=args.request_timeout,
         protect_metrics=args.protect_metrics,
         shutdown_timeout=args.shutdown_timeout,
-        api_keys=tuple(args.api_key or _env("api-key", (), tuple)),
+        api_keys=tuple(args.api_key or env_list("--api-key") or ()),
     )
     return model, engine, server
 
 
 def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> int:
+    model_config, engine_config, server_config = configs_from_args(args)
+    logging.basicConfig(
+        level=server_config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Listen before importing torch and loading: a port in use fails in a second, not after
+    # the whole load.
+    try:
+        listener = listen(server_config.host, server_config.port)
+    except OSError as exc:
+        logger.error(
+            "cannot start: cannot listen on %s:%d: %s",
+            server_config.host,
+            server_config.port,
+            exc.strerror or exc,
+        )
+        return 1
+
     import uvicorn
 
     from poolserve.engine.core import torch_backend
@@ -236,11 +305,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     from poolserve.server import create_app
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer
 
-    model_config, engine_config, server_config = configs_from_args(args)
-    logging.basicConfig(
-        level=server_config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logger.info("loading %s", model_config.model or "the bundled default model")
     try:
         engine = Engine(
             model_config=model_config,
@@ -250,6 +315,11 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc)
         return 1
+    except KeyboardInterrupt:
+        # A runner may still be busy loading (or compiling): its thread is left behind.
+        logger.error("interrupted while loading the model; exiting")
+        logging.shutdown()
+        os._exit(130)
     app = create_app(engine, server_config)
     logger.info("serving %s on http://%s:%d", engine.name, server_config.host, server_config.port)
     grace = app.state.serving.grace
@@ -278,7 +348,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     # Without this, each full collection walks it all: ~200 ms with every request stalled,
     # about once a second under load.
     gc.freeze()
-    server.run()
+    server.run(sockets=[listener])
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(shutdown_signal, _exit_now)
     closed = engine.close(timeout=grace.seconds_left())
@@ -289,6 +359,22 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     return 0 if server.started else 1
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (IPv4 or IPv6, as the host says)."""
+    family, kind, protocol, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    listener = socket.socket(family, kind, protocol)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
 def _exit_now(signum: int, frame: object) -> None:
     os.write(2, f"poolserve: {signal.Signals(signum).name} while closing: exiting now\n".encode())
     os._exit(128 + signum)
@@ -296,7 +382,7 @@ def _exit_now(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None, *, backend: BackendFactory | None = None) -> int:
     """The command line; `backend` replaces the model backend (a test harness injects faults)."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.command == "serve":
         return serve(args, backend)
     return 2

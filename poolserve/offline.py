@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from types import TracebackType
 
 import numpy as np
@@ -12,6 +15,7 @@ from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.models import prepare_model
+from poolserve.models.kinds import describe
 from poolserve.tasks.base import PoolingParams, ServeContext, run_sync
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
@@ -35,7 +39,16 @@ class Engine:
         engine_config: EngineConfig | None = None,
         backend: BackendFactory = torch_backend,
     ) -> None:
-        self.model_config = model_config or ModelConfig(model=model)
+        if model_config is None:
+            model_config = ModelConfig(model=model)
+        elif model is not None:
+            if model_config.model not in (None, model):
+                raise ValueError(
+                    f"two models given: {model!r} and model_config.model "
+                    f"{model_config.model!r}; pass one"
+                )
+            model_config = replace(model_config, model=model)
+        self.model_config = model_config
         self.engine_config = engine_config or EngineConfig()
         loaded = prepare_model(self.model_config)
         self.core = EngineCore(loaded, self.engine_config, backend=backend)
@@ -51,6 +64,10 @@ class Engine:
         except BaseException:
             self.core.close()  # its threads are running: never leave them behind
             raise
+        # Dropped without close() (a notebook cell run again), the engine still lets its
+        # threads and weights go once it is garbage-collected, and says so.
+        self._finalizer = weakref.finalize(self, _release_unclosed, self.core, self.name)
+        self._finalizer.atexit = False  # at exit the threads end anyway: nothing to say
 
     @property
     def embed_task(self) -> EmbedTask:
@@ -126,7 +143,9 @@ class Engine:
     def rerank(
         self, query: str, documents: Sequence[str], *, top_n: int | None = None
     ) -> list[tuple[int, float]]:
-        """(document index, score) pairs, best first."""
+        """(document index, score) pairs, best first; the first `top_n` (None: all)."""
+        if top_n is not None and top_n < 0:
+            raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
         scores = self.score(query, documents)
         order = sorted(range(len(scores)), key=lambda index: -scores[index])
         return [(index, float(scores[index])) for index in order[: top_n or None]]
@@ -153,7 +172,7 @@ class Engine:
 
     def _cannot(self, what: str) -> InvalidRequestError:
         return InvalidRequestError(
-            f"this is a {self.kind} model; it cannot {what} (it serves "
+            f"this is {describe(self.kind)}; it cannot {what} (it serves "
             f"{', '.join(self.tasks.routes)})"
         )
 
@@ -164,6 +183,7 @@ class Engine:
     def close(self, timeout: float | None = None) -> bool:
         """Finish admitted work and stop the engine's threads; with a `timeout`, False if a
         runner was still busy when it passed (it is abandoned)."""
+        self._finalizer.detach()
         return self.core.close(timeout)
 
     def __enter__(self) -> Engine:
@@ -176,6 +196,16 @@ class Engine:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _release_unclosed(core: EngineCore, name: str) -> None:
+    warnings.warn(
+        f"a poolserve.Engine ({name}) was garbage-collected without close(); its threads are "
+        "stopping now. Use `with Engine(...) as engine:` or call engine.close()",
+        UserWarning,
+        stacklevel=2,
+    )
+    core.release()
 
 
 def _as_list(texts: str | Sequence[str]) -> list[str]:

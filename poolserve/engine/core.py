@@ -160,7 +160,8 @@ class EngineCore:
                 self._threads_started.append(thread)
                 runner.ready.result()
         except BaseException:
-            self.close()
+            # A failed load has ended its runner; an interrupt may leave one still loading.
+            self.close(timeout=1.0)
             raise
 
     def close(self, timeout: float | None = None) -> bool:
@@ -176,7 +177,7 @@ class EngineCore:
         stuck = [thread.name for thread in self._threads_started if thread.is_alive()]
         if stuck:
             logger.error(
-                "%s still busy after the %g s shutdown timeout; abandoning it",
+                "%s still busy after %g s of closing; abandoning it",
                 ", ".join(stuck),
                 timeout,
             )
@@ -185,6 +186,12 @@ class EngineCore:
                 item.group.fail(error)
         self.cpu.shutdown(wait=not stuck)
         return not stuck
+
+    def release(self) -> None:
+        """Stop without waiting (any thread, a garbage collector's finalizer included): the
+        runners finish what is queued and exit, the pool's idle threads exit."""
+        self._scheduler.close()
+        self.cpu.shutdown(wait=False)
 
     @property
     def runners(self) -> int:

@@ -26,6 +26,13 @@ KINDS: tuple[Kind, ...] = (
     "token_classifier",
 )
 
+
+def describe(kind: Kind) -> str:
+    """`an embedding model`, `a cross_encoder model`: the kind (as `--task` and the errors
+    name it) in a sentence."""
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} model"
+
+
 # The heads each kind runs; the first is its main one.
 HEADS: dict[Kind, tuple[Head, ...]] = {
     "embedding": ("embed", "token_embed"),

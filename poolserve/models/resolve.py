@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 from poolserve.errors import ModelLoadError
@@ -34,9 +35,14 @@ def default_model_dir() -> Path:
     return path
 
 
+def _bundled() -> bool:
+    """Whether the default model's package is installed (its hub id then names the copy)."""
+    return importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is not None
+
+
 def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
     """Return a local directory holding the model's files, downloading from the hub if needed."""
-    if model is None:
+    if model is None or (model == DEFAULT_MODEL_ID and revision is None and _bundled()):
         return default_model_dir()
     path = Path(model).expanduser()
     if path.is_dir():

@@ -82,7 +82,9 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     if config.api_keys:
         open_paths = frozenset({"/health"} if config.protect_metrics else {"/health", "/metrics"})
         app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys, open_paths=open_paths)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts every refusal
+    app.add_middleware(  # outermost: names and counts every request, refusals included
+        MetricsMiddleware, metrics=metrics, request_ids=app.state.serving.new_request_id
+    )
     install_error_handlers(app)
     for each in routers:
         app.include_router(each)

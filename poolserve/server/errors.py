@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from poolserve.errors import PoolserveError
+from poolserve.models.kinds import describe
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def _no_such_route(request: Request) -> str:
     if serving is None:
         return f"no route {request.url.path}"
     return (
-        f"{request.url.path} is not served here: the model is a {serving.engine.kind} model, "
+        f"{request.url.path} is not served here: the model is {describe(serving.engine.kind)}, "
         f"which serves {', '.join(serving.engine.tasks.routes)} "
         "(and /tokenize, /detokenize, /v1/models, /health, /version, /metrics)"
     )

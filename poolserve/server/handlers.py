@@ -13,6 +13,7 @@ from starlette.responses import Response
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.admission import ticket_of
 from poolserve.server.body import parse_body
+from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import json_response
 from poolserve.server.state import ServingState
@@ -93,7 +94,7 @@ async def serve_task(
         internal,
         model_name=state.model_name,
         pooling_params=params,
-        request_id=request.headers.get("x-request-id") or state.new_request_id(),
+        request_id=request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
         cost_meter=ticket,
     )
     timeout = _timeout(request, state, timeout)

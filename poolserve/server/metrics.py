@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -218,13 +218,26 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class MetricsMiddleware:
-    """Counts every HTTP request by route and status, and times it; at debug level, logs one
-    line per request (method, path, status, milliseconds, request id)."""
+# Where a request's id travels in its ASGI scope (set by `MetricsMiddleware`, the outermost).
+REQUEST_ID_KEY = "poolserve.request_id"
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+
+class MetricsMiddleware:
+    """Names every HTTP request (the client's `x-request-id`, or a new id, sent back on every
+    response, refusals included), counts it by route and status, and times it; at debug level,
+    logs one line per request (method, path, status, milliseconds, request id)."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, request_ids: Callable[[], str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.request_ids = request_ids
+
+    def _request_id(self, scope: Scope) -> str:
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id" and 0 < len(value) <= 200:
+                request_id: str = value.decode("latin-1")
+                return request_id
+        return self.request_ids()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -232,15 +245,16 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500
-        request_id = "-"
+        request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
 
         async def send_and_record(message: Message) -> None:
-            nonlocal status, request_id
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                for name, value in message.get("headers", ()):
-                    if name == b"x-request-id":
-                        request_id = value.decode("latin-1")
+                headers = list(message.get("headers", ()))
+                if not any(name == b"x-request-id" for name, _ in headers):
+                    headers.append((b"x-request-id", request_id.encode("latin-1")))
+                    message = {**message, "headers": headers}
             await send(message)
 
         try:

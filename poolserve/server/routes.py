@@ -95,24 +95,33 @@ async def detokenize(request: Request) -> Response:
     return await _answer_in_pool(request, DetokenizeRequest, _detokenize)
 
 
+def _model_card(state: ServingState, name: str) -> dict[str, object]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "poolserve",
+        "root": state.engine.name,
+        "max_model_len": state.engine.max_model_len,
+    }
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     state = state_of(request)
-    models = [
-        {
-            "id": name,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "poolserve",
-            "root": state.engine.name,
-            "max_model_len": state.engine.max_model_len,
-        }
-        for name in state.served_names
-    ]
+    models = [_model_card(state, name) for name in state.served_names]
     return json_response(orjson.dumps({"object": "list", "data": models}))
 
 
-@router.get("/health")
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(request: Request, model_id: str) -> Response:
+    """One served model (the OpenAI client's `models.retrieve`); 404 names the served ones."""
+    state = state_of(request)
+    state.check_model(model_id)
+    return json_response(orjson.dumps(_model_card(state, model_id)))
+
+
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> Response:
     if state_of(request).engine.alive:
         return json_response(b"{}")

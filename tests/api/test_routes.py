@@ -87,3 +87,51 @@ async def test_stats_count_the_work_done(client: httpx.AsyncClient) -> None:
     assert [runner["index"] for runner in runners] == list(range(len(runners)))
     assert all(runner["alive"] for runner in runners)
     assert sum(runner["items"] for runner in runners) == after["items"]
+
+
+async def test_head_health_for_load_balancers(client: httpx.AsyncClient) -> None:
+    response = await client.head("/health")
+    assert response.status_code == 200
+    assert response.content == b""
+
+
+async def test_retrieve_one_model(client: httpx.AsyncClient) -> None:
+    response = await client.get(f"/v1/models/{MODEL_ID}")
+    assert response.status_code == 200, response.text
+    card = response.json()
+    assert (card["id"], card["object"], card["max_model_len"]) == (MODEL_ID, "model", MAX_LEN)
+    response = await client.get("/v1/models/not-served")
+    assert response.status_code == 404
+    assert MODEL_ID in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/v1/embeddings", {"input": ""}, 400),
+        ("POST", "/v1/embeddings", {"input": "x", "model": "other"}, 404),
+        ("GET", "/no-such-route", None, 404),
+        ("GET", "/v1/embeddings", None, 405),
+        ("POST", "/v1/embeddings", {"input": ["x"] * 2049}, 413),
+        ("GET", "/health", None, 200),
+        ("POST", "/v1/embeddings", {"input": "x"}, 200),
+    ],
+)
+async def test_every_response_carries_a_request_id(
+    client: httpx.AsyncClient, method: str, path: str, body: Any, status: int
+) -> None:
+    response = await client.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    assert response.headers["x-request-id"]
+    response = await client.request(method, path, json=body, headers={"x-request-id": "mine-7"})
+    assert response.headers["x-request-id"] == "mine-7"
+    assert response.headers.get_list("x-request-id") == ["mine-7"]
+
+
+async def test_a_route_the_model_does_not_serve_says_what_it_is(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/classify", json={"input": "q"})
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    assert "the model is an embedding model, which serves /v1/embeddings" in message, message

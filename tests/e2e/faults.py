@@ -10,7 +10,8 @@ environment variable:
   (a request that blocks the runner for a known time, while the others stay fast);
 - `poison_id`, `poison`: batches holding token id `poison_id` raise; `poison` is `"error"`
   (RuntimeError: a failing batch) or `"fatal"` (a BaseException that is not an Exception: the
-  runner thread dies).
+  runner thread dies);
+- `load_delay`: seconds loading the model takes longer (a slow start, to interrupt).
 
 `FaultyBackend` is also used in-process by the API tests.
 """
@@ -63,6 +64,7 @@ class FaultyBackend:
         self.faults = faults
 
     def load(self) -> None:
+        time.sleep(float(self.faults.get("load_delay", 0.0)))
         self.inner.load()
 
     def executor(self) -> Callable[[Any, int], Sequence[Any]]:

@@ -52,6 +52,7 @@ def assert_refusals_say_when_to_retry(outcomes: list[Outcome]) -> None:
             assert isinstance(outcome.response, httpx.Response)
             error = assert_openai_error(outcome.response, 429)
             assert error["type"] == "rate_limit_error"
+            assert outcome.response.headers["x-request-id"]
             retry_after = outcome.response.headers["retry-after"]
             assert retry_after.isdigit() and int(retry_after) >= 1, retry_after
 

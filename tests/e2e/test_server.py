@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import server_env
+from tests.e2e.conftest import free_port, server_env
+from tests.e2e.faults import ENV as FAULTS_ENV
 from tests.reference import FP32_COSINE, MAX_LEN, MODEL_ID, Corpus, assert_close_vectors
 
 pytestmark = pytest.mark.slow  # a real server process
@@ -49,7 +55,10 @@ def test_malformed_json_over_the_socket(server_url: str) -> None:
 
 def test_serve_with_hub_id_offline_exits_cleanly() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "poolserve", "serve", "nonexistent-org/nonexistent-model"],
+        [
+            *(sys.executable, "-m", "poolserve", "serve", "nonexistent-org/nonexistent-model"),
+            *("--port", str(free_port())),
+        ],
         env=server_env(),
         capture_output=True,
         text=True,
@@ -62,3 +71,51 @@ def test_serve_with_hub_id_offline_exits_cleanly() -> None:
     assert "nonexistent-org/nonexistent-model" in output
     assert "offline" in output
     assert "Traceback" not in output
+
+
+def test_a_port_in_use_fails_at_once_in_one_line() -> None:
+    """The port is taken before the model loads: the error comes without loading anything."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "poolserve", "serve", "--port", str(port)],
+            env=server_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 1, output
+    assert len(output.splitlines()) == 1, output
+    assert f"cannot listen on 127.0.0.1:{port}" in output and "in use" in output, output
+
+
+def test_ctrl_c_while_the_model_loads_exits_with_one_line(tmp_path: Path) -> None:
+    """SIGINT during a (slowed) load: one line, exit 130, no traceback, no hang."""
+    log = tmp_path / "server.log"
+    env = {**server_env(), FAULTS_ENV: json.dumps({"load_delay": 600})}
+    command = [sys.executable, "-m", "tests.e2e.faults", "serve", "--port", str(free_port())]
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [*command, "--runners", "1", "--compile", "off"],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "loading" not in log.read_text():
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        code = process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    text = log.read_text()
+    assert code == 130, text
+    assert "interrupted while loading the model" in text, text
+    assert "Traceback" not in text, text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from dataclasses import replace
@@ -9,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from poolserve import __version__
-from poolserve.cli import build_parser, configs_from_args, main
+from poolserve.cli import build_parser, configs_from_args, main, parse_args
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 
 
@@ -22,7 +23,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def configs(*argv: str) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
     # The parser reads the environment when it is built, so build it after setting env vars.
-    return configs_from_args(build_parser().parse_args(["serve", *argv]))
+    return configs_from_args(parse_args(["serve", *argv]))
 
 
 def test_defaults_are_the_dataclass_defaults_but_the_server_compiles() -> None:
@@ -166,3 +167,87 @@ def test_serve_with_a_missing_model_exits_1_with_the_reason(
         assert main(["serve", "/nonexistent/model-dir", "--log-level", "error"]) == 1
     assert "cannot start" in caplog.text
     assert "/nonexistent/model-dir" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("argv", "accepted"),
+    [
+        (["--port", "99999"], "an integer from 1 to 65535"),
+        (["--port", "0"], "an integer from 1 to 65535"),
+        (["--max-model-len", "0"], "an integer from 1 up"),
+        (["--max-client-batch-size", "0"], "an integer from 1 up"),
+        (["--max-concurrent-requests", "0"], "an integer from 1 up"),
+        (["--max-queued-tokens", "0"], "an integer from 1 up"),
+        (["--max-request-bytes", "-5"], "an integer from 1 up"),
+        (["--request-timeout", "0"], "a number of seconds above 0"),
+        (["--request-timeout", "nan"], "a number of seconds above 0"),
+        (["--max-batch-size", "0"], "an integer from 1 up"),
+        (["--max-batch-tokens", "0"], "an integer from 1 up"),
+        (["--shutdown-timeout", "-1"], "an integer from 0 up"),
+        (["--torch-threads", "0"], "an integer from 1 up"),
+        (["--runners", "0"], "an integer from 1 up"),
+        (["--cpu-workers", "0"], "an integer from 1 up"),
+        (["--single-thread-tokens", "-1"], "an integer from 0 up"),
+        (["--log-level", "foo"], "one of critical, error, warning, info, debug"),
+    ],
+)
+def test_settings_out_of_range_are_refused_in_one_line(
+    argv: list[str], accepted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        configs(*argv)
+    assert caught.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1, error
+    assert f"argument {argv[0]}: {argv[1]!r} is not {accepted}" in error, error
+
+
+def test_a_bad_variable_is_named_and_a_flag_overrides_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POOLSERVE_PORT", "99999")
+    monkeypatch.setenv("POOLSERVE_DTYPE", "float8")
+    with pytest.raises(SystemExit):
+        configs()
+    error = capsys.readouterr().err
+    assert "POOLSERVE_PORT='99999' is not an integer from 1 to 65535" in error, error
+    model, _, server = configs("--port", "9000", "--dtype", "float32")
+    assert (server.port, model.dtype) == (9000, "float32")
+    with pytest.raises(SystemExit) as caught:  # --version never reads the variables
+        parse_args(["--version"])
+    assert caught.value.code == 0
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", ""])
+def test_a_boolean_variable_must_say_yes_or_no(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    monkeypatch.setenv("POOLSERVE_ACCESS_LOG", value)
+    with pytest.raises(SystemExit) as caught:
+        configs()
+    assert caught.value.code == 2
+    error = capsys.readouterr().err
+    assert f"POOLSERVE_ACCESS_LOG={value!r} is not a boolean" in error, error
+    assert configs("--no-access-log")[2].access_log is False
+
+
+def test_serve_help_shows_every_default_and_explains_every_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--host", "--port", "--log-level", "--device", "--revision", "--access-log"):
+        assert flag in text
+    serve = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    ).choices["serve"]
+    undocumented = [
+        action.option_strings or action.dest
+        for action in serve._actions
+        if not action.help and action.dest != "help"
+    ]
+    assert undocumented == []
+    assert "(default: 8000)" in text and "(default: 262144)" in text

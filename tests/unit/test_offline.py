@@ -126,3 +126,88 @@ def test_concurrent_callers_get_their_own_results(engine: Any, corpus: Corpus) -
         thread.join(60)
     for index in range(6):
         assert_close_vectors(results[index], corpus.ref_within[index::6], FP32_COSINE)
+
+
+def test_an_engine_that_fails_after_start_up_leaves_no_thread_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import poolserve.offline
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("building the tasks failed")
+
+    before = {thread.ident for thread in threading.enumerate()}
+    monkeypatch.setattr(poolserve.offline, "build_tasks", broken)
+    with pytest.raises(RuntimeError, match="building the tasks failed"):
+        Engine(model_config=ModelConfig(dtype="float32"))
+    left = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread.ident not in before and thread.name.startswith("poolserve")
+    ]
+    assert left == [], left
+
+
+def test_an_interrupt_while_tokenizing_fails_the_request_instead_of_hanging(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something that is not an Exception (here a KeyboardInterrupt) raised while a chunk is
+    prepared fails its request with a clear error; the engine goes on serving."""
+    from poolserve.errors import EngineUnavailableError
+
+    task = engine.embed_task
+
+    def interrupted(*args: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(task, "preprocess", interrupted)
+    with pytest.raises(EngineUnavailableError, match="stopped while preparing"):
+        engine.embed(["one", "two"])
+    monkeypatch.undo()
+    assert engine.embed(["still serving"]).shape == (1, DIM)
+
+
+def test_the_model_path_is_never_ignored() -> None:
+    from poolserve.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="/nonexistent"):
+        Engine("/nonexistent", model_config=ModelConfig(dtype="float32"))
+    with pytest.raises(ValueError, match="two models given"):
+        Engine("/one", model_config=ModelConfig(model="/other"))
+
+
+def test_the_default_models_hub_id_names_the_bundled_copy() -> None:
+    from poolserve.models.resolve import DEFAULT_MODEL_ID, default_model_dir, resolve_model_dir
+
+    assert resolve_model_dir(DEFAULT_MODEL_ID) == default_model_dir()
+
+
+def test_rerank_refuses_a_negative_top_n(cross_encoder_dir: Any) -> None:
+    config = EngineConfig(cpu_workers=1)
+    with Engine(str(cross_encoder_dir), engine_config=config) as reranker:
+        documents = ["bread is baked", "the sea is wide", "dough rises"]
+        with pytest.raises(InvalidRequestError, match="top_n must be 0 or more"):
+            reranker.rerank("bread", documents, top_n=-1)
+        assert len(reranker.rerank("bread", documents, top_n=0)) == 3
+        assert [i for i, _ in reranker.rerank("bread", documents, top_n=2)] == [
+            i for i, _ in reranker.rerank("bread", documents)[:2]
+        ]
+
+
+def test_an_engine_dropped_without_close_lets_its_threads_go_and_says_so() -> None:
+    import gc
+
+    before = {thread.ident for thread in threading.enumerate()}
+    engine = Engine(model_config=ModelConfig(dtype="float32"), engine_config=EngineConfig())
+    started = [
+        thread
+        for thread in threading.enumerate()
+        if thread.ident not in before and thread.name.startswith("poolserve")
+    ]
+    assert started, "the engine should have started its threads"
+    with pytest.warns(UserWarning, match="garbage-collected without close"):
+        del engine
+        gc.collect()
+    for thread in started:
+        thread.join(30)
+        assert not thread.is_alive(), thread.name

@@ -1,0 +1,112 @@
+"""Flag values: range checks, and defaults read from `POOLSERVE_*` environment variables.
+
+A variable's value becomes the flag's default as a string (`EnvValue`). argparse converts a
+string default only when the flag is not given, so a flag always wins over a bad variable, and
+`--version` or `--help` never read one. Each converter checks the range and says, in one line,
+what is accepted and where the bad value came from (the flag, or the variable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+
+
+class EnvValue(str):
+    """A flag's default as read from its environment variable."""
+
+    variable: str
+
+    def __new__(cls, value: str, variable: str) -> EnvValue:
+        text = super().__new__(cls, value)
+        text.variable = variable
+        return text
+
+
+def variable(flag: str) -> str:
+    """`--max-batch-size` → `POOLSERVE_MAX_BATCH_SIZE`."""
+    return "POOLSERVE_" + flag.removeprefix("--").upper().replace("-", "_")
+
+
+def env_default(flag: str, default: Any) -> Any:
+    """The flag's default: its variable's value if set (converted later, by the flag's type)."""
+    name = variable(flag)
+    value = os.environ.get(name)
+    return default if value is None else EnvValue(value, name)
+
+
+def env_list(flag: str) -> tuple[str, ...] | None:
+    """A list-valued flag's default from its variable (comma- or space-separated)."""
+    value = os.environ.get(variable(flag))
+    if value is None:
+        return None
+    return tuple(part for part in value.replace(",", " ").split() if part)
+
+
+def _refuse(text: str, accepted: str) -> argparse.ArgumentTypeError:
+    source = f"{text.variable}={text!r}" if isinstance(text, EnvValue) else repr(text)
+    return argparse.ArgumentTypeError(f"{source} is not {accepted}")
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer from `low` (to `high`)."""
+    accepted = f"an integer from {low}" + (f" to {high}" if high is not None else " up")
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise _refuse(text, accepted) from None
+        if value < low or (high is not None and value > high):
+            raise _refuse(text, accepted)
+        return value
+
+    return convert
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0."""
+    accepted = "a number of seconds above 0"
+    try:
+        value = float(text)
+    except ValueError:
+        raise _refuse(text, accepted) from None
+    if not (math.isfinite(value) and value > 0):
+        raise _refuse(text, accepted)
+    return value
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """One of `choices` (any case)."""
+
+    def convert(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise _refuse(text, "one of " + ", ".join(choices))
+        return value
+
+    return convert
+
+
+def boolean(value: bool | str) -> bool:
+    """A boolean flag's value: as given, or its variable's text (1/0, true/false, yes/no,
+    on/off)."""
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise _refuse(value, "a boolean (1/0, true/false, yes/no, on/off)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with errors in one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
