@@ -303,7 +303,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     from poolserve.engine.core import torch_backend
     from poolserve.offline import Engine
     from poolserve.server import create_app
-    from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer
+    from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
     logger.info("loading %s", model_config.model or "the bundled default model")
     try:
@@ -350,7 +350,10 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     gc.freeze()
     server.run(sockets=[listener])
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(shutdown_signal, _exit_now)
+        signal.signal(
+            shutdown_signal,
+            lambda signum, frame: exit_now(signum, f"{signal.Signals(signum).name} while closing"),
+        )
     closed = engine.close(timeout=grace.seconds_left())
     if not closed:
         # A runner is stuck in a forward pass: its thread would keep the process alive.
@@ -373,11 +376,6 @@ def listen(host: str, port: int) -> socket.socket:
         listener.close()
         raise
     return listener
-
-
-def _exit_now(signum: int, frame: object) -> None:
-    os.write(2, f"poolserve: {signal.Signals(signum).name} while closing: exiting now\n".encode())
-    os._exit(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None, *, backend: BackendFactory | None = None) -> int:

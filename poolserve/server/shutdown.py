@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from types import FrameType
+from typing import NoReturn
 
 import uvicorn
 
@@ -46,14 +47,16 @@ class GracePeriod:
         if not over.done():
             over.set_result(None)
 
-    @property
-    def started(self) -> bool:
-        return self._ends_at is not None
-
     def seconds_left(self) -> float:
         """Of the whole shutdown (grace period and closing), from now."""
         ends_at = self._ends_at if self._ends_at is not None else time.monotonic() + self.seconds
         return max(0.0, ends_at + CLOSING_SECONDS - time.monotonic())
+
+
+def exit_now(sig: int, why: str) -> NoReturn:
+    """End the process at once (from a signal handler): one line on stderr, exit 128 + sig."""
+    os.write(2, f"poolserve: {why}: exiting now\n".encode())
+    os._exit(128 + sig)
 
 
 class GracefulServer(uvicorn.Server):
@@ -66,8 +69,7 @@ class GracefulServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.should_exit:
-            os.write(2, f"poolserve: second {signal.Signals(sig).name}: exiting now\n".encode())
-            os._exit(128 + sig)
+            exit_now(sig, f"second {signal.Signals(sig).name}")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not serving yet

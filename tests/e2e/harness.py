@@ -94,6 +94,7 @@ class Server:
         """Read the server's log until `text` shows up in it."""
         deadline = time.monotonic() + timeout
         while text not in self.output():
+            assert self.process.poll() is None, f"exited before logging {text!r}:\n{self.output()}"
             assert time.monotonic() < deadline, f"{text!r} not logged in {timeout} s"
             time.sleep(0.02)
 

@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 
 from tests.e2e.conftest import free_port, server_env
 from tests.e2e.faults import ENV as FAULTS_ENV
+from tests.e2e.harness import Server
 from tests.reference import FP32_COSINE, MAX_LEN, MODEL_ID, Corpus, assert_close_vectors
 
 pytestmark = pytest.mark.slow  # a real server process
@@ -105,10 +105,7 @@ def test_ctrl_c_while_the_model_loads_exits_with_one_line(tmp_path: Path) -> Non
             cwd=Path(__file__).resolve().parents[2],
         )
     try:
-        deadline = time.monotonic() + 60
-        while "loading" not in log.read_text():
-            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
-            time.sleep(0.05)
+        Server(process, "", log).wait_for_output("loading", timeout=60)
         process.send_signal(signal.SIGINT)
         code = process.wait(30)
     finally:
