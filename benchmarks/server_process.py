@@ -65,7 +65,9 @@ def running_process(
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
                     break
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, OSError):
+                # Refused before it listens; a read timeout while it loads (poolserve takes its
+                # port first, so the connection waits in the backlog until it serves).
                 if time.monotonic() > deadline:
                     raise TimeoutError("server did not become healthy") from None
                 time.sleep(0.2)
