@@ -36,6 +36,12 @@ pytestmark = pytest.mark.slow
 # CPU a single callback may use on the loop. Parsing a small body inline and routing cost well
 # under a millisecond; anything near this is CPU work that belongs in the pool.
 MAX_CALLBACK_CPU = 0.005
+# A busy shared VM charges a thread for time its virtual CPU was taken away (steal), so one cheap
+# callback in thousands can show a few milliseconds it did not use (CI once saw an 8 ms timer
+# tick). A few such lone spikes are tolerated, each under this; real work on the loop is larger
+# and repeats (the large request's response alone takes ~30 ms to build, tokenizing it seconds).
+MAX_SPIKE_CPU = 0.020
+MAX_SPIKES = 2
 LARGE_INPUTS = 2000
 SMALL_REQUESTS = 200
 
@@ -170,9 +176,11 @@ def test_no_callback_on_the_loop_does_cpu_work_under_a_heavy_mix(
         (item for item in timed_callbacks.slowest if item[0] > MAX_CALLBACK_CPU), reverse=True
     )
     asyncio_warnings = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
-    assert not too_slow, (
+    lone_spikes = len(too_slow) <= MAX_SPIKES and all(s < MAX_SPIKE_CPU for s, _ in too_slow)
+    assert not too_slow or lone_spikes, (
         f"{len(too_slow)} callbacks on the event loop used more than "
-        f"{MAX_CALLBACK_CPU * 1000:.0f} ms of CPU; slowest first:\n"
+        f"{MAX_CALLBACK_CPU * 1000:.0f} ms of CPU (tolerated: {MAX_SPIKES} lone spikes under "
+        f"{MAX_SPIKE_CPU * 1000:.0f} ms); slowest first:\n"
         + "\n".join(f"{seconds * 1000:.1f} ms: {name}" for seconds, name in too_slow[:10])
         + f"\n(garbage collection on the loop, not counted above: "
         f"{timed_callbacks.gc_seconds * 1000:.1f} ms in all)"
