@@ -22,8 +22,9 @@ class PoolserveError(Exception):
         self.headers = headers
 
 
-class InvalidRequestError(PoolserveError):
-    """The request is malformed or asks for something impossible (400)."""
+class InvalidRequestError(PoolserveError, ValueError):
+    """The request is malformed or asks for something impossible (400); in Python, a
+    ValueError."""
 
     status = 400
     error_type = "invalid_request_error"

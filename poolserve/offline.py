@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 
@@ -89,7 +89,7 @@ class Engine:
         (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
         (special tokens kept), -1 to the model's maximum.
         """
-        inputs = _as_list(texts)
+        inputs = _texts(texts, "texts")
         params = self.pooling_params(
             normalize=normalize,
             dimensions=dimensions,
@@ -112,23 +112,26 @@ class Engine:
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
         )
-        request = ClassifyRequest(_as_list(texts))
+        request = ClassifyRequest(_texts(texts, "texts"))
         return run_sync(self.core, task, ServeContext(request, self.name, params))
 
     def score(
         self,
         queries: str | Sequence[str],
-        documents: str | Sequence[str],
+        documents: str | Sequence[Document],
         *,
         use_activation: bool = True,
         truncate_prompt_tokens: int | None = None,
         max_tokens_per_doc: int | None = None,
     ) -> np.ndarray:
-        """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them."""
+        """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them.
+
+        A document is a string or a mapping with a `text` key (as the rerank APIs send them).
+        """
         task = self.tasks.score
         if task is None:
             raise self._cannot("score")
-        query_list, document_list = _as_list(queries), _as_list(documents)
+        query_list, document_list = _texts(queries, "queries"), _texts(documents, "documents")
         request = ScoreRequest(
             queries=query_list,
             documents=document_list,
@@ -141,9 +144,13 @@ class Engine:
         return run_sync(self.core, task, ServeContext(request, self.name, params))
 
     def rerank(
-        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+        self, query: str, documents: Sequence[Document], *, top_n: int | None = None
     ) -> list[tuple[int, float]]:
-        """(document index, score) pairs, best first; the first `top_n` (None: all)."""
+        """(document index, score) pairs, best first; the first `top_n` (None: all).
+
+        A document is a string or a mapping with a `text` key."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
         if top_n is not None and top_n < 0:
             raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
         scores = self.score(query, documents)
@@ -171,9 +178,19 @@ class Engine:
         )
 
     def _cannot(self, what: str) -> InvalidRequestError:
+        methods = [
+            name
+            for name, task in (
+                ("embed", self.tasks.embed),
+                ("classify", self.tasks.classify),
+                ("score", self.tasks.score),
+                ("rerank", self.tasks.score),
+            )
+            if task is not None
+        ]
         return InvalidRequestError(
-            f"this is {describe(self.kind)}; it cannot {what} (it serves "
-            f"{', '.join(self.tasks.routes)})"
+            f"{self.name} is {describe(self.kind)}; it cannot {what} (its methods: "
+            f"{', '.join(methods) or 'none of embed, classify, score, rerank'})"
         )
 
     @property
@@ -208,8 +225,23 @@ def _release_unclosed(core: EngineCore, name: str) -> None:
     core.release()
 
 
-def _as_list(texts: str | Sequence[str]) -> list[str]:
-    inputs = [texts] if isinstance(texts, str) else list(texts)
+Document = str | Mapping[str, str]
+
+
+def _texts(texts: str | Sequence[Document], argument: str) -> list[str]:
+    """The argument as a list of strings: one string is one text; a mapping with a `text` key
+    (a rerank document) is its text; anything else is a TypeError naming where it is."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
+        raise TypeError(f"{argument} must be a str or a list of str, got {type(texts).__name__}")
+    inputs: list[str] = []
+    for index, item in enumerate(texts):
+        text = item.get("text") if isinstance(item, Mapping) and argument == "documents" else item
+        if not isinstance(text, str):
+            shape = "a str or a mapping with a 'text' str" if argument == "documents" else "a str"
+            raise TypeError(f"{argument}[{index}] must be {shape}, got {type(text).__name__}")
+        inputs.append(text)
     if not inputs:
-        raise InvalidRequestError("texts is empty; pass at least one text")
+        raise InvalidRequestError(f"{argument} is empty; pass at least one text")
     return inputs

@@ -14,6 +14,10 @@ from tokenizers import Encoding, Tokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head
 
+# A token spans at most this many characters in anything but pathological text (long runs of
+# spaces, which `TextTokenizer.leading_tokens` still handles exactly).
+CHARS_PER_TOKEN = 64
+
 
 @dataclass(frozen=True)
 class TokenizedText:
@@ -68,10 +72,31 @@ class TextTokenizer:
 
     def cut_text(self, text: str, max_tokens: int) -> str:
         """The prefix of `text` that holds its first `max_tokens` tokens (no special tokens)."""
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        if max_tokens <= 0:
+            return ""
+        encoding = self.leading_tokens(text, max_tokens)
         if len(encoding.ids) <= max_tokens:
             return text
-        return text[: encoding.offsets[max_tokens - 1][1]] if max_tokens > 0 else ""
+        return text[: encoding.offsets[max_tokens - 1][1]]
+
+    def leading_tokens(self, text: str, more_than: int) -> Encoding:
+        """The tokens of `text` (no special tokens), or of a prefix of it that already has more
+        than `more_than`: a long text is decided from its first CHARS_PER_TOKEN x `more_than`
+        characters, so a 1 MB text costs no more than its first few kilobytes.
+
+        The prefix ends at a whitespace, where every tokenizer of this field starts a new
+        token, so its tokens are the first tokens of the whole text. A text whose prefix has
+        few tokens (long runs of spaces) or no whitespace is tokenized whole: its length is
+        bounded by the request's size, and nothing that fits is ever refused or cut.
+        """
+        limit = CHARS_PER_TOKEN * max(more_than, 1)
+        if len(text) > limit:
+            cut = max(text.rfind(space, 0, limit) for space in " \n\t")
+            if cut > 0:
+                prefix = self._tokenizer.encode(text[:cut], add_special_tokens=False)
+                if len(prefix.ids) > more_than:
+                    return prefix
+        return self._tokenizer.encode(text, add_special_tokens=False)
 
     def _truncate(
         self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool

@@ -14,7 +14,7 @@ from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError
 from poolserve.models.dense import build_dense, load_linear_head
 from poolserve.models.device import choose_device, choose_dtype
-from poolserve.models.kinds import HEADS, Head, Kind, detect_kind
+from poolserve.models.kinds import HEADS, Head, Kind, describe, detect_kind
 from poolserve.models.layout import ModelLayout, read_layout
 from poolserve.models.module import PoolingModule
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
@@ -37,6 +37,8 @@ class ModelSpec:
     tokenizer_json: str
     device: torch.device
     dtype: torch.dtype
+    # The task that forced the kind, None where the kind was detected.
+    forced_task: str | None = None
 
     @property
     def heads(self) -> tuple[Head, ...]:
@@ -99,6 +101,7 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
         tokenizer_json=tokenizer_json,
         device=device,
         dtype=dtype,
+        forced_task=config.task if config.task not in (None, "auto") else None,
     )
 
 
@@ -114,15 +117,64 @@ def _backbone_class(kind: Kind) -> Any:
     return classes.get(kind, transformers.AutoModel)
 
 
+# Weights a backbone may lack because nothing poolserve runs reads them: an embedding model's
+# pooler (its output is never used; many checkpoints are saved without one).
+_UNUSED_WHEN_MISSING: dict[Kind, tuple[str, ...]] = {
+    "embedding": ("pooler.",),
+    "late_interaction": ("pooler.",),
+}
+
+
+def _refuse_untrained(spec: ModelSpec, loading_info: dict[str, Any]) -> None:
+    """Raise if transformers had to initialise any layer poolserve would run at random: a head
+    the checkpoint lacks (an embedding model forced to `task="score"`) or one whose shape differs.
+    """
+    unused = _UNUSED_WHEN_MISSING.get(spec.kind, ())
+    missing = sorted(
+        key for key in loading_info.get("missing_keys", ()) if not key.startswith(unused)
+    )
+    mismatched = sorted(str(entry[0]) for entry in loading_info.get("mismatched_keys", ()))
+    if not missing and not mismatched:
+        return
+    shown = ", ".join((missing + mismatched)[:4]) + (
+        f" and {len(missing) + len(mismatched) - 4} more" if len(missing + mismatched) > 4 else ""
+    )
+    what = "lacks" if missing else "has differently shaped"
+    raise ModelLoadError(
+        f"{spec.layout.directory} {what} the weights {describe(spec.kind)} needs ({shown}); "
+        f"they would be random. It was read as {describe(spec.kind)}"
+        + (f" because task={spec.forced_task!r} was asked for" if spec.forced_task else "")
+        + f"; its checkpoint is a {spec.layout.architecture}"
+    )
+
+
+def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
+    """The transformers model of the spec's kind, refusing randomly initialised layers, without
+    transformers' progress bar (a notebook would print it on every Engine())."""
+    from transformers.utils import logging as transformers_logging
+
+    bar_was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        backbone, loading_info = _backbone_class(spec.kind).from_pretrained(
+            str(spec.layout.directory),
+            dtype=spec.dtype,
+            attn_implementation="sdpa",
+            output_loading_info=True,
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the model from {spec.layout.directory}: {exc}") from exc
+    finally:
+        if bar_was_on:
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+    _refuse_untrained(spec, loading_info)
+    return backbone  # type: ignore[no-any-return]
+
+
 def load_module(spec: ModelSpec) -> PoolingModule:
     """Load the weights and build the module on the spec's device (call on the runner thread)."""
     layout = spec.layout
-    try:
-        backbone = _backbone_class(spec.kind).from_pretrained(
-            str(layout.directory), dtype=spec.dtype, attn_implementation="sdpa"
-        )
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the model from {layout.directory}: {exc}") from exc
+    backbone = _from_pretrained(spec)
     dense: list[torch.nn.Module] = [build_dense(dense_spec) for dense_spec in layout.dense]
     if spec.kind == "late_interaction" and not dense:
         dense = [load_linear_head(layout.directory)]

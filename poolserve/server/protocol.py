@@ -51,15 +51,15 @@ class InputRequest(WireModel):
     def _not_empty(
         cls, value: str | list[str] | list[int] | list[list[int]]
     ) -> str | list[str] | list[int] | list[list[int]]:
+        # Empty and whitespace-only texts are refused where every entrance meets them (when
+        # tokenized, in the CPU pool), with the same message from HTTP and Python.
         if isinstance(value, str):
-            if not value:
-                raise ValueError("must not be an empty string; send at least one character")
             return value
         if not value:
             raise ValueError("must not be an empty list; send at least one input")
         for index, item in enumerate(value):
-            if isinstance(item, str | list) and not item:
-                raise ValueError(f"item {index} is empty; every input needs content")
+            if isinstance(item, list) and not item:
+                raise ValueError(f"item {index} is an empty list of token ids")
         return value
 
     def inputs(self) -> list[str] | list[list[int]]:
@@ -107,9 +107,8 @@ class SparseEmbedRequest(WireModel):
     @field_validator("inputs")
     @classmethod
     def _not_empty(cls, value: str | list[str]) -> str | list[str]:
-        texts = [value] if isinstance(value, str) else value
-        if not texts or any(not text for text in texts):
-            raise ValueError("send at least one input, and no empty ones")
+        if not value and isinstance(value, list):
+            raise ValueError("send at least one input")
         return value
 
 
@@ -132,8 +131,6 @@ class ScoreRequest(WireModel):
             raise ValueError("send `queries` and `documents` (or `text_1` and `text_2`)")
         queries = [first] if isinstance(first, str) else first
         documents = [second] if isinstance(second, str) else second
-        if any(not text for text in (*queries, *documents)):
-            raise ValueError("queries and documents must not be empty strings")
         return queries, documents
 
 
@@ -145,7 +142,7 @@ class RerankRequest(WireModel):
     """`POST /rerank`, `/v1/rerank`, `/v2/rerank` (Jina / Cohere shape)."""
 
     model: StrictStr | None = None
-    query: StrictStr = Field(min_length=1)
+    query: StrictStr
     documents: list[StrictStr | RerankDocument] = Field(min_length=1)
     top_n: Annotated[StrictInt, Field(ge=0)] | None = None
     return_documents: StrictBool = True
@@ -154,10 +151,7 @@ class RerankRequest(WireModel):
     use_activation: StrictBool | None = None
 
     def document_texts(self) -> list[str]:
-        texts = [doc if isinstance(doc, str) else doc.text for doc in self.documents]
-        if any(not text for text in texts):
-            raise ValueError("documents must not be empty strings")
-        return texts
+        return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
 
 
 class TokenizeRequest(WireModel):

@@ -4,12 +4,12 @@ enforce the model's length limit."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.engine.tokenizer import CHARS_PER_TOKEN, TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
 from poolserve.tasks.base import PoolingParams, ServeContext
@@ -62,37 +62,50 @@ def resolve_pooling_params(
     )
 
 
-def too_long_message(index: int, length: int, max_model_len: int) -> str:
-    return (
-        f"input {index} has {length} tokens, but the model accepts at most {max_model_len}; "
-        "shorten it, or pass `truncate_prompt_tokens` (a number of tokens, or -1 for the "
-        "model's maximum) to cut it"
-    )
+TO_CUT_IT = "shorten it, or pass `truncate_prompt_tokens` (-1 for the model's maximum) to cut it"
 
 
-# A token spans at most this many characters in anything but pathological text, so an input
-# longer than max_model_len x this cannot fit the model: it is refused (or, when truncation was
-# asked for, cut) before the tokenizer spends time on it.
-CHARS_PER_TOKEN_CAP = 64
+def param_of(where: str) -> str:
+    """The request field an input's name points into: "documents[2]" -> "documents"."""
+    return where.split("[")[0].split(" ")[0]
 
 
-def bound_text(text: str, index: int, max_model_len: int, truncating: bool) -> str:
-    cap = max_model_len * CHARS_PER_TOKEN_CAP
-    if len(text) <= cap:
+def bound_text(
+    tokenizer: TextTokenizer, text: str, where: str, max_model_len: int, truncating: bool
+) -> str:
+    """The text to tokenize for the input `where` names ("input 3", "documents[2]").
+
+    One rule for every entrance: an empty or whitespace-only input has nothing to embed and is
+    refused. A text too long for the model is refused or, when truncating, cut to a prefix that
+    holds its first tokens, decided from a bounded prefix (`TextTokenizer.leading_tokens`)."""
+    if not text.strip():
+        raise InvalidRequestError(
+            f"{where} is {'empty' if not text else 'only whitespace'}; every input "
+            "needs some text (remove it, or send its text)",
+            param=param_of(where),
+        )
+    if len(text) <= max_model_len * CHARS_PER_TOKEN:
+        return text
+    leading = tokenizer.leading_tokens(text, max_model_len)
+    if len(leading.ids) <= max_model_len:
         return text
     if truncating:
-        return text[:cap]
+        return text[: leading.offsets[-1][1]]
     raise InputTooLongError(
-        f"input {index} has {len(text)} characters, far more than the model's {max_model_len} "
-        f"tokens can hold (at most {cap} characters are accepted); shorten it, or pass "
-        "`truncate_prompt_tokens` (-1 for the model's maximum) to cut it",
-        param="input",
+        f"{where} has more than {max_model_len} tokens ({len(leading.ids)} in its first "
+        f"{leading.offsets[-1][1]} characters), but the model accepts at most {max_model_len}; "
+        + TO_CUT_IT,
+        param=param_of(where),
     )
 
 
-def check_length(length: int, index: int, max_model_len: int) -> None:
+def check_length(length: int, where: str, max_model_len: int) -> None:
     if length > max_model_len:
-        raise InputTooLongError(too_long_message(index, length, max_model_len), param="input")
+        raise InputTooLongError(
+            f"{where} has {length} tokens, but the model accepts at most {max_model_len}; "
+            + TO_CUT_IT,
+            param=param_of(where),
+        )
 
 
 def tokenize_inputs(
@@ -103,6 +116,7 @@ def tokenize_inputs(
     truncate: int | None,
     max_model_len: int,
     head: Head,
+    name: Callable[[int], str] = "input {}".format,
 ) -> list[TokenizedText]:
     """Tokenize texts (special tokens added) or check token-id lists (used as given).
 
@@ -111,7 +125,7 @@ def tokenize_inputs(
     if inputs and isinstance(inputs[0], str):
         truncating = truncate is not None
         texts = [
-            bound_text(str(text), start + offset, max_model_len, truncating)
+            bound_text(tokenizer, str(text), name(start + offset), max_model_len, truncating)
             for offset, text in enumerate(inputs)
         ]
         id_lists = tokenizer.encode_batch(texts, truncate_to=truncate)
@@ -122,7 +136,7 @@ def tokenize_inputs(
         if truncate is not None:
             id_lists = [ids[:truncate] for ids in id_lists]
     for offset, ids in enumerate(id_lists):
-        check_length(len(ids), start + offset, max_model_len)
+        check_length(len(ids), name(start + offset), max_model_len)
     return [TokenizedText(ids, None, head) for ids in id_lists]
 
 

@@ -11,7 +11,7 @@ Pairs are formed 1:1, 1:N (one query, N documents) or N:N (zipped).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ import orjson
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.tasks.base import ServeContext, list_response, usage
-from poolserve.tasks.inputs import CHARS_PER_TOKEN_CAP, bound_text, l2_normalize, tokenize_inputs
+from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,19 @@ def _texts(request: ScoreRequest) -> list[str]:
     return [*request.queries, *request.documents]
 
 
+def text_namer(request: ScoreRequest) -> Callable[[int], str]:
+    """Names an index into `_texts(request)` as the request does: "queries[0]" ("query" for a
+    rerank), "documents[3]"."""
+    queries = len(request.queries)
+
+    def name(index: int) -> str:
+        if index >= queries:
+            return f"documents[{index - queries}]"
+        return "query" if request.rerank is not None else f"queries[{index}]"
+
+    return name
+
+
 def _cut_documents(
     request: ScoreRequest, tokenizer: TextTokenizer, start: int, texts: Sequence[str]
 ) -> list[str]:
@@ -85,9 +98,7 @@ def _cut_documents(
         return list(texts)
     queries = len(request.queries)
     return [
-        text
-        if start + offset < queries
-        else tokenizer.cut_text(text[: limit * CHARS_PER_TOKEN_CAP], limit)
+        text if start + offset < queries else tokenizer.cut_text(text, limit)
         for offset, text in enumerate(texts)
     ]
 
@@ -109,18 +120,22 @@ class CrossEncoderScorer:
     ) -> list[TokenizedText]:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         limit, truncating = request.max_tokens_per_doc, truncate is not None
+        name, queries = text_namer(request), len(request.queries)
 
-        def bounded(text: str, index: int) -> str:
-            return bound_text(text, index, self.max_model_len, truncating or limit is not None)
+        def bounded(index: int) -> str:
+            """Query or document `index` of `_texts(request)`, checked as every input is."""
+            text = request.queries[index] if index < queries else request.documents[index - queries]
+            cutting = truncating or limit is not None
+            return bound_text(tokenizer, text, name(index), self.max_model_len, cutting)
 
         texts = [
             (
-                bounded(request.queries[query], start + offset),
-                bounded(request.documents[doc], start + offset)
+                bounded(query),
+                bounded(queries + doc)
                 if limit is None
-                else tokenizer.cut_text(bounded(request.documents[doc], start + offset), limit),
+                else tokenizer.cut_text(bounded(queries + doc), limit),
             )
-            for offset, (query, doc) in enumerate(inputs)
+            for query, doc in inputs
         ]
         encoded = tokenizer.encode_pairs(texts, truncate_to=truncate)
         for offset, (ids, _) in enumerate(encoded):
@@ -167,6 +182,7 @@ class BiEncoderScorer(_EachTextOnce):
             truncate=truncate,
             max_model_len=self.max_model_len,
             head="embed",
+            name=text_namer(request),
         )
 
     def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
@@ -220,6 +236,7 @@ class LateInteractionScorer(_EachTextOnce):
                 truncate=truncate,
                 max_model_len=self.max_model_len,
                 head="token_embed",
+                name=text_namer(request),
             )
             ids = tokenized.input_ids
             if marker is not None:

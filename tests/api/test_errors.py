@@ -22,9 +22,10 @@ def long_text(tokenizer: Any, n: int = 300) -> str:
 
 BAD_BODIES: list[tuple[str, Any, list[str], str | None]] = [
     # (case id, JSON body, words the message must contain, param)
-    ("empty string", {"input": ""}, ["empty string"], "input"),
+    ("empty string", {"input": ""}, ["input 0 is empty"], "input"),
     ("empty list", {"input": []}, ["empty list"], "input"),
-    ("list with empty string", {"input": ["ok", ""]}, ["item 1", "empty"], "input"),
+    ("list with empty string", {"input": ["ok", ""]}, ["input 1 is empty"], "input"),
+    ("whitespace only", {"input": ["ok", " \t\n"]}, ["input 1 is only whitespace"], "input"),
     ("list with empty id list", {"input": [[101, 102], []]}, ["item 1", "empty"], "input"),
     (
         "bad encoding_format",

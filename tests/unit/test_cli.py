@@ -12,6 +12,7 @@ import pytest
 from poolserve import __version__
 from poolserve.cli import build_parser, configs_from_args, main, parse_args
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from tests.e2e.conftest import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -167,6 +168,20 @@ def test_serve_with_a_missing_model_exits_1_with_the_reason(
         assert main(["serve", "/nonexistent/model-dir", "--log-level", "error"]) == 1
     assert "cannot start" in caplog.text
     assert "/nonexistent/model-dir" in caplog.text
+
+
+def test_serve_with_a_task_the_checkpoint_has_no_weights_for_exits_1(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    argv = ["serve", "--task", "score", "--port", str(free_port()), "--log-level", "error"]
+    with caplog.at_level(logging.ERROR, logger="poolserve"):
+        assert main(argv) == 1
+    errors = [
+        record.getMessage() for record in caplog.records if record.name.startswith("poolserve")
+    ]
+    assert len(errors) == 1, errors
+    assert "classifier.weight" in errors[0]
+    assert "task='score'" in errors[0]
 
 
 @pytest.mark.parametrize(

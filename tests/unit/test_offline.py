@@ -211,3 +211,39 @@ def test_an_engine_dropped_without_close_lets_its_threads_go_and_says_so() -> No
     for thread in started:
         thread.join(30)
         assert not thread.is_alive(), thread.name
+
+
+def test_documents_may_be_text_mappings_as_over_http(cross_encoder_dir: Any) -> None:
+    """`{"text": ...}` documents (what the rerank APIs send) score as their text; anything that
+    is not text is a TypeError naming where it is, before any work."""
+    with Engine(str(cross_encoder_dir), engine_config=EngineConfig(cpu_workers=1)) as reranker:
+        plain = reranker.score("bread", ["knead the dough", "the sea"])
+        mapped = reranker.score("bread", [{"text": "knead the dough"}, {"text": "the sea"}])
+        np.testing.assert_array_equal(mapped, plain)
+        mixed = [{"text": "the sea"}, "knead the dough"]
+        assert reranker.rerank("bread", mixed) == reranker.rerank("bread", ["the sea", mixed[1]])
+        with pytest.raises(TypeError, match=r"documents\[1\] must be a str or a mapping"):
+            reranker.score("bread", ["fine", {"content": "x"}])
+        with pytest.raises(TypeError, match="query must be a str"):
+            reranker.rerank(["bread"], ["dough"])  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequestError, match=r"cannot embed .*its methods: classify"):
+            reranker.embed("bread")
+
+
+def test_texts_must_be_strings(engine: Any) -> None:
+    with pytest.raises(TypeError, match=r"texts\[0\] must be a str, got dict"):
+        engine.embed([{"text": "hello"}])
+    with pytest.raises(TypeError, match="texts must be a str or a list of str, got int"):
+        engine.embed(42)
+
+
+def test_loading_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) -> None:
+    """transformers draws a "Loading weights" bar on each load; a notebook re-running a cell
+    would fill with them. The setting is the user's: it is left as it was."""
+    from transformers.utils import logging as transformers_logging
+
+    was_on = transformers_logging.is_progress_bar_enabled()
+    with Engine(model_config=ModelConfig(dtype="float32"), engine_config=EngineConfig()):
+        pass
+    assert "Loading weights" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled() == was_on

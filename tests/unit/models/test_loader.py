@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from poolserve import Engine, EngineConfig, ModelConfig
 from poolserve.errors import EngineUnavailableError, InputTooLongError, ModelLoadError
@@ -89,6 +89,43 @@ def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: P
         (tmp_path / name).symlink_to(model_path / name)
     with pytest.raises(ModelLoadError, match="cannot load the model"):
         Engine(model_config=ModelConfig(model=str(tmp_path)), engine_config=SMALL_ENGINE)
+
+
+@pytest.mark.parametrize(
+    ("task", "missing"),
+    [
+        ("score", "classifier.weight"),
+        ("classify", "classifier.weight"),
+        ("token_classify", "classifier.weight"),
+        ("sparse", "cls.predictions"),
+    ],
+)
+def test_a_task_whose_head_the_checkpoint_lacks_refuses_to_load(task: str, missing: str) -> None:
+    """Forcing a head onto an embedding checkpoint would serve a randomly initialised layer."""
+    with pytest.raises(ModelLoadError) as caught:
+        Engine(model_config=ModelConfig(task=task), engine_config=SMALL_ENGINE)
+    message = str(caught.value)
+    assert missing in message
+    assert f"task={task!r}" in message
+    assert "random" in message
+
+
+def test_an_embedding_checkpoint_without_its_unused_pooler_loads(
+    model_path: Path, tmp_path: Path, load_engine: Any, st_model: Any
+) -> None:
+    """The pooler's output is never read, so a checkpoint saved without it is complete."""
+    for item in model_path.iterdir():
+        if item.name != "model.safetensors":
+            (tmp_path / item.name).symlink_to(item)
+    state = load_file(str(model_path / "model.safetensors"))
+    assert any(key.startswith("pooler.") for key in state)
+    save_file(
+        {k: v for k, v in state.items() if not k.startswith("pooler.")},
+        tmp_path / "model.safetensors",
+    )
+    texts = ["a sentence without a pooler", "and another"]
+    vectors = load_engine(tmp_path).embed(texts)
+    assert_close_vectors(vectors, st_encode(st_model, texts), FP32_COSINE)
 
 
 def test_broken_tokenizer_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
