@@ -29,7 +29,7 @@ def validate_body(schema: type[M], body: bytes) -> M:
             raise InvalidRequestError(
                 f"the request body is not valid JSON: {exc.errors()[0].get('msg')}"
             ) from None
-        message, param = validation_message(exc)
+        message, param = validation_message(exc, schema)
         raise InvalidRequestError(message, param=param) from None
 
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from difflib import get_close_matches
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from poolserve.errors import PoolserveError
 from poolserve.models.kinds import describe
+from poolserve.server.protocol import IGNORED_FIELDS
 
 logger = logging.getLogger(__name__)
 
@@ -53,20 +56,107 @@ def error_response(
     )
 
 
-def validation_message(error: ValidationError | RequestValidationError) -> tuple[str, str | None]:
-    """One readable sentence for all of a validation error's problems, and the first field."""
+def validation_message(
+    error: ValidationError | RequestValidationError, schema: type[BaseModel] | None = None
+) -> tuple[str, str | None]:
+    """One readable sentence per field in error, and the first field.
+
+    A field whose value matches no member of a union (pydantic reports each member's failure)
+    is described once, by the field's description: "input must be a string, an array of
+    strings, ...; got a number". An unknown field names the nearest known one.
+    """
+    details = [detail for detail in error.errors() if detail.get("type") != "json_invalid"]
+    by_field: dict[str, list[tuple[list[str | int], Any]]] = {}
+    for detail in details:
+        location = _client_location(detail.get("loc", ()))
+        field = str(location[0]) if location else ""
+        unknown = detail.get("type") == "extra_forbidden" and len(location) == 1
+        by_field.setdefault(field, []).append((location, _UNKNOWN if unknown else detail))
+    problems = [_problem(field, found, schema) for field, found in by_field.items()]
+    first = next(iter(by_field), None) or None
+    return "; ".join(dict.fromkeys(problems)) or "the request body is invalid", first
+
+
+_UNKNOWN = object()
+
+
+def _client_location(loc: Any) -> list[str | int]:
+    """The error's path as the client wrote it: without FastAPI's "body" and without the union
+    member names pydantic inserts (`str`, `list[int]`, `RerankDocument`)."""
+    parts: list[str | int] = []
+    for part in loc:
+        if part == "body":
+            continue
+        if isinstance(part, str) and (part[:1].isupper() or part.startswith(_TYPE_TAGS)):
+            continue
+        parts.append(part)
+    return parts
+
+
+_TYPE_TAGS = ("str", "list[", "int", "float", "bool", "function-", "constrained-", "literal[")
+
+
+def _path(location: list[str | int]) -> str:
+    """`documents[0].text`"""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _problem(
+    field: str, found: list[tuple[list[str | int], Any]], schema: type[BaseModel] | None
+) -> str:
+    known = sorted(
+        (schema.model_fields if schema is not None else {}),
+        key=lambda name: name in IGNORED_FIELDS or name == "request_timeout",
+    )
+    if found[0][1] is _UNKNOWN:
+        unknown = sorted({_path(location) for location, _ in found})
+        near = [get_close_matches(str(name).split(".")[-1], known, n=1) for name in unknown]
+        hints = [f"; did you mean `{match[0]}`?" if match else "" for match in near]
+        own = [name for name in known if name not in IGNORED_FIELDS]
+        listed = f" (this route takes: {', '.join(own)})" if own else ""
+        return (
+            "; ".join(
+                f"unknown field `{name}`{hint}" for name, hint in zip(unknown, hints, strict=True)
+            )
+            + listed
+        )
+    field_info = schema.model_fields.get(field) if schema is not None else None
+    described = field_info.description if field_info is not None else None
+    if len(found) > 1 and described:
+        # A union: every member failed. Say what the field takes, and what it got where (the
+        # deepest value a member looked at, so `[1, 2]` for strings names its first number).
+        kinds = {item[1].get("type"): item for item in found}
+        if "extra_forbidden" in kinds:
+            return f"{field} must be {described}; {_path(kinds['extra_forbidden'][0])} is unknown"
+        present = [item for item in found if item[1].get("type") != "missing"] or found
+        location, detail = max(present, key=lambda item: len(item[0]))
+        where = _path(location) or field
+        return f"{field} must be {described}; {where} is {_json_type(detail.get('input'))}"
     problems = []
-    first_param: str | None = None
-    for detail in error.errors():
-        location = [str(part) for part in detail.get("loc", ()) if part != "body"]
-        # Union members add their type name to the location; it says nothing to a client.
-        location = [part for part in location if not part.startswith(("str", "list[", "int"))]
-        param = ".".join(location) or None
-        first_param = first_param or param
+    for location, detail in found:
         message = str(detail.get("msg", "is invalid")).removeprefix("Value error, ")
-        problems.append(f"{param}: {message}" if param else message)
-    unique = list(dict.fromkeys(problems))
-    return "; ".join(unique) or "the request body is invalid", first_param
+        if detail.get("type") == "extra_forbidden":
+            message = "unknown field"
+        where = _path(location)
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(dict.fromkeys(problems))
 
 
 def _no_such_route(request: Request) -> str:

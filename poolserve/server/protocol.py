@@ -1,6 +1,8 @@
 """Wire schemas: the JSON bodies clients send, validated with pydantic at the edge only.
 
-Unknown fields are ignored, so clients of OpenAI and vLLM that send extra options keep working.
+An unknown field is an error that names the nearest known one (a typo such as `dimension` must
+not silently return full-size vectors). The few fields other API families send that change
+nothing here are declared and ignored (`IGNORED_FIELDS`, listed in the README).
 """
 
 from __future__ import annotations
@@ -20,28 +22,47 @@ from pydantic import (
 TokenIds = list[StrictInt]
 
 
-class LenientModel(BaseModel):
-    """Unknown fields are ignored, so clients that send extra options keep working."""
+class StrictModel(BaseModel):
+    """A JSON object whose unknown fields are refused."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
 
-class WireModel(LenientModel):
+# Fields clients of other servers send that poolserve accepts and ignores, with why.
+IGNORED_FIELDS = {
+    "user": "OpenAI's end-user id, for the provider's abuse monitoring",
+    "priority": "vLLM's scheduling priority; poolserve runs the request with fewest inputs left",
+    "request_id": "vLLM's request id; poolserve's is the x-request-id header",
+}
+
+
+class WireModel(StrictModel):
     """A request body."""
 
     # Seconds this request may take (at most the server's --request-timeout); as the
     # `x-request-timeout` header.
     request_timeout: Annotated[float, Field(gt=0)] | None = None
+    user: StrictStr | None = Field(default=None, description=IGNORED_FIELDS["user"] + " (ignored)")
+    priority: StrictInt | None = Field(
+        default=None, description=IGNORED_FIELDS["priority"] + " (ignored)"
+    )
+    request_id: StrictStr | None = Field(
+        default=None, description=IGNORED_FIELDS["request_id"] + " (ignored)"
+    )
 
 
 Truncation = Annotated[StrictInt, Field(ge=-1)]
 TextOrTexts = StrictStr | list[StrictStr]
+TEXT_OR_TEXTS = "a string or an array of strings"
 
 
 class InputRequest(WireModel):
     """A request whose `input` is a text, texts, token ids or lists of token ids (vLLM's form)."""
 
-    input: StrictStr | list[StrictStr] | TokenIds | list[TokenIds]
+    input: StrictStr | list[StrictStr] | TokenIds | list[TokenIds] = Field(
+        description="a string, an array of strings, an array of token ids, or an array of "
+        "arrays of token ids"
+    )
     model: StrictStr | None = None
     truncate_prompt_tokens: Truncation | None = None
     use_activation: StrictBool | None = None
@@ -77,7 +98,6 @@ class EmbeddingRequest(InputRequest):
 
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
-    user: StrictStr | None = None
     normalize: StrictBool | None = None
 
     def wants_normalize(self) -> bool | None:
@@ -100,7 +120,7 @@ class PoolingRequest(InputRequest):
 class SparseEmbedRequest(WireModel):
     """Text-embeddings-inference `POST /embed_sparse`."""
 
-    inputs: TextOrTexts
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
     model: StrictStr | None = None
     truncate: StrictBool = False
 
@@ -116,10 +136,10 @@ class ScoreRequest(WireModel):
     """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
 
     model: StrictStr | None = None
-    queries: TextOrTexts | None = None
-    documents: TextOrTexts | None = None
-    text_1: TextOrTexts | None = None
-    text_2: TextOrTexts | None = None
+    queries: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    documents: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     truncate_prompt_tokens: Truncation | None = None
     max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
     use_activation: StrictBool | None = None
@@ -134,7 +154,7 @@ class ScoreRequest(WireModel):
         return queries, documents
 
 
-class RerankDocument(LenientModel):
+class RerankDocument(StrictModel):
     text: StrictStr
 
 
@@ -143,7 +163,9 @@ class RerankRequest(WireModel):
 
     model: StrictStr | None = None
     query: StrictStr
-    documents: list[StrictStr | RerankDocument] = Field(min_length=1)
+    documents: list[StrictStr | RerankDocument] = Field(
+        min_length=1, description="an array of strings or of objects with a `text` string"
+    )
     top_n: Annotated[StrictInt, Field(ge=0)] | None = None
     return_documents: StrictBool = True
     truncate_prompt_tokens: Truncation | None = None

@@ -189,7 +189,10 @@ class BiEncoderScorer(_EachTextOnce):
         request = ctx.request
         vectors = l2_normalize(np.stack(outputs).astype(np.float64))
         offset = len(request.queries)
-        return np.array([vectors[q] @ vectors[offset + d] for q, d in request.pairs])
+        cosines = np.array([vectors[q] @ vectors[offset + d] for q, d in request.pairs])
+        # Rounding can carry a cosine past 1 (1.0000000000000002 for a text with itself).
+        clipped: np.ndarray = np.clip(cosines, -1.0, 1.0)
+        return clipped
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
 from poolserve.server import create_app
-from tests.api.helpers import embed, vectors
+from tests.api.helpers import assert_openai_error, embed, vectors
 from tests.reference import (
     DIM,
     FP32_COSINE,
@@ -213,6 +213,32 @@ async def test_served_model_names(engine: Any) -> None:
         assert "my-embedder" in response.json()["error"]["message"]
 
 
-async def test_extra_openai_fields_are_accepted(client: httpx.AsyncClient) -> None:
-    body = await embed(client, input=["x"], user="someone", some_future_option=True)
-    assert len(body["data"]) == 1
+async def test_fields_other_clients_send_are_accepted_and_ignored(
+    client: httpx.AsyncClient,
+) -> None:
+    plain = await embed(client, input=["x"])
+    body = await embed(client, input=["x"], user="someone", priority=5, request_id="r-1")
+    assert body["data"] == plain["data"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "unknown", "nearest"),
+    [
+        ("/v1/embeddings", {"input": "hello", "dimension": 8}, "dimension", "dimensions"),
+        ("/v1/embeddings", {"input": "hello", "normalise": False}, "normalise", "normalize"),
+        ("/pooling", {"input": "hello", "dimensions": 8}, "dimensions", None),
+        ("/rerank", {"query": "q", "documents": ["d"], "topn": 1}, "topn", "top_n"),
+        ("/score", {"queries": "q", "documents": "d", "text3": "x"}, "text3", "text_2"),
+        ("/tokenize", {"prompt": "q", "add_special_token": False}, "add_special_token", None),
+    ],
+)
+async def test_an_unknown_field_is_a_400_naming_the_nearest_known_one(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], unknown: str, nearest: str | None
+) -> None:
+    """A typo must not silently change the answer (`dimension` would return all 384 values)."""
+    error = assert_openai_error(await client.post(path, json=body), 400)
+    assert error["param"] == unknown
+    assert error["message"].startswith(f"unknown field `{unknown}`"), error
+    if nearest is not None:
+        assert f"did you mean `{nearest}`?" in error["message"], error
+    assert "this route takes: " in error["message"]

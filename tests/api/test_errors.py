@@ -163,3 +163,33 @@ async def test_tokenize_and_detokenize_errors(client: httpx.AsyncClient) -> None
 async def test_unknown_route_and_wrong_method(client: httpx.AsyncClient) -> None:
     assert_openai_error(await client.get("/v1/nothing-here"), 404)
     assert_openai_error(await client.get("/v1/embeddings"), 405)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "expected"),
+    [
+        (
+            "/v1/embeddings",
+            {"input": 42},
+            "input must be a string, an array of strings, an array of token ids, or an array "
+            "of arrays of token ids; input is a number",
+        ),
+        (
+            "/rerank",
+            {"query": "q", "documents": ["d", {"text": 5}]},
+            "documents must be an array of strings or of objects with a `text` string; "
+            "documents[1].text is a number",
+        ),
+        (
+            "/score",
+            {"queries": "q", "documents": [1, 2]},
+            "documents must be a string or an array of strings; documents[0] is a number",
+        ),
+    ],
+)
+async def test_a_value_of_the_wrong_shape_is_one_sentence(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], expected: str
+) -> None:
+    """Not one line per union member, and no internal class names."""
+    error = assert_openai_error(await client.post(path, json=body), 400)
+    assert error["message"] == expected

@@ -59,6 +59,15 @@ async def test_score_is_cosine_of_sentence_transformers(
     np.testing.assert_allclose(scores(old), scores(body), atol=1e-6, rtol=0)
 
 
+async def test_a_cosine_score_never_passes_one(client: httpx.AsyncClient) -> None:
+    """A text scored against itself is 1, not 1.0000000000000002 (float64 rounding of a unit
+    vector's dot product with itself, seen for these texts)."""
+    texts = ["fox", "fox jumps over", "keeps", "The quick brown fox jumps over the lazy"]
+    body = await post_ok(client, "/score", {"queries": texts, "documents": texts})
+    assert all(-1.0 <= value <= 1.0 for value in scores(body)), scores(body)
+    assert max(scores(body)) == 1.0
+
+
 async def test_rerank_puts_the_relevant_document_first(
     client: httpx.AsyncClient, st_model: Any
 ) -> None:
