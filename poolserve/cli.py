@@ -24,6 +24,7 @@ from poolserve.flags import (
     one_of,
     positive_seconds,
 )
+from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
 
 if TYPE_CHECKING:
     from poolserve.engine.core import BackendFactory
@@ -108,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="what admitted requests may cost in all, in tokens, before new ones get 429",
     )
     serve.add_argument(
+        "--max-request-tokens",
+        type=integer(1),
+        default=env_default("--max-request-tokens", None),
+        help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
+        "(default: half of --max-queued-tokens, the most it may be)",
+    )
+    serve.add_argument(
         "--request-timeout",
         type=positive_seconds,
         default=env_default("--request-timeout", None),
@@ -167,10 +175,10 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task",
-        type=str,
+        type=one_of((*TASK_CHOICES, *VLLM_TASK_NAMES)),
         default=env_default("--task", "auto"),
-        help="what the model is: auto (detect), embed, score, classify, token_embed, sparse, "
-        "token_classify",
+        help="what the model is: auto (detect) or one of " + ", ".join(KINDS) + " (vLLM's "
+        "embed, score and classify are accepted for embedding, cross_encoder and classifier)",
     )
     parser.add_argument(
         "--max-model-len",
@@ -240,6 +248,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 setattr(args, name, boolean(getattr(args, name)))
             except argparse.ArgumentTypeError as exc:
                 parser.error(f"argument --{name.replace('_', '-')}: {exc}")
+    if args.command == "serve":
+        try:  # the limits that need no model; create_app checks the model's length too
+            configs_from_args(args)[2].check_limits()
+        except ValueError as exc:
+            parser.error(str(exc))
     return args
 
 
@@ -271,6 +284,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         max_client_batch_size=args.max_client_batch_size,
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_tokens=args.max_queued_tokens,
+        max_request_tokens=args.max_request_tokens,
         request_timeout=args.request_timeout,
         protect_metrics=args.protect_metrics,
         shutdown_timeout=args.shutdown_timeout,
@@ -301,12 +315,15 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     import uvicorn
 
     from poolserve.engine.core import torch_backend
+    from poolserve.models.loader import prepare_model
     from poolserve.offline import Engine
     from poolserve.server import create_app
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
     logger.info("loading %s", model_config.model or "the bundled default model")
     try:
+        # The limits against the model's length, before its weights are loaded (or compiled).
+        server_config.check_limits(prepare_model(model_config).max_model_len)
         engine = Engine(
             model_config=model_config,
             engine_config=engine_config,

@@ -11,6 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+# What the shortest input costs in admission (it still holds an output row); see
+# server/admission.py.
+MIN_INPUT_TOKENS = 4
+
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
 CompileMode = Literal["off", "on", "auto"]
@@ -85,6 +89,37 @@ class ServerConfig:
     # 429 with Retry-After.
     max_concurrent_requests: int = 1024
     max_queued_tokens: int = 262144
+    # The most one request may cost, in tokens (None: half of max_queued_tokens); more is a 413.
+    max_request_tokens: int | None = None
     # Seconds a request may take before it is answered 504 and its work cancelled; None: no
     # limit. A client may ask for a shorter one with the `x-request-timeout` header.
     request_timeout: float | None = None
+
+    @property
+    def request_tokens(self) -> int:
+        """The most one request may cost, in tokens."""
+        return self.max_request_tokens or self.max_queued_tokens // 2
+
+    def check_limits(self, max_model_len: int | None = None) -> None:
+        """Raise ValueError (one line) unless the request limits fit together (README, "Limits
+        that fit together"): one request of the largest size leaves room for others, one input
+        of the model's full length fits a request, and so does a request of
+        `max_client_batch_size` of the shortest inputs."""
+        request, queued = self.request_tokens, self.max_queued_tokens
+        if 2 * request > queued:
+            raise ValueError(
+                f"--max-request-tokens {request} is more than half of --max-queued-tokens "
+                f"{queued}: one request could lock every other client out; lower it or raise "
+                "--max-queued-tokens"
+            )
+        if self.max_client_batch_size * MIN_INPUT_TOKENS > request:
+            raise ValueError(
+                f"--max-client-batch-size {self.max_client_batch_size} inputs cost at least "
+                f"{self.max_client_batch_size * MIN_INPUT_TOKENS} tokens ({MIN_INPUT_TOKENS} "
+                f"each), more than --max-request-tokens {request}; lower it or raise the tokens"
+            )
+        if max_model_len is not None and max_model_len > request:
+            raise ValueError(
+                f"--max-request-tokens {request} is less than the model's length limit "
+                f"{max_model_len}: one full-length input could never be served"
+            )

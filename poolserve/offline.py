@@ -14,8 +14,8 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
-from poolserve.models import prepare_model
 from poolserve.models.kinds import describe
+from poolserve.models.loader import prepare_model
 from poolserve.tasks.base import PoolingParams, ServeContext, run_sync
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest, EmbedTask

@@ -23,8 +23,8 @@ from poolserve.engine.compiled import compile_module
 from poolserve.engine.executor import CompiledForward, ModelExecutor
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.models import ModelSpec, load_module
 from poolserve.models.kinds import Head
+from poolserve.models.loader import ModelSpec, load_module
 
 logger = logging.getLogger(__name__)
 

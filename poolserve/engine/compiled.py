@@ -27,7 +27,8 @@ import torch._inductor.config
 
 from poolserve.config import CompileMode
 from poolserve.errors import ModelLoadError
-from poolserve.models import ModelSpec, PoolingModule
+from poolserve.models.loader import ModelSpec
+from poolserve.models.module import PoolingModule
 
 logger = logging.getLogger(__name__)
 

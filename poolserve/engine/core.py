@@ -28,7 +28,7 @@ from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, ModelLoadError
-from poolserve.models import ModelSpec
+from poolserve.models.loader import ModelSpec
 
 logger = logging.getLogger(__name__)
 

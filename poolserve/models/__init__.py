@@ -1,6 +1,3 @@
-"""Loading pooling models: finding the directory, reading its layout, building the module."""
-
-from poolserve.models.loader import ModelSpec, load_module, prepare_model
-from poolserve.models.module import PoolingModule
-
-__all__ = ["ModelSpec", "PoolingModule", "load_module", "prepare_model"]
+"""Loading pooling models: finding the directory (`resolve`), reading its layout (`layout`,
+`kinds`), building the module (`loader`, `module`). Import the submodules: this package imports
+nothing itself, so that the CLI can read `kinds` without importing torch."""

@@ -43,16 +43,17 @@ HEADS: dict[Kind, tuple[Head, ...]] = {
     "token_classifier": ("token_classify",),
 }
 
-# `--task` values (vLLM's names where they exist) and the kind each forces.
-TASK_OVERRIDES: dict[str, Kind] = {
+# `--task` (or `ModelConfig.task`) forces a kind, named as the errors and the README name it;
+# vLLM's `--task` names are accepted for the kinds they mean without doubt. (`/pooling`'s `task`
+# is another thing: the head one request runs, such as `token_embed`, which an embedding model
+# also has.)
+VLLM_TASK_NAMES: dict[str, Kind] = {
     "embed": "embedding",
     "score": "cross_encoder",
     "classify": "classifier",
-    "late_interaction": "late_interaction",
-    "token_embed": "late_interaction",
-    "sparse": "sparse",
-    "token_classify": "token_classifier",
 }
+TASK_OVERRIDES: dict[str, Kind] = {**{kind: kind for kind in KINDS}, **VLLM_TASK_NAMES}
+TASK_CHOICES = ("auto", *KINDS)
 
 
 def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
@@ -60,7 +61,8 @@ def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
     if task is not None and task != "auto":
         if task not in TASK_OVERRIDES:
             raise ModelLoadError(
-                f"unknown --task {task!r}; use auto or one of {', '.join(TASK_OVERRIDES)}"
+                f"unknown task {task!r}: use auto or one of {', '.join(KINDS)} (or vLLM's "
+                f"{', '.join(VLLM_TASK_NAMES)})"
             )
         return TASK_OVERRIDES[task]
     architecture = layout.architecture

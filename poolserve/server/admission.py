@@ -17,7 +17,8 @@ their number. The cost is:
 
 A request that would take the sum past the bound gets 429 with `Retry-After`: at the door, while
 its chunked body streams in, or (a pair request that cost more than estimated) when a tokenized
-chunk shows it. One that alone costs more than the bound gets 413: it could never be served.
+chunk shows it. One that costs more than `--max-request-tokens` (at most half the bound, so that
+one request never locks the others out) gets 413: split it.
 
 Memory follows: every byte an admitted request holds (body, texts, token ids, outputs, the
 response body) is proportional to its cost, which is how the README states the bound.
@@ -35,10 +36,10 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.errors import error_response
 
-MIN_INPUT_TOKENS = 4
 BODY_BYTES_PER_TOKEN = 8
 # Where a request's ticket travels in its ASGI scope.
 TICKET_KEY = "poolserve.admission"
@@ -79,14 +80,17 @@ class AdmissionControl:
         *,
         max_requests: int,
         max_tokens: int,
+        max_request_tokens: int,
         largest_request_tokens: int,
     ) -> None:
         # Tokens per second the engine runs (measured), for Retry-After.
         self._token_rate = token_rate
         self.max_requests = max_requests
         self.max_tokens = max_tokens
+        # The most one request may cost (more is a 413).
+        self.max_request_tokens = min(max_request_tokens, max_tokens)
         # The most tokens a door estimate reserves: the most one request can hold.
-        self.request_cap = min(max_tokens, largest_request_tokens)
+        self.request_cap = min(self.max_request_tokens, largest_request_tokens)
         self._lock = threading.Lock()
         self.in_flight = 0
         self.admitted_tokens = 0
@@ -118,15 +122,16 @@ class AdmissionControl:
         return Ticket(self, estimate, content_length or 0)
 
     def resize(self, ticket: Ticket, tokens: int) -> None:
-        """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` alone pass the
-        bound (only a real cost can: estimates are capped), else 429 if the sum would."""
+        """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` pass what one
+        request may cost (only a real cost can: estimates are capped), else 429 if the sum
+        would pass the bound."""
         with self._lock:
             growth = tokens - ticket.reserved
-            if growth > 0 and tokens > self.max_tokens:
+            if growth > 0 and tokens > self.max_request_tokens:
                 raise PayloadTooLargeError(
-                    f"this request costs {tokens} tokens, more than this server admits at "
-                    f"once ({self.max_tokens}, --max-queued-tokens); it could never be "
-                    "served: split it into smaller requests"
+                    f"this request costs {tokens} tokens (at least {MIN_INPUT_TOKENS} per "
+                    f"input), more than one request may ({self.max_request_tokens}, "
+                    "--max-request-tokens): split it into smaller requests"
                 )
             if growth > 0 and self.admitted_tokens + growth > self.max_tokens:
                 raise self._overloaded(self._room_message(tokens))

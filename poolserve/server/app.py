@@ -31,6 +31,7 @@ from poolserve.server.state import ServingState
 def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     """The application serving `engine` (which its caller closes)."""
     config = config or ServerConfig()
+    config.check_limits(engine.max_model_len)
     names = config.served_model_name or (engine.name,)
 
     @asynccontextmanager
@@ -50,6 +51,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         lambda: engine.core.stats.snapshot().tokens_per_second,
         max_requests=config.max_concurrent_requests,
         max_tokens=config.max_queued_tokens,
+        max_request_tokens=config.request_tokens,
         largest_request_tokens=config.max_client_batch_size * engine.max_model_len,
     )
     metrics = Metrics(engine.core, admission, routes=(*COMMON_ROUTES, *engine.tasks.routes))

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolserve.engine.tokenizer import TextTokenizer
-from poolserve.models import ModelSpec
 from poolserve.models.kinds import Head
+from poolserve.models.loader import ModelSpec
 from poolserve.tasks.classify import ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import EmbedTask
 from poolserve.tasks.pooling import PoolingTask

@@ -99,6 +99,7 @@ def test_overload_is_refused_with_429_and_the_server_recovers(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     flags = ["--max-concurrent-requests", "8", "--max-queued-tokens", "2048"]
+    flags += ["--max-client-batch-size", "64"]
     with running_server(tmp_path_factory.mktemp("overload"), flags) as server:
         process = psutil.Process(server.pid)
         with httpx.Client(base_url=server.url, timeout=30) as client:

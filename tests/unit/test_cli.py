@@ -185,6 +185,48 @@ def test_serve_with_a_task_the_checkpoint_has_no_weights_for_exits_1(
 
 
 @pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--max-queued-tokens", "1000"], "--max-client-batch-size 2048 inputs cost at least 8192"),
+        (["--max-request-tokens", "140000"], "more than half of --max-queued-tokens 262144"),
+        (["--max-queued-tokens", "100000", "--max-request-tokens", "60000"], "more than half"),
+    ],
+)
+def test_limits_that_do_not_fit_together_are_refused_in_one_line(
+    argv: list[str], problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        configs(*argv)
+    assert caught.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert problem in error
+
+
+def test_the_default_limits_fit_together_for_models_up_to_8192_tokens() -> None:
+    """The rule: one request may cost at most half of what all admitted requests may (so one
+    legal request never locks the others out), at least one full-length input, and at least
+    `max_client_batch_size` inputs of the least cost."""
+    defaults = configs()[2]
+    assert defaults.request_tokens == defaults.max_queued_tokens // 2
+    for max_model_len in (128, 256, 512, 8192):
+        defaults.check_limits(max_model_len)
+    with pytest.raises(ValueError, match="less than the model's length limit 256"):
+        replace(defaults, max_request_tokens=200, max_client_batch_size=50).check_limits(256)
+
+
+def test_a_request_limit_below_the_models_length_stops_start_up_before_loading(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    argv = ["serve", "--max-request-tokens", "200", "--max-client-batch-size", "50"]
+    argv += ["--port", str(free_port()), "--log-level", "error"]
+    with caplog.at_level(logging.INFO, logger="poolserve"):
+        assert main(argv) == 1
+    assert "less than the model's length limit 256" in caplog.text
+    assert "loading the bundled default model" in caplog.text
+    assert "loaded " not in caplog.text  # the weights were never read
+
+
+@pytest.mark.parametrize(
     ("argv", "accepted"),
     [
         (["--port", "99999"], "an integer from 1 to 65535"),
@@ -204,6 +246,8 @@ def test_serve_with_a_task_the_checkpoint_has_no_weights_for_exits_1(
         (["--cpu-workers", "0"], "an integer from 1 up"),
         (["--single-thread-tokens", "-1"], "an integer from 0 up"),
         (["--log-level", "foo"], "one of critical, error, warning, info, debug"),
+        # `token_embed` is a /pooling head an embedding model has too, not a kind of model.
+        (["--task", "token_embed"], "one of auto, embedding, cross_encoder, classifier, late_"),
     ],
 )
 def test_settings_out_of_range_are_refused_in_one_line(

@@ -21,7 +21,7 @@ from poolserve.engine.collate import collate
 from poolserve.engine.executor import use_threads
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import ModelLoadError
-from poolserve.models import ModelSpec, prepare_model
+from poolserve.models.loader import ModelSpec, prepare_model
 from tests.reference import FP32_COSINE, assert_close_vectors
 
 # Lengths from 2 tokens ([CLS] [SEP]) to the model's 256, in batches of 1 to 32.

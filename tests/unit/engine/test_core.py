@@ -20,7 +20,7 @@ from poolserve.engine.collate import Batch
 from poolserve.engine.core import EngineCore, available_cores, runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
-from poolserve.models import ModelSpec, prepare_model
+from poolserve.models.loader import ModelSpec, prepare_model
 
 WAIT = 10
 POISON = 666

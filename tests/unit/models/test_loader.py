@@ -96,7 +96,7 @@ def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: P
     [
         ("score", "classifier.weight"),
         ("classify", "classifier.weight"),
-        ("token_classify", "classifier.weight"),
+        ("token_classifier", "classifier.weight"),
         ("sparse", "cls.predictions"),
     ],
 )

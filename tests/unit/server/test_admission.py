@@ -17,9 +17,15 @@ from poolserve.server.admission import (
 BOUND = 1000
 
 
-def control(max_requests: int = 100, rate: float = 250.0) -> AdmissionControl:
+def control(
+    max_requests: int = 100, rate: float = 250.0, max_request_tokens: int = BOUND
+) -> AdmissionControl:
     return AdmissionControl(
-        lambda: rate, max_requests=max_requests, max_tokens=BOUND, largest_request_tokens=5000
+        lambda: rate,
+        max_requests=max_requests,
+        max_tokens=BOUND,
+        max_request_tokens=max_request_tokens,
+        largest_request_tokens=5000,
     )
 
 
@@ -106,6 +112,19 @@ def test_a_request_that_alone_costs_more_than_the_bound_is_413() -> None:
     with pytest.raises(PayloadTooLargeError) as refused:
         ticket.tokenized([600, 600], last=False)
     assert "costs 1200 tokens" in refused.value.message
-    assert "could never be served" in refused.value.message
+    assert "split it" in refused.value.message
     with pytest.raises(PayloadTooLargeError):
         admission.admit(10).tokenized([1001], last=True)
+
+
+def test_one_request_may_cost_at_most_max_request_tokens() -> None:
+    """With room to spare in the bound, a request past its own cap is still a 413; its door
+    estimate is capped there too, so a large body never reserves more than it may cost."""
+    admission = control(max_request_tokens=400)
+    assert admission.admit(900).reserved == 400
+    ticket = admission.admit(100)
+    with pytest.raises(PayloadTooLargeError, match=r"costs 401 tokens.*\(400, --max-request"):
+        ticket.tokenized([401], last=True)
+    fits = admission.admit(100)
+    fits.tokenized([400], last=True)
+    assert fits.reserved == 400
