@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from poolserve import __version__
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.errors import ModelLoadError
+from poolserve.errors import ModelLoadError, SettingError
 from poolserve.flags import (
     Parser,
     boolean,
@@ -251,8 +251,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.command == "serve":
         try:  # the limits that need no model; create_app checks the model's length too
             configs_from_args(args)[2].check_limits()
-        except ValueError as exc:
-            parser.error(str(exc))
+        except SettingError as exc:
+            parser.error(exc.cli_message)
     return args
 
 
@@ -330,7 +330,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
             backend=backend or torch_backend,
         )
     except (ModelLoadError, ValueError) as exc:
-        logger.error("cannot start: %s", exc)
+        logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)
         return 1
     except KeyboardInterrupt:
         # A runner may still be busy loading (or compiling): its thread is left behind.

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from poolserve.errors import SettingError
+
 # What the shortest input costs in admission (it still holds an output row); see
 # server/admission.py.
 MIN_INPUT_TOKENS = 4
@@ -107,19 +109,19 @@ class ServerConfig:
         `max_client_batch_size` of the shortest inputs."""
         request, queued = self.request_tokens, self.max_queued_tokens
         if 2 * request > queued:
-            raise ValueError(
+            raise SettingError(
                 f"--max-request-tokens {request} is more than half of --max-queued-tokens "
                 f"{queued}: one request could lock every other client out; lower it or raise "
                 "--max-queued-tokens"
             )
         if self.max_client_batch_size * MIN_INPUT_TOKENS > request:
-            raise ValueError(
+            raise SettingError(
                 f"--max-client-batch-size {self.max_client_batch_size} inputs cost at least "
                 f"{self.max_client_batch_size * MIN_INPUT_TOKENS} tokens ({MIN_INPUT_TOKENS} "
                 f"each), more than --max-request-tokens {request}; lower it or raise the tokens"
             )
         if max_model_len is not None and max_model_len > request:
-            raise ValueError(
+            raise SettingError(
                 f"--max-request-tokens {request} is less than the model's length limit "
                 f"{max_model_len}: one full-length input could never be served"
             )

@@ -6,6 +6,8 @@ Raised anywhere below the HTTP layer; `server/errors.py` turns them into the Ope
 
 from __future__ import annotations
 
+import re
+
 
 class PoolserveError(Exception):
     """Base of all poolserve errors; `status` is the HTTP status it maps to."""
@@ -78,3 +80,21 @@ class InferenceError(PoolserveError):
 
 class ModelLoadError(Exception):
     """The model could not be found or loaded; raised at start-up, never during a request."""
+
+
+class SettingError(ModelLoadError, ValueError):
+    """A setting that cannot work, said in each audience's words: `cli_message` names flags
+    (`--max-model-len 600`), `str()` the Python arguments (`max_model_len=600`)."""
+
+    def __init__(self, cli_message: str) -> None:
+        super().__init__(_FLAG.sub(_python_setting, cli_message))
+        self.cli_message = cli_message
+
+
+# A flag and, where one follows, its value (a number or a choice word).
+_FLAG = re.compile(r"--([a-z][a-z-]*)(?: (-?\d[\d.]*|on|off|auto|cpu|cuda)\b)?")
+
+
+def _python_setting(match: re.Match[str]) -> str:
+    name = match.group(1).replace("-", "_")
+    return f"{name}={match.group(2)}" if match.group(2) else name

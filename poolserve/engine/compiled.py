@@ -26,7 +26,7 @@ import torch
 import torch._inductor.config
 
 from poolserve.config import CompileMode
-from poolserve.errors import ModelLoadError
+from poolserve.errors import SettingError
 from poolserve.models.loader import ModelSpec
 from poolserve.models.module import PoolingModule
 
@@ -62,7 +62,7 @@ def compile_module(
     if spec.device.type == "cpu" and _cpu_compiler() is None:
         message = "torch.compile needs a C++ compiler (g++) for CPU kernels and none was found"
         if mode == "on":
-            raise ModelLoadError(f"--compile on: {message}; install g++ or use --compile off")
+            raise SettingError(f"--compile on: {message}; install g++ or use --compile off")
         logger.info("%s; serving eagerly", message)
         return None
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))

@@ -27,7 +27,7 @@ from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.errors import EngineUnavailableError, ModelLoadError
+from poolserve.errors import EngineUnavailableError, SettingError
 from poolserve.models.loader import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class EngineCore:
         backend: BackendFactory = torch_backend,
     ) -> None:
         if config.max_batch_tokens < model.max_model_len:
-            raise ModelLoadError(
+            raise SettingError(
                 f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
                 f"limit {model.max_model_len}: the longest input would never fit in a batch"
             )
@@ -105,11 +105,11 @@ class EngineCore:
             ("--torch-threads", config.torch_threads),
         ):
             if value is not None and value < 1:
-                raise ModelLoadError(f"{flag} must be at least 1, got {value}")
+                raise SettingError(f"{flag} must be at least 1, got {value}")
         if config.compile not in ("off", "on", "auto"):
-            raise ModelLoadError(f"--compile must be off, on or auto, got {config.compile!r}")
+            raise SettingError(f"--compile must be off, on or auto, got {config.compile!r}")
         if config.compile == "on" and runner_layout(config, model.device.type)[0] > 1:
-            raise ModelLoadError(
+            raise SettingError(
                 f"--compile on needs --runners 1: {COMPILE_NEEDS_ONE_RUNNER}; use --runners 1 "
                 "(with --torch-threads for the cores) or --compile off"
             )

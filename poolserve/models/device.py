@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from poolserve.errors import ModelLoadError
+from poolserve.errors import ModelLoadError, SettingError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -15,7 +15,7 @@ def choose_device(requested: str) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if requested == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("--device cuda was asked for, but torch sees no CUDA device")
+        raise SettingError("--device cuda was asked for, but torch sees no CUDA device")
     if requested not in ("cpu", "cuda"):
         raise ModelLoadError(f"unknown device {requested!r}; use auto, cpu or cuda")
     return torch.device(requested)

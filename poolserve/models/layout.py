@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poolserve.errors import ModelLoadError
+from poolserve.errors import ModelLoadError, SettingError
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' older boolean keys, in its concatenation order.
@@ -119,7 +119,7 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         limit = min(limit, int(colbert_metadata["doc_maxlen"]) - 1)
     if max_model_len is not None:
         if max_model_len > limit:
-            raise ModelLoadError(
+            raise SettingError(
                 f"--max-model-len {max_model_len} is more than the model supports ({limit})"
             )
         limit = max_model_len

@@ -221,7 +221,7 @@ def test_a_request_limit_below_the_models_length_stops_start_up_before_loading(
     argv += ["--port", str(free_port()), "--log-level", "error"]
     with caplog.at_level(logging.INFO, logger="poolserve"):
         assert main(argv) == 1
-    assert "less than the model's length limit 256" in caplog.text
+    assert "--max-request-tokens 200 is less than the model's length limit 256" in caplog.text
     assert "loading the bundled default model" in caplog.text
     assert "loaded " not in caplog.text  # the weights were never read
 

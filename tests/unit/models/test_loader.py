@@ -84,6 +84,28 @@ def test_batch_budget_below_model_length_is_a_load_error() -> None:
         Engine(engine_config=EngineConfig(max_batch_tokens=100))
 
 
+@pytest.mark.parametrize(
+    ("options", "python_words"),
+    [
+        ({"model_config": ModelConfig(max_model_len=600)}, "max_model_len=600 is more than"),
+        ({"engine_config": EngineConfig(max_batch_tokens=100)}, "max_batch_tokens=100 is less"),
+        (
+            {"engine_config": EngineConfig(compile="on", runners=2)},
+            "compile=on needs runners=1",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_work_speaks_python_in_python(
+    options: dict[str, Any], python_words: str
+) -> None:
+    """The same refusal names the flag on the command line and the argument in Python."""
+    with pytest.raises(ModelLoadError) as caught:
+        Engine(**options)
+    assert python_words in str(caught.value)
+    assert "--" not in str(caught.value)
+    assert "--" in getattr(caught.value, "cli_message", "")
+
+
 def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).symlink_to(model_path / name)
