@@ -123,6 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: none)",
     )
     serve.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=None,
+        help="origins whose browser pages may call the API (CORS), e.g. https://app.example; "
+        "repeat for several, * for any (POOLSERVE_ALLOWED_ORIGINS: comma-separated; "
+        "default: none)",
+    )
+    serve.add_argument(
+        "--gzip-min-bytes",
+        type=integer(0),
+        default=env_default("--gzip-min-bytes", defaults.gzip_min_bytes),
+        help="gzip responses of at least this many bytes for clients that accept it "
+        "(compressed in the CPU pool); 0: never",
+    )
+    serve.add_argument(
         "--api-key",
         action="append",
         default=None,
@@ -289,6 +304,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         protect_metrics=args.protect_metrics,
         shutdown_timeout=args.shutdown_timeout,
         api_keys=tuple(args.api_key or env_list("--api-key") or ()),
+        allowed_origins=tuple(args.allowed_origins or env_list("--allowed-origins") or ()),
+        gzip_min_bytes=args.gzip_min_bytes,
     )
     return model, engine, server
 

@@ -85,6 +85,11 @@ class ServerConfig:
     api_keys: tuple[str, ...] = ()
     # Require the API key on /metrics too (it is open by default, like /health).
     protect_metrics: bool = False
+    # Origins whose browser pages may call the API (CORS); empty: none, "*": any.
+    allowed_origins: tuple[str, ...] = ()
+    # Responses of at least this many bytes are gzipped (in the CPU pool) for clients that
+    # accept it; 0: never.
+    gzip_min_bytes: int = 256 * 1024
     # Seconds admitted requests get to finish after SIGTERM/SIGINT before the server exits.
     shutdown_timeout: int = 30
     # Admission: requests in flight, and tokens waiting for the model, before new requests get

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
+from starlette.middleware.cors import CORSMiddleware
 
 from poolserve import __version__
 from poolserve.config import ServerConfig
@@ -27,6 +29,19 @@ from poolserve.server.routes import COMMON_ROUTES, embeddings_router, router
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
 
+# The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
+# the key to load it; its Authorize button sets the key for the calls it tries).
+DOCS_ASSETS = "/docs/assets"
+DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# Response headers a browser page may read (CORS hides the others).
+EXPOSED_HEADERS = (
+    "x-request-id",
+    "x-queue-time",
+    "x-inference-time",
+    "x-total-time",
+    "retry-after",
+)
+
 
 def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     """The application serving `engine` (which its caller closes)."""
@@ -42,10 +57,11 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         finally:
             metrics.loop_lag.stop()
 
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc with their assets from the package, no CDN
         title="poolserve",
         version=__version__,
         lifespan=lifespan,
+        static_url=DOCS_ASSETS,
     )
     admission = AdmissionControl(
         lambda: engine.core.stats.snapshot().tokens_per_second,
@@ -64,6 +80,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         created=int(time.time()),
         max_client_batch_size=config.max_client_batch_size,
         request_timeout=config.request_timeout,
+        gzip_min_bytes=config.gzip_min_bytes,
     )
     tasks = engine.tasks
     routers = [
@@ -82,8 +99,24 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     app.add_middleware(AdmissionMiddleware, control=admission)
     if config.api_keys:
-        open_paths = frozenset({"/health"} if config.protect_metrics else {"/health", "/metrics"})
-        app.add_middleware(BearerAuthMiddleware, api_keys=config.api_keys, open_paths=open_paths)
+        open_paths = (
+            DOCS_PATHS | {"/health"} | ({"/metrics"} if not config.protect_metrics else set())
+        )
+        app.add_middleware(
+            BearerAuthMiddleware,
+            api_keys=config.api_keys,
+            open_paths=frozenset(open_paths),
+            open_prefixes=(DOCS_ASSETS + "/",),
+        )
+    if config.allowed_origins:  # outside auth: a refusal still carries the CORS headers
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.allowed_origins),
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-id", "x-request-timeout"],
+            expose_headers=[*EXPOSED_HEADERS],
+            max_age=600,
+        )
     app.add_middleware(  # outermost: names and counts every request, refusals included
         MetricsMiddleware, metrics=metrics, request_ids=app.state.serving.new_request_id
     )

@@ -18,11 +18,17 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})
 
 class BearerAuthMiddleware:
     def __init__(
-        self, app: ASGIApp, *, api_keys: Iterable[str], open_paths: frozenset[str] = OPEN_PATHS
+        self,
+        app: ASGIApp,
+        *,
+        api_keys: Iterable[str],
+        open_paths: frozenset[str] = OPEN_PATHS,
+        open_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self._keys = [key.encode() for key in api_keys]
         self._open_paths = open_paths
+        self._open_prefixes = open_prefixes
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", ()):
@@ -37,7 +43,13 @@ class BearerAuthMiddleware:
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open_paths or self._authorized(scope):
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or path in self._open_paths
+            or path.startswith(self._open_prefixes)
+            or self._authorized(scope)
+        ):
             await self.app(scope, receive, send)
             return
         response = error_response(

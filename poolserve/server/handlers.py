@@ -15,7 +15,7 @@ from poolserve.server.admission import ticket_of
 from poolserve.server.body import parse_body
 from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.protocol import InputRequest
-from poolserve.server.responses import json_response
+from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
 
@@ -74,6 +74,20 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+async def _encoded_response(
+    request: Request, state: ServingState, body: bytes, headers: dict[str, str]
+) -> Response:
+    """The JSON response, gzipped in the CPU pool when it is large and the client accepts it."""
+    if state.gzip_min_bytes:
+        headers["vary"] = "accept-encoding"
+        if len(body) >= state.gzip_min_bytes and accepts_gzip(
+            request.headers.get("accept-encoding")
+        ):
+            body = await state.engine.core.cpu.run(gzip_body, body)
+            headers["content-encoding"] = "gzip"
+    return json_response(body, headers)
+
+
 async def serve_task(
     request: Request,
     task: Task[RequestT, Any],
@@ -118,7 +132,7 @@ async def serve_task(
     if work in done:
         body = work.result()
         state.metrics.observe_stages(ctx)
-        return json_response(body, timing_headers(ctx))
+        return await _encoded_response(request, state, body, timing_headers(ctx))
     work.cancel()
     if watcher in done:
         # Nobody is listening; 499 (client closed request) only shows in the access log.

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve.errors import InvalidRequestError
-from poolserve.server.body import json_body_schema, parse_body
+from poolserve.server.body import parse_body
 from poolserve.server.handlers import read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     ClassifyRequest,
@@ -17,6 +17,14 @@ from poolserve.server.protocol import (
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
+)
+from poolserve.server.schemas import (
+    ClassifyResponse,
+    PoolingResponse,
+    RerankResponse,
+    ScoreResponse,
+    SparseResponse,
+    documented,
 )
 from poolserve.server.state import ServingState
 from poolserve.tasks.base import PoolingParams
@@ -45,7 +53,7 @@ def _params(
     )
 
 
-@classify_router.post("/classify", openapi_extra=json_body_schema(ClassifyRequest))
+@classify_router.post("/classify", **documented(ClassifyResponse, ClassifyRequest))
 async def classify(request: Request) -> Response:
     state, wire, inputs = await read_inputs(request, ClassifyRequest)
     task = state.engine.tasks.classify
@@ -95,8 +103,8 @@ def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
         raise InvalidRequestError(str(exc), param="queries") from None
 
 
-@score_router.post("/score", openapi_extra=json_body_schema(ScoreRequest))
-@score_router.post("/v1/score", openapi_extra=json_body_schema(ScoreRequest))
+@score_router.post("/score", **documented(ScoreResponse, ScoreRequest))
+@score_router.post("/v1/score", **documented(ScoreResponse, ScoreRequest))
 async def score(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, ScoreRequest, state.engine.core.cpu)
@@ -114,9 +122,9 @@ async def score(request: Request) -> Response:
     )
 
 
-@score_router.post("/rerank", openapi_extra=json_body_schema(RerankRequest))
-@score_router.post("/v1/rerank", openapi_extra=json_body_schema(RerankRequest))
-@score_router.post("/v2/rerank", openapi_extra=json_body_schema(RerankRequest))
+@score_router.post("/rerank", **documented(RerankResponse, RerankRequest))
+@score_router.post("/v1/rerank", **documented(RerankResponse, RerankRequest))
+@score_router.post("/v2/rerank", **documented(RerankResponse, RerankRequest))
 async def rerank(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, RerankRequest, state.engine.core.cpu)
@@ -137,7 +145,7 @@ async def rerank(request: Request) -> Response:
     )
 
 
-@pooling_router.post("/pooling", openapi_extra=json_body_schema(PoolingRequest))
+@pooling_router.post("/pooling", **documented(PoolingResponse, PoolingRequest))
 async def pooling(request: Request) -> Response:
     state, wire, inputs = await read_inputs(request, PoolingRequest)
     heads = state.engine.tasks.heads
@@ -159,7 +167,7 @@ async def pooling(request: Request) -> Response:
     return await serve_task(request, pooling, internal, params, timeout=wire.request_timeout)
 
 
-@sparse_router.post("/embed_sparse", openapi_extra=json_body_schema(SparseEmbedRequest))
+@sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest))
 async def embed_sparse(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, SparseEmbedRequest, state.engine.core.cpu)

@@ -1,4 +1,4 @@
-"""JSON responses, with large bodies sent a slice at a time.
+"""JSON responses, with large bodies sent a slice at a time, gzipped when the client asks.
 
 Writing a body to the socket costs the event loop CPU in proportion to its size (the kernel
 copy, and the transport's buffer). Measured with the event-loop test (tests/e2e/test_event_loop.py):
@@ -10,6 +10,7 @@ so no single callback writes more than one slice while other requests wait.
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -41,3 +42,23 @@ class SlicedResponse(Response):
 def json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
     response_class = SlicedResponse if len(body) > SLICE_BYTES else Response
     return response_class(body, media_type="application/json", headers=headers)
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an `Accept-Encoding` header admits gzip (`gzip`, `gzip;q=0.5`, `*`; not q=0)."""
+    for coding in (accept_encoding or "").split(","):
+        name, _, parameters = coding.strip().partition(";")
+        if name.strip().lower() not in ("gzip", "*"):
+            continue
+        weight = parameters.strip().removeprefix("q=").strip()
+        try:
+            return not weight or float(weight) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def gzip_body(body: bytes) -> bytes:
+    """Level 1: JSON floats shrink about 2.5x at a third of the default level's CPU; this runs in
+    the CPU pool, next to the requests' own work."""
+    return gzip.compress(body, compresslevel=1, mtime=0)

@@ -11,11 +11,22 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from poolserve import __version__
-from poolserve.server.body import json_body_schema, parse_body
+from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response
 from poolserve.server.handlers import read_inputs, serve_task, state_of
 from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from poolserve.server.responses import json_response
+from poolserve.server.schemas import (
+    DetokenizeResponse,
+    EmbeddingResponse,
+    Health,
+    ModelCard,
+    ModelList,
+    StatsBody,
+    TokenizeResponse,
+    VersionBody,
+    documented,
+)
 from poolserve.server.state import ServingState
 from poolserve.tasks.embed import EmbedRequest
 
@@ -36,7 +47,7 @@ COMMON_ROUTES = (
 WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
 
 
-@embeddings_router.post("/v1/embeddings", openapi_extra=json_body_schema(EmbeddingRequest))
+@embeddings_router.post("/v1/embeddings", **documented(EmbeddingResponse, EmbeddingRequest))
 async def create_embeddings(request: Request) -> Response:
     state, wire, inputs = await read_inputs(request, EmbeddingRequest)
     engine = state.engine
@@ -79,7 +90,7 @@ async def _answer_in_pool(
     return json_response(await cpu.run(build, state, wire))
 
 
-@router.post("/tokenize", openapi_extra=json_body_schema(TokenizeRequest))
+@router.post("/tokenize", **documented(TokenizeResponse, TokenizeRequest))
 async def tokenize(request: Request) -> Response:
     return await _answer_in_pool(request, TokenizeRequest, _tokenize)
 
@@ -90,7 +101,7 @@ def _detokenize(state: ServingState, wire: DetokenizeRequest) -> bytes:
     return orjson.dumps({"prompt": tokenizer.decode(wire.tokens)})
 
 
-@router.post("/detokenize", openapi_extra=json_body_schema(DetokenizeRequest))
+@router.post("/detokenize", **documented(DetokenizeResponse, DetokenizeRequest))
 async def detokenize(request: Request) -> Response:
     return await _answer_in_pool(request, DetokenizeRequest, _detokenize)
 
@@ -106,14 +117,14 @@ def _model_card(state: ServingState, name: str) -> dict[str, object]:
     }
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", **documented(ModelList))
 async def list_models(request: Request) -> Response:
     state = state_of(request)
     models = [_model_card(state, name) for name in state.served_names]
     return json_response(orjson.dumps({"object": "list", "data": models}))
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", **documented(ModelCard))
 async def retrieve_model(request: Request, model_id: str) -> Response:
     """One served model (the OpenAI client's `models.retrieve`); 404 names the served ones."""
     state = state_of(request)
@@ -121,19 +132,23 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
     return json_response(orjson.dumps(_model_card(state, model_id)))
 
 
-@router.api_route("/health", methods=["GET", "HEAD"])
+@router.get("/health", **documented(Health))
+@router.head("/health", operation_id="health_head")
 async def health(request: Request) -> Response:
     if state_of(request).engine.alive:
         return json_response(b"{}")
     return error_response(503, "the model runner is not running; the server log says why")
 
 
-@router.get("/version")
+@router.get("/version", **documented(VersionBody))
 async def version() -> Response:
     return json_response(orjson.dumps({"version": __version__}))
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+)
 async def metrics(request: Request) -> Response:
     """Prometheus exposition (rendered in the CPU pool)."""
     state = state_of(request)
@@ -141,10 +156,10 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/stats", include_in_schema=False)
+@router.get("/stats", **documented(StatsBody))
 async def engine_stats(request: Request) -> Response:
-    """Engine and admission counters (batches, batch sizes, skipped items, tokens in work,
-    admitted cost): for tests and benchmarks."""
+    """Engine and admission counters since start-up (batches, batch sizes, skipped items,
+    tokens in work, admitted cost), as JSON; /metrics has them for Prometheus."""
     state = state_of(request)
     core, admission = state.engine.core, state.admission
     stats = {

@@ -24,6 +24,8 @@ class ServingState:
     created: int = field(default=0)
     max_client_batch_size: int = 2048
     request_timeout: float | None = None
+    # Responses of at least this many bytes are gzipped for clients that accept it; 0: never.
+    gzip_min_bytes: int = 0
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)

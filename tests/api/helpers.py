@@ -50,9 +50,11 @@ def load_engine(directory: Path) -> Engine:
 
 
 @asynccontextmanager
-async def serving(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(
+    engine: Engine, config: ServerConfig | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a fresh app over `engine` (the app's shutdown leaves the engine open)."""
-    app = create_app(engine, ServerConfig())
+    app = create_app(engine, config or ServerConfig())
     async with (
         LifespanManager(app) as manager,
         httpx.AsyncClient(

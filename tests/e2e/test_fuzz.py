@@ -34,6 +34,7 @@ OPERATIONS = [
     "HEAD /health",
     "GET /version",
     "GET /metrics",
+    "GET /stats",
     "POST /v1/embeddings",
     "POST /v1/score",
     "POST /score",

@@ -93,7 +93,7 @@ def test_on_without_a_cpu_compiler_refuses_to_start(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CXX", raising=False)
-    with pytest.raises(ModelLoadError, match=r"--compile on.*C\+\+ compiler"):
+    with pytest.raises(ModelLoadError, match=r"compile=on: .*C\+\+ compiler"):
         make_backend(spec, "on").load()
 
 

@@ -1,0 +1,210 @@
+"""Response bodies, described for the OpenAPI document (`/docs`, `/openapi.json`).
+
+The tasks build their bodies as bytes in the CPU pool (no pydantic on the hot path); these models
+say what those bytes hold. A test validates every route's real responses against them, so the
+documentation cannot drift from what is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from poolserve.server.body import json_body_schema
+
+
+class Documented(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(Documented):
+    message: str = Field(description="what went wrong and how to fix the request")
+    type: str = Field(description="invalid_request_error, rate_limit_error, ...")
+    param: str | None = Field(description="the request field at fault, where there is one")
+    code: int = Field(description="the HTTP status")
+
+
+class ErrorBody(Documented):
+    """OpenAI's error shape, on every route."""
+
+    error: ErrorDetail
+
+
+class Usage(Documented):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ListEnvelope(Documented):
+    id: str
+    object: Literal["list"]
+    created: int = Field(description="Unix seconds")
+    model: str
+    usage: Usage
+
+
+class EmbeddingItem(Documented):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str = Field(
+        description="floats, or with encoding_format base64 little-endian float32 bytes"
+    )
+
+
+class EmbeddingResponse(ListEnvelope):
+    data: list[EmbeddingItem]
+
+
+class SparseEntry(Documented):
+    index: int = Field(description="vocabulary id")
+    value: float
+
+
+class PoolingItem(Documented):
+    object: Literal["pooling"]
+    index: int
+    data: list[float] | list[list[float]] | list[SparseEntry] | str = Field(
+        description="the head's output: a vector, a vector per token, sparse entries, or "
+        "base64 float32 bytes"
+    )
+    labels: list[str] | None = Field(
+        default=None, description="token_classify: each token's most likely label"
+    )
+
+
+class PoolingResponse(ListEnvelope):
+    data: list[PoolingItem]
+
+
+class SparseResponse(RootModel[list[list[SparseEntry]]]):
+    """text-embeddings-inference's /embed_sparse: the non-zero weights of each input."""
+
+
+class ClassifyItem(Documented):
+    index: int
+    label: str | None
+    probs: list[float] = Field(description="probabilities (raw logits with use_activation false)")
+    num_classes: int
+
+
+class ClassifyResponse(ListEnvelope):
+    data: list[ClassifyItem]
+
+
+class ScoreItem(Documented):
+    object: Literal["score"]
+    index: int
+    score: float
+
+
+class ScoreResponse(ListEnvelope):
+    data: list[ScoreItem]
+
+
+class RerankedDocument(Documented):
+    text: str
+
+
+class RerankResult(Documented):
+    index: int = Field(description="the document's position in the request")
+    relevance_score: float
+    document: RerankedDocument | None = Field(
+        default=None, description="absent with return_documents false"
+    )
+
+
+class RerankResponse(Documented):
+    id: str
+    model: str
+    results: list[RerankResult] = Field(description="best first")
+    usage: Usage
+
+
+class TokenizeResponse(Documented):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None
+
+
+class DetokenizeResponse(Documented):
+    prompt: str
+
+
+class ModelCard(Documented):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str = Field(description="the model's own id or directory name")
+    max_model_len: int
+
+
+class ModelList(Documented):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Health(Documented):
+    """Empty: the status says it (200 serving, 503 no runner alive)."""
+
+
+class VersionBody(Documented):
+    version: str
+
+
+class RunnerStats(Documented):
+    index: int
+    alive: bool
+    batches: int
+    items: int
+    failed_batches: int
+    busy_seconds: float
+
+
+class StatsBody(Documented):
+    """The engine's and admission's counters since start-up."""
+
+    batches: int
+    items: int
+    padded_tokens: int
+    failed_batches: int
+    busy_seconds: float
+    items_skipped: int = Field(description="inputs dropped before the model (cancelled)")
+    max_batch_size: int
+    batch_sizes: dict[str, int] = Field(description="batches by their number of inputs")
+    overlapped_batches: int
+    max_concurrent_batches: int
+    runners: list[RunnerStats]
+    queued_items: int
+    tokens_in_work: int = Field(description="tokens waiting or in a running batch")
+    peak_tokens_in_work: int
+    requests_in_flight: int
+    admitted_tokens: int = Field(description="what admitted requests cost now (see README)")
+    peak_admitted_tokens: int
+    max_queued_tokens: int
+
+
+# What every route may answer besides success, and when.
+_ERRORS = {
+    400: "a malformed request; the message says how to fix it",
+    401: "a missing or wrong API key (with --api-key)",
+    404: "an unknown model",
+    413: "a body, input count or cost over the server's limits",
+    429: "the server is at capacity; retry after Retry-After seconds",
+    503: "no model runner is alive, or the server is shutting down",
+    504: "the request took longer than its time limit",
+}
+
+
+def documented(response: type[BaseModel], request: type[BaseModel] | None = None) -> dict[str, Any]:
+    """Route keywords that document a request body (read by the route itself) and responses."""
+    responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
+    errors = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
+    for status, description in errors.items():
+        responses[status] = {"model": ErrorBody, "description": description}
+    keywords: dict[str, Any] = {"responses": responses}
+    if request is not None:
+        keywords["openapi_extra"] = json_body_schema(request)
+    return keywords

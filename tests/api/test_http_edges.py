@@ -1,0 +1,115 @@
+"""What browsers and HTTP clients expect beyond the API itself: CORS when asked for, gzip for
+large responses, and API documentation that works without the internet."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from poolserve import ServerConfig
+from tests.api.helpers import serving
+
+pytestmark = pytest.mark.anyio
+
+ORIGIN = "https://app.example"
+TEXTS = [f"sentence number {i} about bread" for i in range(40)]  # ~320 KB of JSON floats
+
+
+async def wire_bytes(
+    client: httpx.AsyncClient, body: Any, accept_encoding: str
+) -> tuple[httpx.Response, bytes]:
+    """POST and return the body as it went over the wire (httpx would decode it)."""
+    headers = {"content-type": "application/json", "accept-encoding": accept_encoding}
+    request = client.build_request(
+        "POST", "/v1/embeddings", content=orjson.dumps(body), headers=headers
+    )
+    response = await client.send(request, stream=True)
+    raw = b"".join([chunk async for chunk in response.aiter_raw()])
+    await response.aclose()
+    assert response.status_code == 200, raw[:200]
+    return response, raw
+
+
+async def test_a_large_response_is_gzipped_for_a_client_that_accepts_it(engine: Any) -> None:
+    async with serving(engine, ServerConfig(gzip_min_bytes=64 * 1024)) as client:
+        plain, plain_bytes = await wire_bytes(client, {"input": TEXTS}, "identity")
+        assert "content-encoding" not in plain.headers
+        assert len(plain_bytes) > 64 * 1024
+        zipped, zipped_bytes = await wire_bytes(client, {"input": TEXTS}, "br, gzip;q=0.8")
+        assert zipped.headers["content-encoding"] == "gzip"
+        assert zipped.headers["vary"] == "accept-encoding"
+        assert int(zipped.headers["content-length"]) == len(zipped_bytes)
+        unzipped, expected = orjson.loads(gzip.decompress(zipped_bytes)), orjson.loads(plain_bytes)
+        assert unzipped["data"] == expected["data"]
+        assert unzipped["usage"] == expected["usage"]
+        assert len(zipped_bytes) * 2 < len(plain_bytes)
+        for refusing in ("gzip;q=0", "br", ""):
+            response, _ = await wire_bytes(client, {"input": TEXTS}, refusing)
+            assert "content-encoding" not in response.headers, refusing
+        small, _ = await wire_bytes(client, {"input": "one sentence"}, "gzip")
+        assert "content-encoding" not in small.headers
+    async with serving(engine, ServerConfig(gzip_min_bytes=0)) as client:
+        never, _ = await wire_bytes(client, {"input": TEXTS}, "gzip")
+        assert "content-encoding" not in never.headers
+
+
+async def test_cors_is_off_unless_origins_are_allowed(engine: Any) -> None:
+    preflight = {"origin": ORIGIN, "access-control-request-method": "POST"}
+    async with serving(engine) as client:
+        response = await client.post(
+            "/v1/embeddings", json={"input": "x"}, headers={"origin": ORIGIN}
+        )
+        assert "access-control-allow-origin" not in response.headers
+        assert (await client.options("/v1/embeddings", headers=preflight)).status_code == 405
+
+
+async def test_allowed_origins_get_cors_headers_on_answers_and_refusals(engine: Any) -> None:
+    config = ServerConfig(allowed_origins=(ORIGIN,), api_keys=("secret",))
+    preflight = {
+        "origin": ORIGIN,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type",
+    }
+    async with serving(engine, config) as client:
+        response = await client.options("/v1/embeddings", headers=preflight)
+        assert response.status_code == 200
+        assert response.headers["access-control-allow-origin"] == ORIGIN
+        assert "authorization" in response.headers["access-control-allow-headers"].lower()
+        key = {"authorization": "Bearer secret", "origin": ORIGIN}
+        answered = await client.post("/v1/embeddings", json={"input": "x"}, headers=key)
+        assert answered.status_code == 200
+        assert answered.headers["access-control-allow-origin"] == ORIGIN
+        exposed = answered.headers["access-control-expose-headers"].lower()
+        assert "x-request-id" in exposed and "retry-after" in exposed
+        # A refusal is readable by the page too (the browser would hide a bare 401).
+        refused = await client.post(
+            "/v1/embeddings", json={"input": "x"}, headers={"origin": ORIGIN}
+        )
+        assert refused.status_code == 401
+        assert refused.headers["access-control-allow-origin"] == ORIGIN
+        other = {"origin": "https://elsewhere.example", "access-control-request-method": "POST"}
+        assert (await client.options("/v1/embeddings", headers=other)).status_code == 400
+
+
+async def test_the_docs_page_loads_its_assets_from_the_server(engine: Any) -> None:
+    """No CDN: every script and stylesheet /docs and /redoc name is served here, also behind an
+    API key (the page holds no secret, and a browser cannot send the key to load it)."""
+    async with serving(engine, ServerConfig(api_keys=("secret",))) as client:
+        for page in ("/docs", "/redoc"):
+            response = await client.get(page)
+            assert response.status_code == 200, page
+            assets = re.findall(r'(?:src|href)="([^"]+)"', response.text)
+            assert assets, response.text
+            for asset in assets:
+                assert not asset.startswith(("http:", "https:", "//")), asset
+                fetched = await client.get(asset)
+                assert fetched.status_code == 200, asset
+                assert len(fetched.content) > 1000 or asset.endswith(".png"), asset
+        spec = (await client.get("/openapi.json")).json()
+        assert spec["openapi"].startswith("3.1")
+        assert (await client.post("/v1/embeddings", json={"input": "x"})).status_code == 401

@@ -1,0 +1,107 @@
+"""The OpenAPI document says what every route answers, and what is sent matches it.
+
+Each route's real responses (every model kind, every output shape) are validated against the
+documented response model with unknown fields forbidden, so the documentation cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from poolserve import Engine
+from poolserve.server import schemas
+from tests.api.helpers import load_engine, serving
+
+pytestmark = pytest.mark.anyio
+
+# (route, body, documented response) for each kind of model.
+EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
+    ("/v1/embeddings", {"input": ["a", "b"]}, schemas.EmbeddingResponse),
+    ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, schemas.EmbeddingResponse),
+    ("/pooling", {"input": ["a"]}, schemas.PoolingResponse),
+    ("/pooling", {"input": ["a"], "task": "token_embed"}, schemas.PoolingResponse),
+    ("/pooling", {"input": "a", "encoding_format": "base64"}, schemas.PoolingResponse),
+    ("/score", {"queries": "a", "documents": ["b", "c"]}, schemas.ScoreResponse),
+    ("/rerank", {"query": "a", "documents": ["b", "c"]}, schemas.RerankResponse),
+    (
+        "/rerank",
+        {"query": "a", "documents": ["b"], "return_documents": False},
+        schemas.RerankResponse,
+    ),
+    ("/tokenize", {"prompt": "a b", "return_token_strs": True}, schemas.TokenizeResponse),
+    ("/tokenize", {"prompt": "a b"}, schemas.TokenizeResponse),
+    ("/detokenize", {"tokens": [101, 102]}, schemas.DetokenizeResponse),
+]
+GETS: list[tuple[str, type[BaseModel]]] = [
+    ("/v1/models", schemas.ModelList),
+    ("/v1/models/sentence-transformers/all-MiniLM-L6-v2", schemas.ModelCard),
+    ("/health", schemas.Health),
+    ("/version", schemas.VersionBody),
+    ("/stats", schemas.StatsBody),
+]
+OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
+    "classifier_dir": [
+        ("/classify", {"input": ["a", "b"]}, schemas.ClassifyResponse),
+        ("/pooling", {"input": ["a"], "task": "classify"}, schemas.PoolingResponse),
+    ],
+    "splade_dir": [
+        ("/embed_sparse", {"inputs": ["a b"]}, schemas.SparseResponse),
+        ("/pooling", {"input": ["a b"], "task": "sparse"}, schemas.PoolingResponse),
+    ],
+    "token_classifier_dir": [
+        ("/pooling", {"input": ["a b"], "task": "token_classify"}, schemas.PoolingResponse),
+    ],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(OTHER_KINDS))
+def other_kind(request: pytest.FixtureRequest) -> Iterator[tuple[str, Engine]]:
+    directory: Path = request.getfixturevalue(request.param)
+    with load_engine(directory) as engine:
+        yield request.param, engine
+
+
+async def test_every_response_matches_its_documented_schema(engine: Any) -> None:
+    async with serving(engine) as client:
+        for path, body, model in EMBEDDING_CALLS:
+            response = await client.post(path, json=body)
+            assert response.status_code == 200, (path, response.text)
+            model.model_validate(response.json())
+        for path, model in GETS:
+            response = await client.get(path)
+            assert response.status_code == 200, path
+            model.model_validate(response.json())
+        error = await client.post("/v1/embeddings", json={"input": 5})
+        schemas.ErrorBody.model_validate(error.json())
+
+
+async def test_other_kinds_match_their_documented_schemas(other_kind: tuple[str, Engine]) -> None:
+    name, engine = other_kind
+    async with serving(engine) as client:
+        for path, body, model in OTHER_KINDS[name]:
+            response = await client.post(path, json=body)
+            assert response.status_code == 200, (path, response.text)
+            model.model_validate(response.json())
+
+
+async def test_the_spec_documents_each_routes_body_and_answers(engine: Any) -> None:
+    async with serving(engine) as client:
+        spec = (await client.get("/openapi.json")).json()
+    served = [path for path, _, _ in EMBEDDING_CALLS] + [path for path, _ in GETS[:-1]]
+    for path in {*served, "/stats", "/v1/rerank", "/v2/rerank", "/v1/score"}:
+        template = "/v1/models/{model_id}" if path.startswith("/v1/models/") else path
+        operations = spec["paths"][template]
+        for method, operation in operations.items():
+            if method == "head":
+                continue
+            answers = operation["responses"]
+            assert "$ref" in str(answers["200"]["content"]["application/json"]["schema"]), path
+            if method == "post":
+                assert "requestBody" in operation, path
+                for status in ("400", "413", "429"):
+                    assert status in answers, (path, status)
