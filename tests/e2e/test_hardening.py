@@ -225,14 +225,23 @@ def test_oversized_body_is_413_json_with_content_length_and_chunked(limits_serve
     assert httpx.get(f"{limits_server.url}/health").status_code == 200
 
 
-def test_input_over_the_character_cap_is_400_unless_truncated(limits_server: Server) -> None:
+def test_a_long_input_is_judged_by_its_tokens_from_a_bounded_prefix(
+    limits_server: Server,
+) -> None:
     url = f"{limits_server.url}{EMBED}"
-    text = "a" + " a" * (CHAR_CAP // 2)  # CHAR_CAP + 1 characters
+    text = "a" + " a" * (CHAR_CAP // 2)  # CHAR_CAP + 1 characters, 8,193 tokens
     assert len(text) == CHAR_CAP + 1
     error = assert_openai_error(httpx.post(url, json={"input": text}, timeout=30), 400)
-    assert str(CHAR_CAP) in error["message"] and "truncate_prompt_tokens" in error["message"]
+    assert "has more than 256 tokens" in error["message"], error
+    assert "truncate_prompt_tokens" in error["message"]
     response = httpx.post(url, json={"input": text, "truncate_prompt_tokens": -1}, timeout=30)
     assert len(embedding_vectors(response)) == 1
+    assert response.json()["usage"]["prompt_tokens"] == 256
+    # Characters are not tokens: two words apart is two words, however many spaces.
+    spaced = "hello" + " " * (CHAR_CAP * 2) + "world"
+    response = httpx.post(url, json={"input": spaced}, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["prompt_tokens"] == 4
 
 
 @pytest.mark.parametrize(
