@@ -20,7 +20,7 @@ from poolserve.config import ModelConfig
 from poolserve.engine.collate import collate
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.models import load_module, prepare_model
+from poolserve.models.loader import load_module, prepare_model
 
 
 def main() -> None:
