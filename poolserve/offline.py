@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
 from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.engine.work import RequestGroup
 from poolserve.errors import InvalidRequestError
-from poolserve.models.kinds import describe
+from poolserve.models.kinds import Head, describe
 from poolserve.models.loader import prepare_model
-from poolserve.tasks.base import PoolingParams, ServeContext, run_sync
-from poolserve.tasks.classify import ClassifyRequest
+from poolserve.tasks.base import PoolingParams, ServeContext, run_async, run_sync, submit
+from poolserve.tasks.classify import ClassifyRequest, ClassifyTask
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
+from poolserve.tasks.pooling import PoolingRequest, PoolingTask
 from poolserve.tasks.registry import build_tasks
-from poolserve.tasks.score import ScoreRequest, pair_up
+from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up
 
 
 class Engine:
@@ -61,6 +67,9 @@ class Engine:
             self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
             self.kind = loaded.kind
             self.tasks = build_tasks(loaded)
+            self._pooling = PythonPooling(
+                max_model_len=self.max_model_len, classifier=self.tasks.pooling.classifier
+            )
         except BaseException:
             self.core.close()  # its threads are running: never leave them behind
             raise
@@ -74,6 +83,9 @@ class Engine:
         if self.tasks.embed is None:
             raise self._cannot("embed")
         return self.tasks.embed
+
+    # Each method has an async twin (`aembed`, ...) for a running event loop: the work runs on
+    # the engine's threads and the loop only awaits it. Both build the same request.
 
     def embed(
         self,
@@ -89,14 +101,68 @@ class Engine:
         (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
         (special tokens kept), -1 to the model's maximum.
         """
-        inputs = _texts(texts, "texts")
+        return run_sync(
+            self.core, *self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        )
+
+    async def aembed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> np.ndarray:
+        """`embed`, awaited."""
+        request = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        return await run_async(self.core, *request)
+
+    def embed_iter(
+        self,
+        texts: Iterable[str],
+        *,
+        batch_size: int = 256,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Iterator[np.ndarray]:
+        """Embed an iterable of any length, a batch at a time: yields one float32 array of up
+        to `batch_size` rows per batch, in order (concatenated, they are `embed(texts)`).
+
+        The texts are read lazily and a few batches are in flight at once, so tokenizing the
+        next batches overlaps the model's work on this one, and memory holds only those.
+        Stopping early (break, close) cancels what is in flight.
+        """
+        if batch_size < 1:
+            raise InvalidRequestError(f"batch_size must be at least 1, got {batch_size}")
+        in_flight: deque[tuple[Future[np.ndarray], RequestGroup]] = deque()
+        remaining = iter(texts)
+        try:
+            while batch := list(itertools.islice(remaining, batch_size)):
+                task, ctx = self._embed(batch, normalize, dimensions, truncate_prompt_tokens)
+                in_flight.append(submit(self.core, task, ctx))
+                if len(in_flight) > BATCHES_IN_FLIGHT:
+                    yield in_flight.popleft()[0].result()
+            while in_flight:
+                yield in_flight.popleft()[0].result()
+        finally:
+            for _, group in in_flight:
+                group.cancel()
+
+    def _embed(
+        self,
+        texts: str | Sequence[str],
+        normalize: bool | None,
+        dimensions: int | None,
+        truncate_prompt_tokens: int | None,
+    ) -> tuple[EmbedTask, ServeContext[EmbedRequest]]:
         params = self.pooling_params(
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
         )
-        ctx = ServeContext(EmbedRequest(inputs), model_name=self.name, pooling_params=params)
-        return run_sync(self.core, self.embed_task, ctx)
+        request = EmbedRequest(_texts(texts, "texts"))
+        return self.embed_task, ServeContext(request, self.name, params)
 
     def classify(
         self,
@@ -106,14 +172,29 @@ class Engine:
         truncate_prompt_tokens: int | None = None,
     ) -> np.ndarray:
         """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
+        return run_sync(self.core, *self._classify(texts, use_activation, truncate_prompt_tokens))
+
+    async def aclassify(
+        self,
+        texts: str | Sequence[str],
+        *,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> np.ndarray:
+        """`classify`, awaited."""
+        request = self._classify(texts, use_activation, truncate_prompt_tokens)
+        return await run_async(self.core, *request)
+
+    def _classify(
+        self, texts: str | Sequence[str], use_activation: bool, truncate_prompt_tokens: int | None
+    ) -> tuple[ClassifyTask, ServeContext[ClassifyRequest]]:
         task = self.tasks.classify
         if task is None:
             raise self._cannot("classify")
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
         )
-        request = ClassifyRequest(_texts(texts, "texts"))
-        return run_sync(self.core, task, ServeContext(request, self.name, params))
+        return task, ServeContext(ClassifyRequest(_texts(texts, "texts")), self.name, params)
 
     def score(
         self,
@@ -128,6 +209,34 @@ class Engine:
 
         A document is a string or a mapping with a `text` key (as the rerank APIs send them).
         """
+        request = self._score(
+            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc
+        )
+        return run_sync(self.core, *request)
+
+    async def ascore(
+        self,
+        queries: str | Sequence[str],
+        documents: str | Sequence[Document],
+        *,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+        max_tokens_per_doc: int | None = None,
+    ) -> np.ndarray:
+        """`score`, awaited."""
+        request = self._score(
+            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc
+        )
+        return await run_async(self.core, *request)
+
+    def _score(
+        self,
+        queries: str | Sequence[str],
+        documents: str | Sequence[Document],
+        use_activation: bool,
+        truncate_prompt_tokens: int | None,
+        max_tokens_per_doc: int | None,
+    ) -> tuple[ScoreTask, ServeContext[ScoreRequest]]:
         task = self.tasks.score
         if task is None:
             raise self._cannot("score")
@@ -141,7 +250,7 @@ class Engine:
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
         )
-        return run_sync(self.core, task, ServeContext(request, self.name, params))
+        return task, ServeContext(request, self.name, params)
 
     def rerank(
         self, query: str, documents: Sequence[Document], *, top_n: int | None = None
@@ -149,13 +258,108 @@ class Engine:
         """(document index, score) pairs, best first; the first `top_n` (None: all).
 
         A document is a string or a mapping with a `text` key."""
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
-        if top_n is not None and top_n < 0:
-            raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
-        scores = self.score(query, documents)
-        order = sorted(range(len(scores)), key=lambda index: -scores[index])
-        return [(index, float(scores[index])) for index in order[: top_n or None]]
+        _check_rerank(query, top_n)
+        return _ranked(self.score(query, documents), top_n)
+
+    async def arerank(
+        self, query: str, documents: Sequence[Document], *, top_n: int | None = None
+    ) -> list[tuple[int, float]]:
+        """`rerank`, awaited."""
+        _check_rerank(query, top_n)
+        return _ranked(await self.ascore(query, documents), top_n)
+
+    def embed_sparse(
+        self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
+    ) -> list[dict[int, float]]:
+        """A sparse (SPLADE) model's vocabulary weights of each text: {token id: weight}, the
+        non-zero ones (`tokenize`'s ids; the tokenizer's vocabulary names them)."""
+        request = self._pool(texts, "sparse", None, True, truncate_prompt_tokens, "embed_sparse")
+        return run_sync(self.core, *request)
+
+    async def aembed_sparse(
+        self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
+    ) -> list[dict[int, float]]:
+        """`embed_sparse`, awaited."""
+        request = self._pool(texts, "sparse", None, True, truncate_prompt_tokens, "embed_sparse")
+        return await run_async(self.core, *request)
+
+    def pool(
+        self,
+        texts: str | Sequence[str],
+        *,
+        task: Head | None = None,
+        normalize: bool | None = None,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> list[Any]:
+        """The raw output of one of the model's heads for each text, as `/pooling` returns it:
+        a vector (`embed`, `classify`), a matrix of one row per token (`token_embed`,
+        `token_classify`), or {token id: weight} (`sparse`). `task` None: the model's main head.
+        """
+        request = self._pool(texts, task, normalize, use_activation, truncate_prompt_tokens, "pool")
+        return run_sync(self.core, *request)
+
+    async def apool(
+        self,
+        texts: str | Sequence[str],
+        *,
+        task: Head | None = None,
+        normalize: bool | None = None,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> list[Any]:
+        """`pool`, awaited."""
+        request = self._pool(texts, task, normalize, use_activation, truncate_prompt_tokens, "pool")
+        return await run_async(self.core, *request)
+
+    def _pool(
+        self,
+        texts: str | Sequence[str],
+        head: Head | None,
+        normalize: bool | None,
+        use_activation: bool,
+        truncate_prompt_tokens: int | None,
+        method: str,
+    ) -> tuple[PythonPooling, ServeContext[PoolingRequest]]:
+        heads = self.tasks.heads
+        chosen = head or heads[0]
+        if chosen not in heads:
+            if method == "embed_sparse":
+                raise self._cannot("embed_sparse")
+            raise InvalidRequestError(
+                f"{self.name} is {describe(self.kind)}; task must be one of its heads: "
+                f"{', '.join(heads)} (got {head!r})"
+            )
+        params = self.pooling_params(
+            normalize=normalize,
+            use_activation=use_activation,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+        )
+        request = PoolingRequest(_texts(texts, "texts"), chosen)
+        return self._pooling, ServeContext(request, self.name, params)
+
+    def tokenize(
+        self, texts: str | Sequence[str], *, add_special_tokens: bool = True
+    ) -> list[int] | list[list[int]]:
+        """Token ids as the model sees them: a list for one text, a list of lists for several
+        (no length limit applied: `max_model_len` says what the model takes)."""
+        inputs = [texts] if isinstance(texts, str) else _texts(texts, "texts")
+        ids = self.core.cpu.submit(self._encode, inputs, add_special_tokens).result()
+        return ids[0] if isinstance(texts, str) else ids
+
+    async def atokenize(
+        self, texts: str | Sequence[str], *, add_special_tokens: bool = True
+    ) -> list[int] | list[list[int]]:
+        """`tokenize`, awaited."""
+        inputs = [texts] if isinstance(texts, str) else _texts(texts, "texts")
+        ids = await self.core.cpu.run(self._encode, inputs, add_special_tokens)
+        return ids[0] if isinstance(texts, str) else ids
+
+    def _encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+        tokenizer = self.core.cpu.tokenizer()  # the pool thread's own
+        return tokenizer.encode_batch(
+            texts, truncate_to=None, add_special_tokens=add_special_tokens
+        )
 
     def pooling_params(
         self,
@@ -180,17 +384,21 @@ class Engine:
     def _cannot(self, what: str) -> InvalidRequestError:
         methods = [
             name
-            for name, task in (
-                ("embed", self.tasks.embed),
-                ("classify", self.tasks.classify),
-                ("score", self.tasks.score),
-                ("rerank", self.tasks.score),
+            for name, serves in (
+                ("embed", self.tasks.embed is not None),
+                ("embed_iter", self.tasks.embed is not None),
+                ("classify", self.tasks.classify is not None),
+                ("score", self.tasks.score is not None),
+                ("rerank", self.tasks.score is not None),
+                ("embed_sparse", self.tasks.sparse),
+                ("pool", True),
+                ("tokenize", True),
             )
-            if task is not None
+            if serves
         ]
         return InvalidRequestError(
             f"{self.name} is {describe(self.kind)}; it cannot {what} (its methods: "
-            f"{', '.join(methods) or 'none of embed, classify, score, rerank'})"
+            f"{', '.join(methods)}, and their async twins)"
         )
 
     @property
@@ -213,6 +421,35 @@ class Engine:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+# Batches `embed_iter` keeps queued beyond the one it waits for: enough that tokenizing the next
+# ones overlaps the model, few enough that memory holds only them.
+BATCHES_IN_FLIGHT = 3
+
+
+class PythonPooling(PoolingTask):
+    """The pooling task with Python results: sparse weights as {token id: weight}."""
+
+    def postprocess(
+        self, ctx: ServeContext[PoolingRequest], outputs: list[np.ndarray]
+    ) -> list[Any]:
+        results = super().postprocess(ctx, outputs)
+        if ctx.request.head != "sparse":
+            return results
+        return [{entry["index"]: entry["value"] for entry in entries} for entries in results]
+
+
+def _check_rerank(query: str, top_n: int | None) -> None:
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    if top_n is not None and top_n < 0:
+        raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
+
+
+def _ranked(scores: np.ndarray, top_n: int | None) -> list[tuple[int, float]]:
+    order = sorted(range(len(scores)), key=lambda index: -scores[index])
+    return [(index, float(scores[index])) for index in order[: top_n or None]]
 
 
 def _release_unclosed(core: EngineCore, name: str) -> None:

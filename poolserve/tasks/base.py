@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
@@ -27,6 +28,7 @@ from poolserve.errors import EngineUnavailableError, PoolserveError
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -229,37 +231,84 @@ def _prepare_in_turn(
             group.fail(exc)
 
 
-async def serve(
-    engine: EngineCore, task: Task[RequestT, Any], ctx: ServeContext[RequestT]
-) -> bytes:
-    """Run one request through every stage without doing CPU work on the event loop.
+def start(
+    engine: EngineCore,
+    task: Task[RequestT, Any],
+    ctx: ServeContext[RequestT],
+    finish: Callable[[RequestGroup, list[np.ndarray]], T],
+    *,
+    chained: bool = True,
+) -> tuple[Future[T], RequestGroup]:
+    """Queue one request through every stage; the future holds `finish(group, outputs)`, run
+    in the CPU pool. Cancel the group to drop what has not run.
 
-    Every stage after validation runs off the loop and hands over to the next by itself
-    (tokenize+submit in the pool, forward on the runner, finish in the pool), so the loop wakes
-    once per request. A large request is prepared one chunk at a time, each chunk queueing the
-    next at the back of the pool: a small request arriving meanwhile gets the pool between two
-    chunks, and the large one keeps the runner fed without a round trip through the loop.
+    Chained, a large request is prepared one chunk at a time, each chunk queueing the next at
+    the back of the pool: a small request arriving meanwhile gets the pool between two chunks,
+    and the large one keeps the runner fed without a round trip through the loop. Otherwise
+    (one caller with one large input list) every chunk is queued at once.
     """
-    inputs, group, _ = _open(engine, task, ctx)
-    finished = engine.cpu.then(group.future, partial(_finish, task, ctx, group))
+    inputs, group, chunks = _open(engine, task, ctx)
+    finished = engine.cpu.then(group.future, partial(finish, group))
     try:
-        engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, 0, inputs)
+        if chained:
+            engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, 0, inputs)
+        else:
+            for index in range(chunks):
+                engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, index, inputs)
+    except BaseException:
+        group.cancel()
+        raise
+    return finished, group
+
+
+def _postprocess(
+    task: Task[RequestT, ResultT],
+    ctx: ServeContext[RequestT],
+    group: RequestGroup,
+    outputs: list[np.ndarray],
+) -> ResultT:
+    return task.postprocess(ctx, outputs)
+
+
+async def _awaited(finished: Future[T], group: RequestGroup) -> T:
+    try:
         return await asyncio.wrap_future(finished)
     except BaseException:
         group.cancel()
         raise
 
 
+async def serve(
+    engine: EngineCore, task: Task[RequestT, Any], ctx: ServeContext[RequestT]
+) -> bytes:
+    """Run one request through every stage without doing CPU work on the event loop: every
+    stage after validation runs off the loop and hands over to the next by itself (tokenize and
+    submit in the pool, forward on the runner, finish in the pool), so the loop wakes once per
+    request. Returns the response body."""
+    return await _awaited(*start(engine, task, ctx, partial(_finish, task, ctx)))
+
+
+async def run_async(
+    engine: EngineCore, task: Task[RequestT, ResultT], ctx: ServeContext[RequestT]
+) -> ResultT:
+    """The same stages for the async Python API: the task's result, the loop never blocked."""
+    return await _awaited(*start(engine, task, ctx, partial(_postprocess, task, ctx)))
+
+
+def submit(
+    engine: EngineCore, task: Task[RequestT, ResultT], ctx: ServeContext[RequestT]
+) -> tuple[Future[ResultT], RequestGroup]:
+    """The same stages for a caller thread, every chunk queued at once; wait on the future."""
+    return start(engine, task, ctx, partial(_postprocess, task, ctx), chained=False)
+
+
 def run_sync(
     engine: EngineCore, task: Task[RequestT, ResultT], ctx: ServeContext[RequestT]
 ) -> ResultT:
-    """The same stages for a caller thread (the offline API): all chunks are prepared at once."""
-    inputs, group, chunks = _open(engine, task, ctx)
-    for index in range(chunks):
-        engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, index, inputs)
+    """`submit` and wait (the offline API)."""
+    finished, group = submit(engine, task, ctx)
     try:
-        outputs = group.future.result()
+        return finished.result()
     except BaseException:
         group.cancel()
         raise
-    return task.postprocess(ctx, outputs)
