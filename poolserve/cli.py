@@ -10,11 +10,12 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from poolserve import __version__
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.errors import ModelLoadError, SettingError
+from poolserve.errors import InvalidRequestError, ModelLoadError, SettingError
 from poolserve.flags import (
     Parser,
     boolean,
@@ -164,7 +165,96 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_flags(serve)
     _add_engine_flags(serve)
+    _add_embed_command(commands)
     return parser
+
+
+EMBED_DESCRIPTION = """Embed a corpus into a file, resumably.
+
+INPUT is JSONL (one object per line), CSV (with a header), Parquet, or plain text (one document
+per line), told by its extension or --format; - reads standard input. Each record's text is its
+--text-field; its id is its --id-field, or its number in the input (0, 1, ...).
+
+OUTPUT is by its extension: a .parquet directory of parts (columns id, embedding as a
+fixed-size list of float32, tokens), or one .npy matrix (with the ids beside it in
+OUTPUT.ids.jsonl), or .jsonl lines of {id, embedding, tokens}. Rows keep the input's order.
+
+Killed at any point (even with SIGKILL), the same command continues where it stopped, and the
+output holds every record exactly once. A finished output is never overwritten without
+--overwrite. A record that cannot be embedded (no text field, not text, blank, too long without
+--truncate) is written to OUTPUT.errors.jsonl with its line (or row) and reason, or stops the
+job with --on-error fail. A progress bar shows the rate and time left on a terminal; otherwise a
+log line every 10 seconds.
+"""
+
+
+def _add_embed_command(commands: Any) -> None:
+    embed = commands.add_parser(
+        "embed",
+        help="embed a corpus file into Parquet, .npy or .jsonl (resumable)",
+        description=EMBED_DESCRIPTION,
+        formatter_class=_EmbedHelpFormatter,
+    )
+    embed.add_argument("input", help="the corpus file, or - for standard input")
+    embed.add_argument("--output", "-o", required=True, help="where the embeddings go")
+    embed.add_argument(
+        "--model", default=env_default("--model", None), help="default: the bundled model"
+    )
+    embed.add_argument(
+        "--format",
+        type=one_of(("jsonl", "csv", "parquet", "text")),
+        default=None,
+        help="the input's format (default: from its extension)",
+    )
+    embed.add_argument("--text-field", default="text", help="the field or column of the text")
+    embed.add_argument(
+        "--id-field", default=None, help="the field or column of the id (default: record number)"
+    )
+    embed.add_argument(
+        "--on-error",
+        type=one_of(("skip", "fail")),
+        default="skip",
+        help="a bad record: skip it (reported in OUTPUT.errors.jsonl) or stop the job",
+    )
+    embed.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut texts longer than the model takes instead of reporting them as bad",
+    )
+    embed.add_argument(
+        "--dimensions", type=integer(1), default=None, help="keep the first N dimensions"
+    )
+    embed.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_const",
+        const=False,
+        default=None,
+        help="keep the vectors as the model's pooling makes them (default: as the model says)",
+    )
+    embed.add_argument(
+        "--part-rows",
+        type=integer(1),
+        default=8192,
+        help="records per part file: what a killed job redoes at most",
+    )
+    embed.add_argument(
+        "--overwrite", action="store_true", help="start again over an existing output"
+    )
+    embed.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", "info"),
+        help="how much to log",
+    )
+    _add_model_flags(embed)
+    _add_engine_flags(embed)
+
+
+class _EmbedHelpFormatter(
+    argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
+):
+    """The description as written (paragraphs), the flags with their defaults."""
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -271,7 +361,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
+def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig]:
+    """What to load and how to run it: the flags `serve` and `embed` share."""
     model = ModelConfig(
         model=args.model,
         revision=args.revision,
@@ -289,6 +380,11 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         single_thread_tokens=args.single_thread_tokens,
         compile=args.compile,
     )
+    return model, engine
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
+    model, engine = model_engine_configs(args)
     server = ServerConfig(
         host=args.host,
         port=args.port,
@@ -308,6 +404,43 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         gzip_min_bytes=args.gzip_min_bytes,
     )
     return model, engine, server
+
+
+def embed(args: argparse.Namespace) -> int:
+    """`poolserve embed`: exit 0 done, 1 when it cannot run or a bad row stops it."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    model_config, engine_config = model_engine_configs(args)
+    from poolserve.bulk.inputs import InputError, InputSpec, input_format
+    from poolserve.bulk.job import BadRowsError, JobOptions, run_job, summary_lines
+    from poolserve.bulk.parts import JobStateError
+    from poolserve.offline import Engine
+
+    try:
+        spec = InputSpec(
+            path=args.input,
+            format=input_format(args.input, args.format),
+            text_field=args.text_field,
+            id_field=args.id_field,
+        )
+        options = JobOptions(
+            part_rows=args.part_rows,
+            on_error=args.on_error,
+            truncate=args.truncate,
+            normalize=args.normalize,
+            dimensions=args.dimensions,
+            overwrite=args.overwrite,
+        )
+        with Engine(model_config=model_config, engine_config=engine_config) as engine:
+            report = run_job(engine, spec, Path(args.output), options)
+    except (InputError, JobStateError, BadRowsError, ModelLoadError, InvalidRequestError) as exc:
+        message = exc.cli_message if isinstance(exc, SettingError) else str(exc)
+        logger.error("poolserve embed: %s", message)
+        return 1
+    for line in summary_lines(report):
+        print(line)
+    return 0
 
 
 def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> int:
@@ -417,6 +550,8 @@ def main(argv: Sequence[str] | None = None, *, backend: BackendFactory | None = 
     args = parse_args(argv)
     if args.command == "serve":
         return serve(args, backend)
+    if args.command == "embed":
+        return embed(args)
     return 2
 
 

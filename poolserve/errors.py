@@ -35,6 +35,11 @@ class InvalidRequestError(PoolserveError, ValueError):
 class InputTooLongError(InvalidRequestError):
     """An input has more tokens than the model accepts and truncation was not asked for."""
 
+    def __init__(self, message: str, *, param: str | None = None, index: int | None = None):
+        super().__init__(message, param=param)
+        # The input's position in its request's list of inputs, where there is one.
+        self.index = index
+
 
 class PayloadTooLargeError(PoolserveError):
     """The request carries more than the server accepts in one request (413)."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
 from poolserve.tasks.registry import build_tasks
 from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -117,6 +119,32 @@ class Engine:
         request = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
         return await run_async(self.core, *request)
 
+    def embed_later(
+        self,
+        texts: str | Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Future[np.ndarray]:
+        """Queue `embed` and return at once: a future of its array. Cancelling the future
+        drops the inputs that have not reached the model."""
+        request = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        return _cancellable(*submit(self.core, *request))
+
+    def embed_counted_later(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Future[tuple[np.ndarray, list[int]]]:
+        """`embed_later`, with each text's token count (special tokens included, after any
+        truncation) next to its vectors."""
+        _, ctx = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        return _cancellable(*submit(self.core, CountedEmbed(self.embed_task), ctx))
+
     def embed_iter(
         self,
         texts: Iterable[str],
@@ -135,19 +163,25 @@ class Engine:
         """
         if batch_size < 1:
             raise InvalidRequestError(f"batch_size must be at least 1, got {batch_size}")
-        in_flight: deque[tuple[Future[np.ndarray], RequestGroup]] = deque()
+        in_flight: deque[Future[np.ndarray]] = deque()
         remaining = iter(texts)
         try:
             while batch := list(itertools.islice(remaining, batch_size)):
-                task, ctx = self._embed(batch, normalize, dimensions, truncate_prompt_tokens)
-                in_flight.append(submit(self.core, task, ctx))
+                in_flight.append(
+                    self.embed_later(
+                        batch,
+                        normalize=normalize,
+                        dimensions=dimensions,
+                        truncate_prompt_tokens=truncate_prompt_tokens,
+                    )
+                )
                 if len(in_flight) > BATCHES_IN_FLIGHT:
-                    yield in_flight.popleft()[0].result()
+                    yield in_flight.popleft().result()
             while in_flight:
-                yield in_flight.popleft()[0].result()
+                yield in_flight.popleft().result()
         finally:
-            for _, group in in_flight:
-                group.cancel()
+            for future in in_flight:
+                future.cancel()
 
     def _embed(
         self,
@@ -438,6 +472,29 @@ class PythonPooling(PoolingTask):
         if ctx.request.head != "sparse":
             return results
         return [{entry["index"]: entry["value"] for entry in entries} for entries in results]
+
+
+class CountedEmbed:
+    """The embed task whose result also carries each input's token count."""
+
+    def __init__(self, embed: EmbedTask) -> None:
+        self._embed = embed
+        self.inputs = embed.inputs
+        self.preprocess = embed.preprocess
+
+    def postprocess(
+        self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[int]]:
+        return self._embed.postprocess(ctx, outputs), list(ctx.input_tokens)
+
+    def build_response(self, ctx: ServeContext[EmbedRequest], result: object) -> bytes:
+        raise NotImplementedError("CountedEmbed serves the Python API only")
+
+
+def _cancellable(future: Future[T], group: RequestGroup) -> Future[T]:
+    """`future`, whose cancel() also drops the request's inputs not yet run."""
+    future.add_done_callback(lambda done: group.cancel() if done.cancelled() else None)
+    return future
 
 
 def _check_rerank(query: str, top_n: int | None) -> None:

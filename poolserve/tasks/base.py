@@ -82,6 +82,8 @@ class ServeContext(Generic[RequestT]):
     # tokenized (one slot per chunk: chunks may be prepared on several threads at once).
     chunk_tokens: list[int] = field(default_factory=list)
     chunk_seconds: list[float] = field(default_factory=list)
+    # Tokens of each input (one slot per input), filled in as chunks are tokenized.
+    input_tokens: list[int] = field(default_factory=list)
     # What preprocessing learns about an input that post-processing needs, by input index.
     item_data: dict[int, Any] = field(default_factory=dict)
     # Counts what the request costs as it is tokenized (chunks must then be prepared in order).
@@ -167,11 +169,13 @@ def _prepare_chunk(
             )
             for offset, text in enumerate(tokenized)
         ]
-        ctx.chunk_tokens[chunk_index] = sum(item.length for item in items)
+        lengths = [item.length for item in items]
+        ctx.input_tokens[start : start + len(lengths)] = lengths
+        ctx.chunk_tokens[chunk_index] = sum(lengths)
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if ctx.cost_meter is not None:
             last = chunk_index == len(ctx.chunk_tokens) - 1
-            ctx.cost_meter.tokenized([item.length for item in items], last=last)
+            ctx.cost_meter.tokenized(lengths, last=last)
         if not group.finished:
             engine.submit(items)
     except PoolserveError as exc:
@@ -210,6 +214,7 @@ def _open(
     chunks = -(-len(inputs) // engine.config.tokenize_chunk_size)
     ctx.chunk_tokens = [0] * chunks
     ctx.chunk_seconds = [0.0] * chunks
+    ctx.input_tokens = [0] * len(inputs)
     return inputs, engine.open_group(len(inputs)), chunks
 
 

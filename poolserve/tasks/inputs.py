@@ -71,7 +71,12 @@ def param_of(where: str) -> str:
 
 
 def bound_text(
-    tokenizer: TextTokenizer, text: str, where: str, max_model_len: int, truncating: bool
+    tokenizer: TextTokenizer,
+    text: str,
+    where: str,
+    max_model_len: int,
+    truncating: bool,
+    index: int | None = None,
 ) -> str:
     """The text to tokenize for the input `where` names ("input 3", "documents[2]").
 
@@ -96,15 +101,17 @@ def bound_text(
         f"{leading.offsets[-1][1]} characters), but the model accepts at most {max_model_len}; "
         + TO_CUT_IT,
         param=param_of(where),
+        index=index,
     )
 
 
-def check_length(length: int, where: str, max_model_len: int) -> None:
+def check_length(length: int, where: str, max_model_len: int, index: int | None = None) -> None:
     if length > max_model_len:
         raise InputTooLongError(
             f"{where} has {length} tokens, but the model accepts at most {max_model_len}; "
             + TO_CUT_IT,
             param=param_of(where),
+            index=index,
         )
 
 
@@ -125,7 +132,14 @@ def tokenize_inputs(
     if inputs and isinstance(inputs[0], str):
         truncating = truncate is not None
         texts = [
-            bound_text(tokenizer, str(text), name(start + offset), max_model_len, truncating)
+            bound_text(
+                tokenizer,
+                str(text),
+                name(start + offset),
+                max_model_len,
+                truncating,
+                start + offset,
+            )
             for offset, text in enumerate(inputs)
         ]
         id_lists = tokenizer.encode_batch(texts, truncate_to=truncate)
@@ -136,7 +150,7 @@ def tokenize_inputs(
         if truncate is not None:
             id_lists = [ids[:truncate] for ids in id_lists]
     for offset, ids in enumerate(id_lists):
-        check_length(len(ids), name(start + offset), max_model_len)
+        check_length(len(ids), name(start + offset), max_model_len, start + offset)
     return [TokenizedText(ids, None, head) for ids in id_lists]
 
 

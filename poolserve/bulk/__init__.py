@@ -1,0 +1,1 @@
+"""Bulk embedding (`poolserve embed`): a corpus file in, its embeddings out, resumable."""

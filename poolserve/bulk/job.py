@@ -1,0 +1,300 @@
+"""`poolserve embed`: a corpus in, its embeddings out, resumable and in bounded memory.
+
+The input is read a part at a time (`PartStore.part_rows` records). Each part's texts go to the
+engine sorted by length (its batches then pad little) while the next parts are read and
+tokenized; at most `PARTS_IN_FLIGHT` parts are held at once, whatever the input's size. Results
+are written in input order, one part file each (see `parts.py`), which is what makes a killed job
+resumable: the rerun skips the records of the parts on disk.
+
+A record the engine refuses (too long for the model without truncation) is a bad row like a
+missing field: reported with its line and reason, then skipped or the job stopped
+(`on_error`). No record is dropped without a line in the errors file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from poolserve.bulk.inputs import BadRow, InputSpec, Record, Row, count_records, read_records
+from poolserve.bulk.parts import JobStateError, PartStore
+from poolserve.errors import InputTooLongError
+from poolserve.offline import Engine
+
+logger = logging.getLogger(__name__)
+
+PARTS_IN_FLIGHT = 3
+OutputKind = Literal["parquet", "npy", "jsonl"]
+
+
+class BadRowsError(RuntimeError):
+    """A bad row with `on_error="fail"`: the job stops, naming it."""
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    part_rows: int = 8192
+    on_error: Literal["skip", "fail"] = "skip"
+    truncate: bool = False
+    normalize: bool | None = None
+    dimensions: int | None = None
+    overwrite: bool = False
+
+
+@dataclass
+class JobReport:
+    embedded: int = 0
+    bad: int = 0
+    resumed_from: int = 0
+    seconds: float = 0.0
+    output: str = ""
+    errors_file: str | None = None
+
+
+def output_kind(output: Path) -> OutputKind:
+    suffix = output.suffix.lower()
+    if suffix == ".npy":
+        return "npy"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    return "parquet"
+
+
+@dataclass
+class _Part:
+    index: int
+    rows: list[Row]
+    bad: list[BadRow]
+    # The rows' order by text length, as sent to the engine.
+    order: list[int]
+    future: Future[tuple[np.ndarray, list[int]]] | None
+
+
+def run_job(engine: Engine, spec: InputSpec, output: Path, options: JobOptions) -> JobReport:
+    """Embed every record of `spec` into `output`, resuming a job killed before."""
+    kind = output_kind(output)
+    store = PartStore(
+        output if kind == "parquet" else output.with_name(output.name + ".parts"),
+        options.part_rows,
+    )
+    if kind != "parquet" and output.exists() and not options.overwrite:
+        raise JobStateError(f"{output} exists; pass --overwrite to embed again")
+    settings = {
+        "input": _fingerprint(spec),
+        "model": engine.name,
+        **{key: value for key, value in asdict(options).items() if key != "overwrite"},
+    }
+    first = store.open(settings, overwrite=options.overwrite)
+    report = JobReport(resumed_from=first * options.part_rows, output=str(output))
+    started = time.perf_counter()
+    records = read_records(spec)
+    skipped = sum(1 for _ in itertools.islice(records, first * options.part_rows))
+    if first:
+        logger.info("resuming after %d records already embedded (%d parts)", skipped, first)
+    total = count_records(spec)
+    progress = _Progress(total, done=skipped)
+    try:
+        in_flight: deque[_Part] = deque()
+        for index in itertools.count(first):
+            chunk = list(itertools.islice(records, options.part_rows))
+            if not chunk:
+                break
+            in_flight.append(_start(engine, index, chunk, options))
+            if len(in_flight) >= PARTS_IN_FLIGHT:
+                _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
+        while in_flight:
+            _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
+    finally:
+        progress.close()
+    if kind != "parquet":
+        _assemble(store, output, kind)
+    store.finish()
+    errors = output.with_name(output.name + ".errors.jsonl")
+    report.bad = _collect_errors(store, errors)
+    report.errors_file = str(errors) if report.bad else None
+    if kind != "parquet":
+        shutil.rmtree(store.directory)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _fingerprint(spec: InputSpec) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "path": spec.path if spec.path == "-" else str(Path(spec.path).resolve()),
+        "format": spec.format,
+        "text_field": spec.text_field,
+        "id_field": spec.id_field,
+    }
+    if spec.path != "-":
+        stat = Path(spec.path).stat()
+        described.update(size=stat.st_size, modified_ns=stat.st_mtime_ns)
+    return described
+
+
+def _start(engine: Engine, index: int, chunk: list[Record], options: JobOptions) -> _Part:
+    rows = [record for record in chunk if isinstance(record, Row)]
+    bad = [record for record in chunk if isinstance(record, BadRow)]
+    part = _Part(index, rows, bad, [], None)
+    _submit(engine, part, options)
+    return part
+
+
+def _submit(engine: Engine, part: _Part, options: JobOptions) -> None:
+    part.order = sorted(range(len(part.rows)), key=lambda i: len(part.rows[i].text))
+    if not part.rows:
+        part.future = None
+        return
+    part.future = engine.embed_counted_later(
+        [part.rows[i].text for i in part.order],
+        normalize=options.normalize,
+        dimensions=options.dimensions,
+        truncate_prompt_tokens=-1 if options.truncate else None,
+    )
+
+
+def _finish(
+    engine: Engine,
+    store: PartStore,
+    part: _Part,
+    spec: InputSpec,
+    options: JobOptions,
+    report: JobReport,
+    progress: _Progress,
+) -> None:
+    vectors, tokens = _results(engine, part, options)
+    if part.bad and options.on_error == "fail":
+        first = min(part.bad, key=lambda row: row.index)
+        raise BadRowsError(
+            f"{spec.unit} {first.position} (id {first.id!r}): {first.reason}; "
+            "pass --on-error skip to report bad rows and go on"
+        )
+    # Back to input order.
+    restore = np.argsort(np.asarray(part.order, dtype=np.int64), kind="stable")
+    vectors = vectors[restore]
+    tokens = [tokens[i] for i in restore]
+    store.write(part.index, [row.id for row in part.rows], vectors, tokens, part.bad, spec.unit)
+    logger.debug("wrote part %d (%d records, %d bad)", part.index, len(part.rows), len(part.bad))
+    report.embedded += len(part.rows)
+    progress.advance(len(part.rows) + len(part.bad))
+
+
+def _results(engine: Engine, part: _Part, options: JobOptions) -> tuple[np.ndarray, list[int]]:
+    """The part's vectors and token counts, in the engine's (length) order; an input too long
+    for the model becomes a bad row and the rest are sent again."""
+    while True:
+        if part.future is None:
+            width = options.dimensions or engine.embedding_dim
+            return np.zeros((0, width), np.float32), []
+        try:
+            return part.future.result()
+        except InputTooLongError as exc:
+            if exc.index is None:
+                raise
+            row = part.rows[part.order[exc.index]]
+            reason = exc.message.split(";")[0].replace(f"input {exc.index} ", "the text ", 1)
+            part.bad.append(BadRow(row.index, row.position, row.id, reason + " (see --truncate)"))
+            part.rows = [r for r in part.rows if r is not row]
+            part.bad.sort(key=lambda bad: bad.index)
+            _submit(engine, part, options)
+
+
+def _assemble(store: PartStore, output: Path, kind: OutputKind) -> None:
+    """The single-file output from the parts, written under a temporary name then renamed."""
+    import pyarrow.parquet as pq
+
+    temporary = output.with_name(output.name + ".tmp")
+    tables = [pq.read_table(path) for path in store.parts()]
+    if kind == "npy":
+        rows = sum(table.num_rows for table in tables)
+        width = tables[0].schema.field("embedding").type.list_size if tables else 0
+        matrix = np.lib.format.open_memmap(
+            temporary, mode="w+", dtype=np.float32, shape=(rows, width)
+        )
+        at = 0
+        for table in tables:
+            values = table.column("embedding").combine_chunks().flatten().to_numpy()
+            matrix[at : at + table.num_rows] = values.reshape(table.num_rows, width)
+            at += table.num_rows
+        matrix.flush()
+        del matrix
+        ids = output.with_name(output.stem + ".ids.jsonl")
+        with open(ids, "wb") as file:
+            for table in tables:
+                for value in table.column("id").to_pylist():
+                    file.write(orjson.dumps(value) + b"\n")
+    else:
+        with open(temporary, "wb") as file:
+            for table in tables:
+                for record in table.to_pylist():
+                    file.write(orjson.dumps(record) + b"\n")
+    temporary.replace(output)
+
+
+def _collect_errors(store: PartStore, errors: Path) -> int:
+    lines = list(store.errors())
+    if lines:
+        errors.write_bytes(b"".join(line + b"\n" for line in lines))
+    elif errors.exists():
+        errors.unlink()
+    return len(lines)
+
+
+class _Progress:
+    """A tqdm bar (rate, ETA) on a terminal; a log line every few seconds otherwise."""
+
+    LOG_EVERY = 10.0
+
+    def __init__(self, total: int | None, done: int) -> None:
+        self._bar: Any = None
+        self._done = done
+        self._total = total
+        self._started = time.perf_counter()
+        self._first = done
+        self._logged = self._started
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=done, unit=" records", dynamic_ncols=True)
+
+    def advance(self, count: int) -> None:
+        self._done += count
+        if self._bar is not None:
+            self._bar.update(count)
+            return
+        now = time.perf_counter()
+        if now - self._logged >= self.LOG_EVERY:
+            self._logged = now
+            rate = (self._done - self._first) / (now - self._started)
+            eta = ""
+            if self._total and rate:
+                eta = f", about {(self._total - self._done) / rate:.0f} s left"
+            of = f" of {self._total}" if self._total else ""
+            logger.info("%d%s records, %.0f records/s%s", self._done, of, rate, eta)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def summary_lines(report: JobReport) -> Iterator[str]:
+    """The report as lines for the terminal."""
+    yield (
+        f"embedded {report.embedded} records into {report.output} in {report.seconds:.1f} s"
+        + (f" (resumed after {report.resumed_from})" if report.resumed_from else "")
+    )
+    if report.bad:
+        yield f"{report.bad} bad records skipped, each with its place and reason in " + str(
+            report.errors_file
+        )
