@@ -310,3 +310,29 @@ def test_serve_help_shows_every_default_and_explains_every_flag(
     ]
     assert undocumented == []
     assert "(default: 8000)" in text and "(default: 262144)" in text
+
+
+def test_embed_help_explains_the_bulk_job(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_args(["embed", "--help"])
+    assert caught.value.code == 0
+    text = capsys.readouterr().out
+    for words in (
+        "JSONL",
+        "Parquet",
+        "SIGKILL",
+        "--overwrite",
+        "--text-field",
+        "--id-field",
+        "--on-error",
+        "--truncate",
+        "errors.jsonl",
+    ):
+        assert words in text, words
+
+
+def test_embed_without_an_output_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_args(["embed", "corpus.jsonl"])
+    assert caught.value.code == 2
+    assert "--output" in capsys.readouterr().err

@@ -1,0 +1,149 @@
+"""The bulk job's formats and rules, in process over the session engine: every input format gives
+the same vectors as `Engine.embed`, every output format holds them in input order, and a job
+refuses to mix with another or to overwrite a finished one."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from poolserve.bulk.inputs import InputError, InputSpec, input_format, read_records
+from poolserve.bulk.job import BadRowsError, JobOptions, run_job
+from poolserve.bulk.parts import JobStateError
+from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
+
+TEXTS = [" ".join(WORDS[i : i + 3 + i % 7]) for i in range(40)]
+
+
+def write_input(directory: Path, kind: str) -> Path:
+    if kind == "jsonl":
+        path = directory / "in.jsonl"
+        path.write_text(
+            "".join(json.dumps({"text": t, "key": f"k{i}"}) + "\n" for i, t in enumerate(TEXTS))
+        )
+    elif kind == "csv":
+        path = directory / "in.csv"
+        with path.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["key", "text"])
+            writer.writerows([f"k{i}", t] for i, t in enumerate(TEXTS))
+    elif kind == "parquet":
+        path = directory / "in.parquet"
+        pq.write_table(pa.table({"text": TEXTS, "key": [f"k{i}" for i in range(len(TEXTS))]}), path)
+    else:
+        path = directory / "in.txt"
+        path.write_text("".join(t + "\n" for t in TEXTS))
+    return path
+
+
+def parquet_vectors(output: Path) -> tuple[list[Any], np.ndarray]:
+    table = ds.dataset(output).to_table()
+    ids = table.column("id").to_pylist()
+    return ids, table.column("embedding").combine_chunks().flatten().to_numpy().reshape(
+        len(ids), -1
+    )
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet", "text"])
+def test_every_input_format_gives_the_vectors_of_embed(
+    engine: Any, tmp_path: Path, kind: str
+) -> None:
+    path = write_input(tmp_path, kind)
+    id_field = None if kind == "text" else "key"
+    spec = InputSpec(str(path), input_format(str(path), None), id_field=id_field)
+    report = run_job(engine, spec, tmp_path / "out.parquet", JobOptions(part_rows=16))
+    assert report.embedded == len(TEXTS) and report.bad == 0
+    ids, vectors = parquet_vectors(tmp_path / "out.parquet")
+    assert ids == (
+        list(range(len(TEXTS))) if kind == "text" else [f"k{i}" for i in range(len(TEXTS))]
+    )
+    assert_close_vectors(vectors, engine.embed(TEXTS), FP32_COSINE)
+
+
+def test_npy_and_jsonl_outputs_hold_the_same_rows(engine: Any, tmp_path: Path) -> None:
+    spec = InputSpec(str(write_input(tmp_path, "text")), "text")
+    run_job(engine, spec, tmp_path / "out.npy", JobOptions(part_rows=7, dimensions=32))
+    matrix = np.load(tmp_path / "out.npy")
+    assert matrix.shape == (len(TEXTS), 32)
+    assert_close_vectors(matrix, engine.embed(TEXTS, dimensions=32), FP32_COSINE)
+    ids = [json.loads(line) for line in (tmp_path / "out.ids.jsonl").open()]
+    assert ids == list(range(len(TEXTS)))
+    run_job(engine, spec, tmp_path / "out.jsonl", JobOptions(part_rows=7))
+    records = [orjson.loads(line) for line in (tmp_path / "out.jsonl").open()]
+    assert [r["id"] for r in records] == ids
+    assert_close_vectors(np.array([r["embedding"] for r in records]), engine.embed(TEXTS))
+    assert [r["tokens"] for r in records[:5]] == [len(engine.tokenize(t)) for t in TEXTS[:5]]
+    assert not (tmp_path / "out.npy.parts").exists()
+
+
+def test_standard_input_is_read_with_a_declared_format(
+    engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InputError, match="needs --format"):
+        input_format("-", None)
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(t + "\n" for t in TEXTS[:5])))
+    run_job(engine, InputSpec("-", "text"), tmp_path / "out.parquet", JobOptions())
+    ids, vectors = parquet_vectors(tmp_path / "out.parquet")
+    assert ids == [0, 1, 2, 3, 4]
+    assert_close_vectors(vectors, engine.embed(TEXTS[:5]))
+
+
+def test_a_text_too_long_is_a_bad_row_unless_truncated(engine: Any, tmp_path: Path) -> None:
+    long = " ".join(["bread"] * 400)
+    path = tmp_path / "in.txt"
+    path.write_text(f"{TEXTS[0]}\n{long}\n{TEXTS[1]}\n\n{TEXTS[2]}\n")
+    spec = InputSpec(str(path), "text")
+    report = run_job(engine, spec, tmp_path / "a.parquet", JobOptions())
+    assert (report.embedded, report.bad) == (3, 2)
+    errors = [json.loads(line) for line in (tmp_path / "a.parquet.errors.jsonl").open()]
+    assert [(e["line"], e["reason"][:20]) for e in errors] == [
+        (2, "the text has 402 tok"),
+        (4, "blank line"),
+    ]
+    ids, _ = parquet_vectors(tmp_path / "a.parquet")
+    assert ids == [0, 2, 4]
+    truncated = run_job(engine, spec, tmp_path / "b.parquet", JobOptions(truncate=True))
+    assert (truncated.embedded, truncated.bad) == (4, 1)
+    with pytest.raises(BadRowsError, match=r"line 2 \(id 1\): the text has 402 tokens"):
+        run_job(engine, spec, tmp_path / "c.parquet", JobOptions(on_error="fail"))
+
+
+def test_a_missing_column_stops_the_job_before_any_work(tmp_path: Path) -> None:
+    path = write_input(tmp_path, "csv")
+    with pytest.raises(InputError, match="has no column 'body' \\(its columns: key, text\\)"):
+        list(read_records(InputSpec(str(path), "csv", text_field="body")))
+
+
+def test_an_output_is_never_mixed_with_another_job_or_overwritten(
+    engine: Any, tmp_path: Path
+) -> None:
+    spec = InputSpec(str(write_input(tmp_path, "text")), "text")
+    output = tmp_path / "out.parquet"
+    run_job(engine, spec, output, JobOptions(part_rows=16))
+    with pytest.raises(JobStateError, match="finished job; pass --overwrite"):
+        run_job(engine, spec, output, JobOptions(part_rows=16))
+    report = run_job(engine, spec, output, JobOptions(part_rows=16, dimensions=8, overwrite=True))
+    assert parquet_vectors(output)[1].shape == (len(TEXTS), 8) and report.embedded == len(TEXTS)
+    # An unfinished job resumes only as it was started.
+    (output / "_poolserve_job.json").write_text(
+        (output / "_poolserve_job.json")
+        .read_text()
+        .replace('"complete": true', '"complete": false')
+    )
+    with pytest.raises(JobStateError, match="other settings \\(dimensions differ\\)"):
+        run_job(engine, spec, output, JobOptions(part_rows=16, dimensions=16))
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    with pytest.raises(JobStateError, match="not a poolserve embed job"):
+        run_job(engine, spec, stranger, JobOptions())
