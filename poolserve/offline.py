@@ -16,7 +16,7 @@ import numpy as np
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
-from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head, describe
@@ -479,8 +479,18 @@ class CountedEmbed:
 
     def __init__(self, embed: EmbedTask) -> None:
         self._embed = embed
-        self.inputs = embed.inputs
-        self.preprocess = embed.preprocess
+
+    def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[Any]:
+        return self._embed.inputs(ctx)
+
+    def preprocess(
+        self,
+        ctx: ServeContext[EmbedRequest],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[str] | Sequence[list[int]],
+    ) -> list[TokenizedText]:
+        return self._embed.preprocess(ctx, tokenizer, start, inputs)
 
     def postprocess(
         self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]

@@ -211,34 +211,35 @@ def _results(engine: Engine, part: _Part, options: JobOptions) -> tuple[np.ndarr
 
 
 def _assemble(store: PartStore, output: Path, kind: OutputKind) -> None:
-    """The single-file output from the parts, written under a temporary name then renamed."""
+    """The single-file output from the parts, one part in memory at a time, written under a
+    temporary name then renamed."""
     import pyarrow.parquet as pq
 
     temporary = output.with_name(output.name + ".tmp")
-    tables = [pq.read_table(path) for path in store.parts()]
-    if kind == "npy":
-        rows = sum(table.num_rows for table in tables)
-        width = tables[0].schema.field("embedding").type.list_size if tables else 0
-        matrix = np.lib.format.open_memmap(
-            temporary, mode="w+", dtype=np.float32, shape=(rows, width)
-        )
-        at = 0
-        for table in tables:
+    parts = list(store.parts())
+    if kind == "jsonl":
+        with open(temporary, "wb") as file:
+            for path in parts:
+                for record in pq.read_table(path).to_pylist():
+                    file.write(orjson.dumps(record) + b"\n")
+        temporary.replace(output)
+        return
+    files = [pq.ParquetFile(path) for path in parts]
+    rows = sum(file.metadata.num_rows for file in files)
+    width = files[0].schema_arrow.field("embedding").type.list_size if files else 0
+    matrix = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(rows, width))
+    ids = output.with_name(output.stem + ".ids.jsonl")
+    at = 0
+    with open(ids, "wb") as id_file:
+        for file in files:
+            table = file.read()
             values = table.column("embedding").combine_chunks().flatten().to_numpy()
             matrix[at : at + table.num_rows] = values.reshape(table.num_rows, width)
             at += table.num_rows
-        matrix.flush()
-        del matrix
-        ids = output.with_name(output.stem + ".ids.jsonl")
-        with open(ids, "wb") as file:
-            for table in tables:
-                for value in table.column("id").to_pylist():
-                    file.write(orjson.dumps(value) + b"\n")
-    else:
-        with open(temporary, "wb") as file:
-            for table in tables:
-                for record in table.to_pylist():
-                    file.write(orjson.dumps(record) + b"\n")
+            for value in table.column("id").to_pylist():
+                id_file.write(orjson.dumps(value) + b"\n")
+    matrix.flush()
+    del matrix
     temporary.replace(output)
 
 
