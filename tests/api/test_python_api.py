@@ -160,6 +160,9 @@ def test_embed_iter_stopped_early_cancels_what_is_in_flight(engine: Any) -> None
     stream = engine.embed_iter(itertools.cycle(TEXTS), batch_size=32)
     assert next(stream).shape == (32, 384)
     stream.close()  # an endless iterable: only closing ends it
+    # What was cancelled leaves the engine: its queued inputs are skipped, and the batches that
+    # were running end (the shared engine is quiet again for the next test's counters).
+    assert engine.core.wait_for_idle_runners(engine.core.runners, 60)
     assert engine.embed("still serving").shape == (1, 384)
     with pytest.raises(InvalidRequestError, match="batch_size must be at least 1"):
         next(engine.embed_iter(TEXTS, batch_size=0))
