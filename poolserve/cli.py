@@ -23,6 +23,7 @@ from poolserve.flags import (
     env_list,
     integer,
     one_of,
+    positive_number,
     positive_seconds,
 )
 from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
@@ -38,7 +39,11 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "on", "auto")
 # Flags whose value is a boolean (their variables are read as text, then checked).
-BOOLEAN_FLAGS = ("protect_metrics", "access_log")
+BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray")
+# Flags that mean something only with --ray.
+RAY_ONLY_FLAGS = ("replicas", "replica_cpus", "ray_address")
+# Flags that take several values at once (`--served-model-name a b`); other lists repeat.
+NARGS_FLAGS = ("served_model_name",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_flags(serve)
     _add_engine_flags(serve)
+    _add_ray_flags(serve, "serve the app as a Ray Serve application of --replicas engines")
     _add_embed_command(commands)
     return parser
 
@@ -249,12 +255,41 @@ def _add_embed_command(commands: Any) -> None:
     )
     _add_model_flags(embed)
     _add_engine_flags(embed)
+    _add_ray_flags(embed, "embed the parts on --replicas engine actors of a Ray cluster")
 
 
 class _EmbedHelpFormatter(
     argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
 ):
     """The description as written (paragraphs), the flags with their defaults."""
+
+
+def _add_ray_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    group = parser.add_argument_group("Ray (pip install 'poolserve[ray]')")
+    group.add_argument(
+        "--ray",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("--ray", False),
+        help=what,
+    )
+    group.add_argument(
+        "--replicas",
+        type=integer(1),
+        default=env_default("--replicas", None),
+        help="engines on Ray, one per actor (default: 1)",
+    )
+    group.add_argument(
+        "--replica-cpus",
+        type=positive_number("a number of CPUs above 0"),
+        default=env_default("--replica-cpus", None),
+        help="CPUs Ray reserves for each engine, which lays its runners out over them (default: 1)",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=env_default("--ray-address", None),
+        help="the Ray cluster to join (auto, or host:port of its head); default: start a Ray "
+        "instance of this machine alone (node address 127.0.0.1) for as long as the command runs",
+    )
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -353,6 +388,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 setattr(args, name, boolean(getattr(args, name)))
             except argparse.ArgumentTypeError as exc:
                 parser.error(f"argument --{name.replace('_', '-')}: {exc}")
+    if not args.ray:
+        given = [flag for flag in RAY_ONLY_FLAGS if getattr(args, flag) is not None]
+        if given:
+            parser.error(f"argument --{given[0].replace('_', '-')} needs --ray")
+    else:
+        args.replicas = args.replicas or 1
+        args.replica_cpus = args.replica_cpus or 1.0
     if args.command == "serve":
         try:  # the limits that need no model; create_app checks the model's length too
             configs_from_args(args)[2].check_limits()
@@ -432,8 +474,31 @@ def embed(args: argparse.Namespace) -> int:
             dimensions=args.dimensions,
             overwrite=args.overwrite,
         )
-        with Engine(model_config=model_config, engine_config=engine_config) as engine:
-            report = run_job(engine, spec, Path(args.output), options)
+        if args.ray:
+            from poolserve.bulk.job import PARTS_IN_FLIGHT
+            from poolserve.ray.commands import embed_on_ray
+
+            report = embed_on_ray(
+                model_config,
+                engine_config,
+                # Every actor busy, and the next parts read and waiting.
+                lambda embedder: run_job(
+                    embedder,
+                    spec,
+                    Path(args.output),
+                    options,
+                    parts_in_flight=args.replicas + PARTS_IN_FLIGHT - 1,
+                ),
+                replicas=args.replicas,
+                replica_cpus=args.replica_cpus,
+                address=args.ray_address,
+            )
+        else:
+            with Engine(model_config=model_config, engine_config=engine_config) as engine:
+                report = run_job(engine, spec, Path(args.output), options)
+    except ImportError as exc:
+        logger.error("poolserve embed: %s", exc)
+        return 1
     except (InputError, JobStateError, BadRowsError, ModelLoadError, InvalidRequestError) as exc:
         message = exc.cli_message if isinstance(exc, SettingError) else str(exc)
         logger.error("poolserve embed: %s", message)
@@ -461,6 +526,10 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
             exc.strerror or exc,
         )
         return 1
+
+    if args.ray:
+        listener.close()  # free: Ray Serve's proxy listens there
+        return _serve_on_ray(args, model_config, engine_config, server_config)
 
     import uvicorn
 
@@ -527,6 +596,29 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         logging.shutdown()
         os._exit(1)
     return 0 if server.started else 1
+
+
+def _serve_on_ray(
+    args: argparse.Namespace,
+    model_config: ModelConfig,
+    engine_config: EngineConfig,
+    server_config: ServerConfig,
+) -> int:
+    try:
+        from poolserve.ray.commands import serve_on_ray
+
+        serve_on_ray(
+            model_config,
+            engine_config,
+            server_config,
+            replicas=args.replicas,
+            replica_cpus=args.replica_cpus,
+            address=args.ray_address,
+        )
+    except (ImportError, ModelLoadError, ValueError) as exc:
+        logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)
+        return 1
+    return 0
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -8,7 +8,7 @@ how to serve it over HTTP. The CLI builds these from flags (each flag also read 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from poolserve.errors import SettingError
@@ -35,6 +35,20 @@ class ModelConfig:
     max_model_len: int | None = None
     # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
     task: str | None = None
+
+    @staticmethod
+    def of(model: str | None, config: ModelConfig | None) -> ModelConfig:
+        """The config of a call that takes both a `model` and a `model_config` (either may be
+        left out; both must not name different models)."""
+        if config is None:
+            return ModelConfig(model=model)
+        if model is None:
+            return config
+        if config.model not in (None, model):
+            raise ValueError(
+                f"two models given: {model!r} and model_config.model {config.model!r}; pass one"
+            )
+        return replace(config, model=model)
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,9 @@ class EngineConfig:
     # engine/compiled.py). Off here, for the Python API (compiling takes tens of seconds at
     # start-up); `poolserve serve` defaults to auto.
     compile: CompileMode = "off"
+    # The cores this engine may use, for its default runners and torch threads; None: the
+    # process's CPU affinity. Set where several engines share a machine (Ray replicas).
+    cores: int | None = None
 
 
 @dataclass(frozen=True)

@@ -70,16 +70,22 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     return convert
 
 
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds above 0."""
-    accepted = "a number of seconds above 0"
-    try:
-        value = float(text)
-    except ValueError:
-        raise _refuse(text, accepted) from None
-    if not (math.isfinite(value) and value > 0):
-        raise _refuse(text, accepted)
-    return value
+def positive_number(accepted: str) -> Callable[[str], float]:
+    """A finite number above 0 (`accepted` says which, in the refusal)."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise _refuse(text, accepted) from None
+        if not (math.isfinite(value) and value > 0):
+            raise _refuse(text, accepted)
+        return value
+
+    return convert
+
+
+positive_seconds = positive_number("a number of seconds above 0")
 
 
 def one_of(choices: Sequence[str]) -> Callable[[str], str]:

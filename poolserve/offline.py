@@ -8,7 +8,6 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -47,16 +46,7 @@ class Engine:
         engine_config: EngineConfig | None = None,
         backend: BackendFactory = torch_backend,
     ) -> None:
-        if model_config is None:
-            model_config = ModelConfig(model=model)
-        elif model is not None:
-            if model_config.model not in (None, model):
-                raise ValueError(
-                    f"two models given: {model!r} and model_config.model "
-                    f"{model_config.model!r}; pass one"
-                )
-            model_config = replace(model_config, model=model)
-        self.model_config = model_config
+        self.model_config = model_config = ModelConfig.of(model, model_config)
         self.engine_config = engine_config or EngineConfig()
         loaded = prepare_model(self.model_config)
         self.core = EngineCore(loaded, self.engine_config, backend=backend)

@@ -19,11 +19,11 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import orjson
@@ -31,12 +31,27 @@ import orjson
 from poolserve.bulk.inputs import BadRow, InputSpec, Record, Row, count_records, read_records
 from poolserve.bulk.parts import JobStateError, PartStore
 from poolserve.errors import InputTooLongError
-from poolserve.offline import Engine
 
 logger = logging.getLogger(__name__)
 
 PARTS_IN_FLIGHT = 3
 OutputKind = Literal["parquet", "npy", "jsonl"]
+
+
+class PartEmbedder(Protocol):
+    """What the job needs of an engine: `poolserve.Engine`, or actors on Ray (`poolserve.ray`)."""
+
+    name: str
+    embedding_dim: int
+
+    def embed_counted_later(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Future[tuple[np.ndarray, list[int]]]: ...
 
 
 class BadRowsError(RuntimeError):
@@ -82,8 +97,16 @@ class _Part:
     future: Future[tuple[np.ndarray, list[int]]] | None
 
 
-def run_job(engine: Engine, spec: InputSpec, output: Path, options: JobOptions) -> JobReport:
-    """Embed every record of `spec` into `output`, resuming a job killed before."""
+def run_job(
+    engine: PartEmbedder,
+    spec: InputSpec,
+    output: Path,
+    options: JobOptions,
+    *,
+    parts_in_flight: int = PARTS_IN_FLIGHT,
+) -> JobReport:
+    """Embed every record of `spec` into `output`, resuming a job killed before; at most
+    `parts_in_flight` parts are read ahead of the one being written."""
     kind = output_kind(output)
     store = PartStore(
         output if kind == "parquet" else output.with_name(output.name + ".parts"),
@@ -112,7 +135,7 @@ def run_job(engine: Engine, spec: InputSpec, output: Path, options: JobOptions) 
             if not chunk:
                 break
             in_flight.append(_start(engine, index, chunk, options))
-            if len(in_flight) >= PARTS_IN_FLIGHT:
+            if len(in_flight) >= parts_in_flight:
                 _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
         while in_flight:
             _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
@@ -143,7 +166,7 @@ def _fingerprint(spec: InputSpec) -> dict[str, Any]:
     return described
 
 
-def _start(engine: Engine, index: int, chunk: list[Record], options: JobOptions) -> _Part:
+def _start(engine: PartEmbedder, index: int, chunk: list[Record], options: JobOptions) -> _Part:
     rows = [record for record in chunk if isinstance(record, Row)]
     bad = [record for record in chunk if isinstance(record, BadRow)]
     part = _Part(index, rows, bad, [], None)
@@ -151,7 +174,7 @@ def _start(engine: Engine, index: int, chunk: list[Record], options: JobOptions)
     return part
 
 
-def _submit(engine: Engine, part: _Part, options: JobOptions) -> None:
+def _submit(engine: PartEmbedder, part: _Part, options: JobOptions) -> None:
     part.order = sorted(range(len(part.rows)), key=lambda i: len(part.rows[i].text))
     if not part.rows:
         part.future = None
@@ -165,7 +188,7 @@ def _submit(engine: Engine, part: _Part, options: JobOptions) -> None:
 
 
 def _finish(
-    engine: Engine,
+    engine: PartEmbedder,
     store: PartStore,
     part: _Part,
     spec: InputSpec,
@@ -190,7 +213,9 @@ def _finish(
     progress.advance(len(part.rows) + len(part.bad))
 
 
-def _results(engine: Engine, part: _Part, options: JobOptions) -> tuple[np.ndarray, list[int]]:
+def _results(
+    engine: PartEmbedder, part: _Part, options: JobOptions
+) -> tuple[np.ndarray, list[int]]:
     """The part's vectors and token counts, in the engine's (length) order; an input too long
     for the model becomes a bad row and the rest are sent again."""
     while True:

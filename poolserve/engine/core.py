@@ -81,7 +81,7 @@ def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | No
     load; two eager runners beat one eager runner on two threads by 1.3-1.4x."""
     if device_type != "cpu":
         return config.runners or 1, config.torch_threads
-    cores = available_cores()
+    cores = config.cores or available_cores()
     runners = config.runners or (1 if will_compile(config.compile, device_type) else cores)
     threads = config.torch_threads or max(1, cores // runners)
     return runners, threads
@@ -103,6 +103,7 @@ class EngineCore:
         for flag, value in (
             ("--runners", config.runners),
             ("--torch-threads", config.torch_threads),
+            ("cores", config.cores),
         ):
             if value is not None and value < 1:
                 raise SettingError(f"{flag} must be at least 1, got {value}")

@@ -245,6 +245,8 @@ def test_a_request_limit_below_the_models_length_stops_start_up_before_loading(
         (["--runners", "0"], "an integer from 1 up"),
         (["--cpu-workers", "0"], "an integer from 1 up"),
         (["--single-thread-tokens", "-1"], "an integer from 0 up"),
+        (["--replica-cpus", "0", "--ray"], "a number of CPUs above 0"),
+        (["--replicas", "0", "--ray"], "an integer from 1 up"),
         (["--log-level", "foo"], "one of critical, error, warning, info, debug"),
         # `token_embed` is a /pooling head an embedding model has too, not a kind of model.
         (["--task", "token_embed"], "one of auto, embedding, cross_encoder, classifier, late_"),
@@ -336,3 +338,21 @@ def test_embed_without_an_output_is_a_usage_error(capsys: pytest.CaptureFixture[
         parse_args(["embed", "corpus.jsonl"])
     assert caught.value.code == 2
     assert "--output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["serve"], ["embed", "in.jsonl", "-o", "out.parquet"]])
+@pytest.mark.parametrize(
+    "flag", [["--replicas", "2"], ["--replica-cpus", "2"], ["--ray-address", "auto"]]
+)
+def test_ray_flags_without_ray_are_refused(
+    command: list[str], flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_args([*command, *flag])
+    assert caught.value.code == 2
+    assert f"argument {flag[0]} needs --ray" in capsys.readouterr().err
+
+
+def test_ray_flags_default_with_ray() -> None:
+    args = parse_args(["serve", "--ray"])
+    assert (args.ray, args.replicas, args.replica_cpus, args.ray_address) == (True, 1, 1.0, None)

@@ -1,0 +1,108 @@
+"""`poolserve embed --ray`: the bulk job's parts embedded by a pool of engine actors.
+
+The job itself (reading, parts on disk, resuming, errors) runs where the command runs, as
+without Ray; only `embed_counted_later` goes to the actors, each part to the actor with the
+fewest parts outstanding. So a killed job resumes the same way, and its output is the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import ray
+
+from poolserve.config import EngineConfig, ModelConfig
+from poolserve.errors import InputTooLongError
+from poolserve.ray.cluster import actor_engine_config
+
+Counted = tuple[np.ndarray, list[int]]
+
+
+class _EngineActor:
+    """An engine in a Ray actor (`ray.remote` below)."""
+
+    def __init__(self, model_config: ModelConfig, engine_config: EngineConfig) -> None:
+        from poolserve.offline import Engine
+
+        self.engine = Engine(model_config=model_config, engine_config=engine_config)
+
+    def describe(self) -> tuple[str, int]:
+        return self.engine.name, self.engine.embedding_dim
+
+    def embed_counted(
+        self, texts: Sequence[str], options: dict[str, Any]
+    ) -> Counted | tuple[str, int | None]:
+        """The vectors and token counts, or ("too long", index) for an input too long for the
+        model: returned, not raised, so the job gets its index back as it does locally."""
+        try:
+            return self.engine.embed_counted_later(texts, **options).result()
+        except InputTooLongError as exc:
+            return exc.message, exc.index
+
+
+class RayEmbedder:
+    """What the bulk job needs of an engine (`name`, `embedding_dim`, `embed_counted_later`),
+    served by `replicas` engine actors of `replica_cpus` CPUs each."""
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        engine_config: EngineConfig,
+        *,
+        replicas: int,
+        replica_cpus: float,
+    ) -> None:
+        actor_class: Any = ray.remote(num_cpus=replica_cpus)(_EngineActor)
+        config = actor_engine_config(engine_config, replica_cpus)
+        self._actors: list[Any] = [
+            actor_class.remote(model_config, config) for _ in range(replicas)
+        ]
+        self._outstanding = [0] * replicas
+        self._lock = threading.Lock()  # settled on Ray's thread
+        described = ray.get([actor.describe.remote() for actor in self._actors])
+        self.name, self.embedding_dim = described[0]
+        self.replicas = replicas
+
+    def embed_counted_later(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Future[Counted]:
+        options = {
+            "normalize": normalize,
+            "dimensions": dimensions,
+            "truncate_prompt_tokens": truncate_prompt_tokens,
+        }
+        with self._lock:
+            which = min(range(len(self._actors)), key=self._outstanding.__getitem__)
+            self._outstanding[which] += 1
+        remote: Future[Any] = (
+            self._actors[which].embed_counted.remote(list(texts), options).future()
+        )
+        result: Future[Counted] = Future()
+
+        def settle(done: Future[Any]) -> None:
+            with self._lock:
+                self._outstanding[which] -= 1
+            if done.cancelled():
+                result.cancel()
+            elif (error := done.exception()) is not None:
+                result.set_exception(error)
+            elif isinstance(value := done.result()[0], str):
+                result.set_exception(InputTooLongError(value, index=done.result()[1]))
+            else:
+                result.set_result(done.result())
+
+        remote.add_done_callback(settle)
+        return result
+
+    def close(self) -> None:
+        for actor in self._actors:
+            ray.kill(actor)

@@ -1,0 +1,160 @@
+"""Ray Serve: the HTTP app of `poolserve serve`, one engine per replica.
+
+Each replica builds an `Engine` and serves `create_app(engine, server_config)` through Ray
+Serve's ASGI ingress, so routes, errors, admission and metrics are the single server's, per
+replica. Ray's proxy spreads requests over the replicas; a replica's own admission still
+answers 429 when it is full, and Ray restarts a replica whose runner died (`check_health`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.ray.cluster import actor_engine_config
+
+APP_NAME = "poolserve"
+
+
+class EngineReplica:
+    """One replica: an engine, and (built by Ray once it exists) the app that serves it."""
+
+    def __init__(
+        self, model_config: ModelConfig, engine_config: EngineConfig, server_config: ServerConfig
+    ) -> None:
+        from poolserve.offline import Engine
+
+        self.server_config = server_config
+        self.engine = Engine(model_config=model_config, engine_config=engine_config)
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        from poolserve.server import create_app
+
+        app = create_app(self.engine, self.server_config)
+        app.add_middleware(WithoutRequestIdHeader)
+        return app
+
+    def check_health(self) -> None:
+        """Ray Serve's health check: a replica whose runner died is replaced."""
+        if not self.engine.alive:
+            raise RuntimeError("the model runner is not running; the replica log says why")
+
+    def __del__(self) -> None:
+        # Ray runs the app's lifespan shutdown first, once the replica has drained.
+        self.engine.close(timeout=self.server_config.shutdown_timeout)
+
+
+class WithoutRequestIdHeader:
+    """Drops the app's `x-request-id` response header: Ray's proxy passes its request id to the
+    app (which answers with it) and adds the same header itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_without(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    (name, value)
+                    for name, value in message["headers"]
+                    if name.lower() != b"x-request-id"
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_without)
+
+
+def deployment(
+    model: str | None = None,
+    *,
+    replicas: int = 1,
+    replica_cpus: float = 1.0,
+    model_config: ModelConfig | None = None,
+    engine_config: EngineConfig | None = None,
+    server_config: ServerConfig | None = None,
+    name: str = APP_NAME,
+) -> Application:
+    """The poolserve app as a Ray Serve application of `replicas` engines of `replica_cpus`
+    CPUs each: `serve.run(deployment("BAAI/bge-small-en-v1.5", replicas=4))`.
+
+    Each replica takes up to `server_config.max_concurrent_requests` requests at once (Ray's
+    default of 5 would starve the engine's batches); beyond that Ray's proxy queues them."""
+    if replicas < 1:
+        raise ValueError(f"replicas must be at least 1, got {replicas}")
+    if replica_cpus <= 0:
+        raise ValueError(f"replica_cpus must be more than 0, got {replica_cpus}")
+    model_config = ModelConfig.of(model, model_config)
+    server_config = server_config or ServerConfig()
+    server_config.check_limits()
+    replica_class = serve.deployment(
+        name=name,
+        num_replicas=replicas,
+        ray_actor_options={"num_cpus": replica_cpus},
+        max_ongoing_requests=server_config.max_concurrent_requests,
+        graceful_shutdown_timeout_s=server_config.shutdown_timeout,
+        health_check_period_s=10,
+        # A model that fails to load fails again: a few tries, not Ray's default of 20.
+        max_constructor_retry_count=3,
+    )(serve.ingress()(EngineReplica))
+    return replica_class.bind(
+        model_config,
+        actor_engine_config(engine_config or EngineConfig(), replica_cpus),
+        server_config,
+    )
+
+
+def build_app(args: Mapping[str, Any]) -> Application:
+    """The application of a Ray Serve config file (`import_path: poolserve.ray:build_app`):
+    `args` are `poolserve serve` flags by name (`model`, `replicas`, `dtype`,
+    `max_queued_tokens` or `max-queued-tokens`, ...), checked as the command line checks them;
+    a list value repeats its flag."""
+    from poolserve.cli import NARGS_FLAGS, configs_from_args, parse_args
+
+    known = set(vars(parse_args(["serve", "--ray"]))) - {"command", "ray"}
+    for key in args:
+        if key.replace("-", "_") not in known:
+            near = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
+            hint = f"; did you mean `{near[0]}`?" if near else ""
+            raise ValueError(f"poolserve.ray.build_app: unknown arg `{key}`{hint}")
+    argv = ["serve", "--ray"]
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "model":
+            argv.append(str(value))
+        elif isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list | tuple) and key.replace("-", "_") in NARGS_FLAGS:
+            argv += [flag, *map(str, value)]
+        elif isinstance(value, list | tuple):
+            for each in value:
+                argv += [flag, str(each)]
+        else:
+            argv += [flag, str(value)]
+    refused = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refused):
+            parsed = parse_args(argv)
+    except SystemExit:
+        raise ValueError(
+            "poolserve.ray.build_app: " + refused.getvalue().strip().removeprefix("poolserve: ")
+        ) from None
+    model_config, engine_config, server_config = configs_from_args(parsed)
+    return deployment(
+        replicas=parsed.replicas,
+        replica_cpus=parsed.replica_cpus,
+        model_config=model_config,
+        engine_config=engine_config,
+        server_config=server_config,
+    )
