@@ -26,7 +26,7 @@ from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
 from poolserve.tasks.registry import build_tasks
-from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up
+from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up, ranked
 
 T = TypeVar("T")
 
@@ -283,14 +283,14 @@ class Engine:
 
         A document is a string or a mapping with a `text` key."""
         _check_rerank(query, top_n)
-        return _ranked(self.score(query, documents), top_n)
+        return ranked(self.score(query, documents), top_n)
 
     async def arerank(
         self, query: str, documents: Sequence[Document], *, top_n: int | None = None
     ) -> list[tuple[int, float]]:
         """`rerank`, awaited."""
         _check_rerank(query, top_n)
-        return _ranked(await self.ascore(query, documents), top_n)
+        return ranked(await self.ascore(query, documents), top_n)
 
     def embed_sparse(
         self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
@@ -487,9 +487,6 @@ class CountedEmbed:
     ) -> tuple[np.ndarray, list[int]]:
         return self._embed.postprocess(ctx, outputs), list(ctx.input_tokens)
 
-    def build_response(self, ctx: ServeContext[EmbedRequest], result: object) -> bytes:
-        raise NotImplementedError("CountedEmbed serves the Python API only")
-
 
 def _cancellable(future: Future[T], group: RequestGroup) -> Future[T]:
     """`future`, whose cancel() also drops the request's inputs not yet run."""
@@ -502,11 +499,6 @@ def _check_rerank(query: str, top_n: int | None) -> None:
         raise TypeError(f"query must be a str, got {type(query).__name__}")
     if top_n is not None and top_n < 0:
         raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
-
-
-def _ranked(scores: np.ndarray, top_n: int | None) -> list[tuple[int, float]]:
-    order = sorted(range(len(scores)), key=lambda index: -scores[index])
-    return [(index, float(scores[index])) for index in order[: top_n or None]]
 
 
 def _release_unclosed(core: EngineCore, name: str) -> None:

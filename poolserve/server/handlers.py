@@ -17,9 +17,10 @@ from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
-from poolserve.tasks.base import PoolingParams, ServeContext, Task, serve
+from poolserve.tasks.base import Encoder, PoolingParams, ServeContext, Task, serve
 
 RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT")
 InputRequestT = TypeVar("InputRequestT", bound=InputRequest)
 
 
@@ -90,13 +91,15 @@ async def _encoded_response(
 
 async def serve_task(
     request: Request,
-    task: Task[RequestT, Any],
+    task: Task[RequestT, ResultT],
     internal: RequestT,
     params: PoolingParams,
+    encode: Encoder[RequestT, ResultT],
     *,
     timeout: float | None = None,
 ) -> Response:
-    """Run `internal` through `task` on the engine; the response carries timing headers.
+    """Run `internal` through `task` on the engine, its result written by `encode` (an API
+    family's body, see `wire/`); the response carries timing headers.
 
     The request's time limit counts from its admission. If the client disconnects, the limit
     passes or the server's shutdown grace period ends first, the request's work is cancelled:
@@ -115,7 +118,7 @@ async def serve_task(
     wait = timeout
     if timeout is not None and ticket is not None:
         wait = max(0.0, timeout - (time.monotonic() - ticket.admitted_at))
-    work = asyncio.ensure_future(serve(state.engine.core, task, ctx))
+    work = asyncio.ensure_future(serve(state.engine.core, task, ctx, encode))
     watcher = asyncio.ensure_future(_disconnected(request))
     grace_over = state.grace.over()
     try:

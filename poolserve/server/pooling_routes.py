@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -27,11 +30,12 @@ from poolserve.server.schemas import (
     documented,
 )
 from poolserve.server.state import ServingState
-from poolserve.tasks.base import PoolingParams
+from poolserve.server.wire import tei, vllm
+from poolserve.tasks.base import Encoder, PoolingParams
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
-from poolserve.tasks.score import RerankOptions, pair_up
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
+from poolserve.tasks.score import pair_up
 
 classify_router = APIRouter()
 score_router = APIRouter()
@@ -63,19 +67,22 @@ async def classify(request: Request) -> Response:
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         use_activation=wire.use_activation,
     )
-    internal = ClassifyInternal(inputs)
-    return await serve_task(request, task, internal, params, timeout=wire.request_timeout)
+    encode = partial(vllm.classify_body, labels=task.classifier.labels)
+    return await serve_task(
+        request, task, ClassifyInternal(inputs), params, encode, timeout=wire.request_timeout
+    )
 
 
 async def _score(
     request: Request,
     queries: list[str],
     documents: list[str],
+    encode: Encoder[ScoreInternal, np.ndarray],
     *,
     truncate_prompt_tokens: int | None,
     max_tokens_per_doc: int | None,
     use_activation: bool | None,
-    rerank: RerankOptions | None,
+    rerank: bool,
     timeout: float | None,
 ) -> Response:
     state = state_of(request)
@@ -93,7 +100,7 @@ async def _score(
     params = _params(
         state, truncate_prompt_tokens=truncate_prompt_tokens, use_activation=use_activation
     )
-    return await serve_task(request, task, internal, params, timeout=timeout)
+    return await serve_task(request, task, internal, params, encode, timeout=timeout)
 
 
 def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
@@ -114,10 +121,11 @@ async def score(request: Request) -> Response:
         request,
         queries,
         documents,
+        vllm.score_body,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
-        rerank=None,
+        rerank=False,
         timeout=wire.request_timeout,
     )
 
@@ -133,14 +141,21 @@ async def rerank(request: Request) -> Response:
         documents = wire.document_texts()
     except ValueError as exc:
         raise InvalidRequestError(str(exc), param="documents") from None
+    encode = partial(
+        vllm.rerank_body,
+        documents=documents,
+        top_n=wire.top_n,
+        return_documents=wire.return_documents,
+    )
     return await _score(
         request,
         [wire.query],
         documents,
+        encode,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
-        rerank=RerankOptions(top_n=wire.top_n or None, return_documents=wire.return_documents),
+        rerank=True,
         timeout=wire.request_timeout,
     )
 
@@ -162,9 +177,17 @@ async def pooling(request: Request) -> Response:
         use_activation=wire.use_activation,
         normalize=wire.normalize,
     )
-    internal = PoolingInternal(inputs, head, encoding_format=wire.encoding_format)
     pooling = state.engine.tasks.pooling
-    return await serve_task(request, pooling, internal, params, timeout=wire.request_timeout)
+    encode = partial(
+        vllm.pooling_body,
+        head=head,
+        encoding_format=wire.encoding_format,
+        labels=pooling.classifier.labels if pooling.classifier is not None else None,
+    )
+    internal = PoolingInternal(inputs, head)
+    return await serve_task(
+        request, pooling, internal, params, encode, timeout=wire.request_timeout
+    )
 
 
 @sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest))
@@ -175,6 +198,8 @@ async def embed_sparse(request: Request) -> Response:
     texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
     state.check_batch(len(texts), "inputs")
     params = _params(state, truncate_prompt_tokens=-1 if wire.truncate else None)
-    internal = PoolingInternal(texts, "sparse", sparse_only=True)
     pooling = state.engine.tasks.pooling
-    return await serve_task(request, pooling, internal, params, timeout=wire.request_timeout)
+    internal = PoolingInternal(texts, "sparse")
+    return await serve_task(
+        request, pooling, internal, params, tei.sparse_body, timeout=wire.request_timeout
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import orjson
@@ -28,6 +29,7 @@ from poolserve.server.schemas import (
     documented,
 )
 from poolserve.server.state import ServingState
+from poolserve.server.wire import openai
 from poolserve.tasks.embed import EmbedRequest
 
 router = APIRouter()
@@ -56,9 +58,13 @@ async def create_embeddings(request: Request) -> Response:
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
     )
-    internal = EmbedRequest(inputs, wire.encoding_format)
     return await serve_task(
-        request, engine.embed_task, internal, params, timeout=wire.request_timeout
+        request,
+        engine.embed_task,
+        EmbedRequest(inputs),
+        params,
+        partial(openai.embeddings_body, encoding_format=wire.encoding_format),
+        timeout=wire.request_timeout,
     )
 
 

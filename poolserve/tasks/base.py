@@ -1,10 +1,12 @@
 """The request template every task shares, and the context that travels through its stages.
 
     validate ─► preprocess (CPU pool, chunk by chunk) ─► submit ─► [engine]
-             ─► postprocess + build_response (CPU pool, started by the runner) ─► await bytes
+             ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
-A task supplies only its differences (`Task`); `serve` (async, for HTTP) and `run_sync`
-(for the offline API) are the two drivers of the same stages, so both give identical results.
+A task supplies only its differences (`Task`) and stops at its result; how a result is written
+on the wire belongs to each API family (`server/wire/`), passed in as `encode`. `serve` (async,
+for HTTP, with an encoder), `run_async` and `run_sync` (the Python API, results) drive the same
+stages, so every entrance gives identical results.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
-import orjson
 
 from poolserve.engine.core import EngineCore
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
@@ -28,6 +29,7 @@ from poolserve.errors import EngineUnavailableError, PoolserveError
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
+ResultT_co = TypeVar("ResultT_co", covariant=True)
 T = TypeVar("T")
 
 
@@ -98,7 +100,7 @@ class ServeContext(Generic[RequestT]):
         return uuid.uuid4().hex
 
 
-class Task(Protocol[RequestT, ResultT]):
+class Task(Protocol[RequestT, ResultT_co]):
     """What a task supplies to the template."""
 
     def inputs(self, ctx: ServeContext[RequestT]) -> Sequence[Any]:
@@ -115,32 +117,13 @@ class Task(Protocol[RequestT, ResultT]):
         """Tokenize and check the chunk of inputs that begins at `start` (CPU pool; thread-safe)."""
         ...
 
-    def postprocess(self, ctx: ServeContext[RequestT], outputs: list[np.ndarray]) -> ResultT:
+    def postprocess(self, ctx: ServeContext[RequestT], outputs: list[np.ndarray]) -> ResultT_co:
         """Turn the model's outputs into the task's result (runs in the CPU pool)."""
         ...
 
-    def build_response(self, ctx: ServeContext[RequestT], result: ResultT) -> bytes:
-        """Serialize the result as the HTTP response body (runs in the CPU pool)."""
-        ...
 
-
-def usage(ctx: ServeContext[Any]) -> dict[str, int]:
-    return {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens}
-
-
-def list_response(ctx: ServeContext[Any], id_prefix: str, data: list[Any]) -> bytes:
-    """The OpenAI / vLLM list envelope around `data`; numpy arrays serialize natively."""
-    return orjson.dumps(
-        {
-            "id": f"{id_prefix}-{ctx.request_id}",
-            "object": "list",
-            "created": ctx.timings.created,
-            "model": ctx.model_name,
-            "data": data,
-            "usage": usage(ctx),
-        },
-        option=orjson.OPT_SERIALIZE_NUMPY,
-    )
+# An API family's response body for a task's result (runs in the CPU pool).
+Encoder = Callable[[ServeContext[RequestT], ResultT], bytes]
 
 
 def _prepare_chunk(
@@ -192,16 +175,17 @@ def _prepare_chunk(
 def _finish(
     task: Task[RequestT, ResultT],
     ctx: ServeContext[RequestT],
+    encode: Encoder[RequestT, ResultT],
     group: RequestGroup,
     outputs: list[np.ndarray],
 ) -> bytes:
-    """Post-process and serialize (CPU pool), recording the engine's timings first."""
+    """Post-process and encode (CPU pool), recording the engine's timings first."""
     timings = ctx.timings
     timings.tokenize = sum(ctx.chunk_seconds)
     timings.queue = group.queue_time
     timings.inference = group.inference_time
     started = time.perf_counter()
-    body = task.build_response(ctx, task.postprocess(ctx, outputs))
+    body = encode(ctx, task.postprocess(ctx, outputs))
     timings.finished = time.perf_counter()
     timings.postprocess = timings.finished - started
     return body
@@ -284,13 +268,16 @@ async def _awaited(finished: Future[T], group: RequestGroup) -> T:
 
 
 async def serve(
-    engine: EngineCore, task: Task[RequestT, Any], ctx: ServeContext[RequestT]
+    engine: EngineCore,
+    task: Task[RequestT, ResultT],
+    ctx: ServeContext[RequestT],
+    encode: Encoder[RequestT, ResultT],
 ) -> bytes:
     """Run one request through every stage without doing CPU work on the event loop: every
     stage after validation runs off the loop and hands over to the next by itself (tokenize and
-    submit in the pool, forward on the runner, finish in the pool), so the loop wakes once per
-    request. Returns the response body."""
-    return await _awaited(*start(engine, task, ctx, partial(_finish, task, ctx)))
+    submit in the pool, forward on the runner, post-process and encode in the pool), so the
+    loop wakes once per request. Returns the response body."""
+    return await _awaited(*start(engine, task, ctx, partial(_finish, task, ctx, encode)))
 
 
 async def run_async(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from poolserve.tasks.base import ServeContext, list_response
+from poolserve.tasks.base import ServeContext
 from poolserve.tasks.inputs import InputsTask
 
 
@@ -15,17 +16,24 @@ class ClassifyRequest:
     inputs: list[str] | list[list[int]]
 
 
+Activation = Literal["sigmoid", "softmax", "identity"]
+
+
 @dataclass(frozen=True)
 class ClassifierHead:
-    """How a classifier's logits become probabilities and labels."""
+    """How a classifier's (or cross-encoder's) logits become scores, and their labels. The one
+    place that applies the model's activation: `/classify`, `/pooling` and `/score` agree."""
 
     labels: tuple[str, ...]
-    # Multi-label models score each label on its own (sigmoid), others softmax over labels.
-    multi_label: bool = False
+    # Decided once from the model's config (tasks/registry.py): sigmoid for multi-label and
+    # one-label models unless configured otherwise, softmax over the labels for the rest.
+    activation: Activation = "softmax"
 
     def activate(self, logits: np.ndarray) -> np.ndarray:
         logits = logits.astype(np.float64)
-        if self.multi_label or logits.shape[-1] == 1:
+        if self.activation == "identity":
+            return logits
+        if self.activation == "sigmoid":
             sigmoid: np.ndarray = 1.0 / (1.0 + np.exp(-logits))
             return sigmoid
         shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
@@ -47,16 +55,3 @@ class ClassifyTask(InputsTask[ClassifyRequest]):
     ) -> np.ndarray:
         logits = np.stack(outputs)
         return self.classifier.activate(logits) if ctx.pooling_params.use_activation else logits
-
-    def build_response(self, ctx: ServeContext[ClassifyRequest], result: np.ndarray) -> bytes:
-        labels = self.classifier.labels
-        data = [
-            {
-                "index": index,
-                "label": labels[int(np.argmax(row))] if len(labels) == len(row) else None,
-                "probs": row.astype(np.float32),
-                "num_classes": len(row),
-            }
-            for index, row in enumerate(result)
-        ]
-        return list_response(ctx, "classify", data)

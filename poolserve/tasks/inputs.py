@@ -3,7 +3,6 @@ enforce the model's length limit."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
@@ -159,11 +158,6 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     result: np.ndarray = vectors / np.maximum(norms, 1e-12)
     return result
-
-
-def base64_float32(array: np.ndarray) -> str:
-    """What OpenAI clients decode: little-endian float32 bytes, row-major, base64."""
-    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
 
 
 class HasInputs(Protocol):

@@ -13,22 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import ServeContext, list_response
+from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.inputs import InputsTask, base64_float32, l2_normalize
+from poolserve.tasks.inputs import InputsTask, l2_normalize
 
 
 @dataclass(frozen=True)
 class PoolingRequest:
     inputs: list[str] | list[list[int]]
     head: Head
-    # The TEI `/embed_sparse` response shape (a list of lists) instead of vLLM's `/pooling`.
-    sparse_only: bool = False
-    # base64: each array output as little-endian float32 bytes, row-major (sparse: unchanged).
-    encoding_format: str = "float"
 
 
 def sparse_entries(weights: np.ndarray) -> list[dict[str, Any]]:
@@ -59,16 +54,3 @@ class PoolingTask(InputsTask[PoolingRequest]):
                 return list(outputs)
             return [self.classifier.activate(output) for output in outputs]
         return [sparse_entries(output) for output in outputs]
-
-    def build_response(self, ctx: ServeContext[PoolingRequest], result: list[Any]) -> bytes:
-        if ctx.request.sparse_only:
-            return orjson.dumps(result)
-        data: list[dict[str, Any]] = []
-        base64_arrays = ctx.request.encoding_format == "base64" and ctx.request.head != "sparse"
-        for index, output in enumerate(result):
-            encoded = base64_float32(output) if base64_arrays else output
-            entry: dict[str, Any] = {"index": index, "object": "pooling", "data": encoded}
-            if ctx.request.head == "token_classify" and self.classifier is not None:
-                entry["labels"] = [self.classifier.labels[int(i)] for i in np.argmax(output, -1)]
-            data.append(entry)
-        return list_response(ctx, "pool", data)

@@ -9,7 +9,7 @@ from typing import Any
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec
-from poolserve.tasks.classify import ClassifierHead, ClassifyTask
+from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import EmbedTask
 from poolserve.tasks.pooling import PoolingTask
 from poolserve.tasks.score import (
@@ -55,24 +55,32 @@ def classifier_head(spec: ModelSpec) -> ClassifierHead:
     labels = tuple(str(id2label[key]) for key in sorted(id2label, key=int))
     if not labels:
         labels = tuple(f"LABEL_{index}" for index in range(spec.layout.num_labels))
+    if spec.kind == "cross_encoder":
+        return ClassifierHead(labels=labels, activation=cross_encoder_activation(spec))
     multi_label = config.get("problem_type") == "multi_label_classification"
-    return ClassifierHead(labels=labels, multi_label=multi_label)
+    one_label = spec.layout.num_labels == 1
+    return ClassifierHead(
+        labels=labels, activation="sigmoid" if multi_label or one_label else "softmax"
+    )
 
 
-def cross_encoder_uses_sigmoid(spec: ModelSpec) -> bool:
+def cross_encoder_activation(spec: ModelSpec) -> Activation:
     """The CrossEncoder's activation, wherever sentence-transformers stored it: 6.x in
     config_sentence_transformers.json, 4.x in config.json's "sentence_transformers" section,
-    older versions as "sbert_ce_default_activation_function". Unset: sigmoid for one label."""
+    older versions as "sbert_ce_default_activation_function". Unset: sigmoid for one label,
+    the logits otherwise (as sentence-transformers does)."""
     config = spec.layout.hf_config
-    activation = str(
+    configured = str(
         spec.layout.st_config.get("activation_fn")
         or (config.get("sentence_transformers") or {}).get("activation_fn")
         or config.get("sbert_ce_default_activation_function")
         or ""
     )
-    if activation:
-        return activation.endswith("Sigmoid")
-    return spec.layout.num_labels == 1
+    if configured:
+        if configured.endswith("Sigmoid"):
+            return "sigmoid"
+        return "softmax" if configured.endswith("Softmax") else "identity"
+    return "sigmoid" if spec.layout.num_labels == 1 else "identity"
 
 
 def late_interaction_config(spec: ModelSpec, tokenizer: TextTokenizer) -> LateInteractionConfig:
@@ -140,7 +148,8 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
     )
     scorer: Scorer | None = None
     if kind == "cross_encoder":
-        scorer = CrossEncoderScorer(max_model_len=limit, sigmoid=cross_encoder_uses_sigmoid(spec))
+        assert classifier is not None
+        scorer = CrossEncoderScorer(max_model_len=limit, classifier=classifier)
     elif kind == "embedding":
         scorer = BiEncoderScorer(max_model_len=limit)
     elif kind == "late_interaction":

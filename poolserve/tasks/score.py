@@ -16,18 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import orjson
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
-from poolserve.tasks.base import ServeContext, list_response, usage
+from poolserve.tasks.base import ServeContext
+from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
-
-
-@dataclass(frozen=True)
-class RerankOptions:
-    top_n: int | None
-    return_documents: bool
 
 
 @dataclass(frozen=True)
@@ -36,7 +30,8 @@ class ScoreRequest:
     documents: list[str]
     # (query index, document index) of each score, in response order.
     pairs: list[tuple[int, int]]
-    rerank: RerankOptions | None = None
+    # A rerank (one query, named "query" in errors) rather than a score of pairs.
+    rerank: bool = False
     # Documents are cut to this many tokens before anything else (Cohere's option).
     max_tokens_per_doc: int | None = None
 
@@ -84,7 +79,7 @@ def text_namer(request: ScoreRequest) -> Callable[[int], str]:
     def name(index: int) -> str:
         if index >= queries:
             return f"documents[{index - queries}]"
-        return "query" if request.rerank is not None else f"queries[{index}]"
+        return "query" if request.rerank else f"queries[{index}]"
 
     return name
 
@@ -104,9 +99,9 @@ def _cut_documents(
 
 
 class CrossEncoderScorer:
-    def __init__(self, *, max_model_len: int, sigmoid: bool) -> None:
+    def __init__(self, *, max_model_len: int, classifier: ClassifierHead) -> None:
         self.max_model_len = max_model_len
-        self.sigmoid = sigmoid
+        self.classifier = classifier
 
     def inputs(self, request: ScoreRequest) -> Sequence[Any]:
         return request.pairs
@@ -151,8 +146,8 @@ class CrossEncoderScorer:
 
     def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
         logits = np.stack(outputs)[:, 0].astype(np.float64)
-        if ctx.pooling_params.use_activation and self.sigmoid:
-            return 1.0 / (1.0 + np.exp(-logits))
+        if ctx.pooling_params.use_activation:
+            return self.classifier.activate(logits)
         return logits
 
 
@@ -304,29 +299,9 @@ class ScoreTask:
     def postprocess(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
         return self.scorer.scores(ctx, outputs)
 
-    def build_response(self, ctx: ServeContext[ScoreRequest], result: np.ndarray) -> bytes:
-        rerank = ctx.request.rerank
-        if rerank is None:
-            scores = [
-                {"index": index, "object": "score", "score": float(score)}
-                for index, score in enumerate(result)
-            ]
-            return list_response(ctx, "score", scores)
-        order = np.argsort(-result, kind="stable")
-        if rerank.top_n:
-            order = order[: rerank.top_n]
-        documents = ctx.request.documents
-        results: list[dict[str, Any]] = []
-        for index in order:
-            entry: dict[str, Any] = {"index": int(index), "relevance_score": float(result[index])}
-            if rerank.return_documents:
-                entry["document"] = {"text": documents[index]}
-            results.append(entry)
-        return orjson.dumps(
-            {
-                "id": f"rerank-{ctx.request_id}",
-                "model": ctx.model_name,
-                "results": results,
-                "usage": usage(ctx),
-            }
-        )
+
+def ranked(scores: np.ndarray, top_n: int | None) -> list[tuple[int, float]]:
+    """(document index, score) pairs, best first (ties: the earlier document); the first
+    `top_n` (None or 0: all)."""
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    return [(int(index), float(scores[index])) for index in order[: top_n or None]]

@@ -6,6 +6,8 @@ The tiny cross-encoder is served in both layouts rerankers come in (sentence-tra
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -282,3 +284,37 @@ async def test_max_tokens_per_doc_makes_a_long_pair_fit(
         result["relevance_score"], reference([(query, LONG_CUT)])[0], rtol=RTOL
     )
     assert response["usage"]["prompt_tokens"] == reference.tokens([(query, LONG_CUT)])
+
+
+async def test_a_configured_identity_activation_holds_on_every_route(
+    cross_encoder_st4_dir: Path, tmp_path: Path
+) -> None:
+    """The model's activation is applied in one place: a cross-encoder configured with
+    Identity gets its raw logits from /score, /classify and /pooling alike."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    directory = tmp_path / "identity"
+    shutil.copytree(cross_encoder_st4_dir, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config["sentence_transformers"]["activation_fn"] = "torch.nn.modules.linear.Identity"
+    (directory / "config.json").write_text(json.dumps(config))
+    pairs = [(QUERIES[0], document) for document in DOCUMENTS]
+    expected_pairs = cross_encoder_reference_scores(directory, pairs)  # the configured Identity
+    model = AutoModelForSequenceClassification.from_pretrained(str(directory)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    with torch.no_grad():
+        logits = model(**tokenizer(DOCUMENTS, padding=True, return_tensors="pt")).logits
+    expected_texts = logits[:, 0].double().numpy()
+    assert (expected_texts < 0).any() or (expected_texts > 1).any()  # a sigmoid would show
+
+    with load_engine(directory) as engine:
+        async with serving(engine) as http:
+            score = await post_ok(http, "/score", {"queries": QUERIES[0], "documents": DOCUMENTS})
+            classify = await post_ok(http, "/classify", {"input": DOCUMENTS})
+            pooling = await post_ok(http, "/pooling", {"input": DOCUMENTS, "task": "classify"})
+    np.testing.assert_allclose(scores_of(score), expected_pairs, rtol=RTOL, atol=1e-6)
+    by_classify = np.array([item["probs"][0] for item in classify["data"]])
+    by_pooling = np.array([item["data"][0] for item in pooling["data"]])
+    np.testing.assert_allclose(by_classify, expected_texts, rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(by_pooling, expected_texts, rtol=RTOL, atol=1e-5)

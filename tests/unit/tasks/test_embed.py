@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from poolserve.errors import InvalidRequestError
+from poolserve.server.wire.openai import embeddings_body
 from poolserve.tasks.base import PoolingParams, ServeContext
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
@@ -51,9 +52,9 @@ def test_dimensions_in_range(dimensions: int) -> None:
     assert resolve_pooling_params(**LIMITS, dimensions=dimensions).dimensions == dimensions
 
 
-def context(params: PoolingParams, encoding: str = "float") -> ServeContext[EmbedRequest]:
+def context(params: PoolingParams) -> ServeContext[EmbedRequest]:
     return ServeContext(
-        EmbedRequest(["a", "b", "c"], encoding),  # type: ignore[arg-type]
+        EmbedRequest(["a", "b", "c"]),
         model_name="the-model",
         pooling_params=params,
         request_id="rid",
@@ -80,9 +81,8 @@ def test_float_and_base64_responses_carry_the_same_vectors() -> None:
     task = EmbedTask(max_model_len=256)
     ctx_float = context(PoolingParams())
     result = task.postprocess(ctx_float, OUTPUTS)
-    as_float = orjson.loads(task.build_response(ctx_float, result))
-    ctx_b64 = context(PoolingParams(), "base64")
-    as_b64 = orjson.loads(task.build_response(ctx_b64, result))
+    as_float = orjson.loads(embeddings_body(ctx_float, result, encoding_format="float"))
+    as_b64 = orjson.loads(embeddings_body(ctx_float, result, encoding_format="base64"))
 
     for body in (as_float, as_b64):
         assert body["object"] == "list"

@@ -1,0 +1,51 @@
+"""OpenAI's shapes: the list envelope (vLLM uses it too) and `/v1/embeddings`."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from poolserve.tasks.base import ServeContext
+
+EncodingFormat = Literal["float", "base64"]
+
+
+def usage(ctx: ServeContext[Any]) -> dict[str, int]:
+    return {"prompt_tokens": ctx.prompt_tokens, "total_tokens": ctx.prompt_tokens}
+
+
+def list_body(ctx: ServeContext[Any], id_prefix: str, data: list[Any]) -> bytes:
+    """The list envelope around `data`; numpy arrays serialize natively."""
+    return orjson.dumps(
+        {
+            "id": f"{id_prefix}-{ctx.request_id}",
+            "object": "list",
+            "created": ctx.timings.created,
+            "model": ctx.model_name,
+            "data": data,
+            "usage": usage(ctx),
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    )
+
+
+def base64_float32(array: np.ndarray) -> str:
+    """What OpenAI clients decode: little-endian float32 bytes, row-major, base64."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+
+def embeddings_body(
+    ctx: ServeContext[Any], vectors: np.ndarray, *, encoding_format: EncodingFormat
+) -> bytes:
+    if encoding_format == "base64":
+        embeddings: list[object] = [base64_float32(row) for row in vectors]
+    else:
+        embeddings = list(vectors)
+    data = [
+        {"object": "embedding", "index": index, "embedding": embedding}
+        for index, embedding in enumerate(embeddings)
+    ]
+    return list_body(ctx, "embd", data)
