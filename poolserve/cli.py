@@ -20,8 +20,10 @@ from poolserve.flags import (
     Parser,
     boolean,
     env_default,
+    env_lines,
     env_list,
     integer,
+    name_and_text,
     one_of,
     positive_number,
     positive_seconds,
@@ -326,6 +328,16 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         default=env_default("--max-model-len", None),
         help="lower the model's length limit (tokens)",
     )
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        type=name_and_text,
+        default=None,
+        metavar="NAME=TEXT",
+        help="add or replace one of the model's prompts (as in its "
+        "config_sentence_transformers.json), e.g. --prompt 'query=query: '; repeat for several "
+        "(POOLSERVE_PROMPT: one per line)",
+    )
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -388,6 +400,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 setattr(args, name, boolean(getattr(args, name)))
             except argparse.ArgumentTypeError as exc:
                 parser.error(f"argument --{name.replace('_', '-')}: {exc}")
+    if args.command in ("serve", "embed") and args.prompt is None:
+        try:
+            args.prompt = [name_and_text(line) for line in env_lines("--prompt") or ()]
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --prompt: {exc}")
     if not args.ray:
         given = [flag for flag in RAY_ONLY_FLAGS if getattr(args, flag) is not None]
         if given:
@@ -412,6 +429,7 @@ def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineC
         device=args.device,
         max_model_len=args.max_model_len,
         task=None if args.task == "auto" else args.task,
+        prompts=tuple(args.prompt or ()),
     )
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,

@@ -35,6 +35,9 @@ class ModelConfig:
     max_model_len: int | None = None
     # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
     task: str | None = None
+    # Prompts by name, added to (or replacing) those in the model's
+    # config_sentence_transformers.json.
+    prompts: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def of(model: str | None, config: ModelConfig | None) -> ModelConfig:

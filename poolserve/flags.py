@@ -116,3 +116,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def name_and_text(text: str) -> tuple[str, str]:
+    """`NAME=TEXT` (a prompt): the name before the first `=`, the text after it, kept whole."""
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise _refuse(text, "NAME=TEXT (a prompt's name, =, its text)")
+    return name.strip(), value
+
+
+def env_lines(flag: str) -> list[str] | None:
+    """A repeatable flag's values from its variable, one per line (the values may hold spaces
+    and commas)."""
+    value = os.environ.get(variable(flag))
+    if value is None:
+        return None
+    return [EnvValue(line, variable(flag)) for line in value.splitlines() if line.strip()]

@@ -15,7 +15,7 @@ import numpy as np
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head, describe
@@ -71,6 +71,17 @@ class Engine:
         self._finalizer.atexit = False  # at exit the threads end anyway: nothing to say
 
     @property
+    def prompts(self) -> dict[str, str]:
+        """The model's prompts by name (config_sentence_transformers.json, and `prompts` given
+        in its ModelConfig)."""
+        return dict(self.tasks.prompts.known)
+
+    @property
+    def default_prompt_name(self) -> str | None:
+        """The prompt `embed` applies when none is named."""
+        return self.tasks.prompts.default_name
+
+    @property
     def embed_task(self) -> EmbedTask:
         if self.tasks.embed is None:
             raise self._cannot("embed")
@@ -86,15 +97,20 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Embed texts; returns a float32 array of shape (len(texts), dim).
 
         `normalize` None follows the model's configuration; `dimensions` keeps the first N
         (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
-        (special tokens kept), -1 to the model's maximum.
+        (special tokens kept), -1 to the model's maximum. `prompt_name` names one of the
+        model's prompts (`prompts` lists them), `prompt` gives one; with neither, the model's
+        default prompt (if it has one) goes before each text, as sentence-transformers does.
         """
         return run_sync(
-            self.core, *self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+            self.core,
+            *self._embed(texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt),
         )
 
     async def aembed(
@@ -104,9 +120,13 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """`embed`, awaited."""
-        request = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        request = self._embed(
+            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
+        )
         return await run_async(self.core, *request)
 
     def embed_later(
@@ -116,10 +136,14 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> Future[np.ndarray]:
         """Queue `embed` and return at once: a future of its array. Cancelling the future
         drops the inputs that have not reached the model."""
-        request = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        request = self._embed(
+            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
+        )
         return _cancellable(*submit(self.core, *request))
 
     def embed_counted_later(
@@ -129,10 +153,14 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> Future[tuple[np.ndarray, list[int]]]:
         """`embed_later`, with each text's token count (special tokens included, after any
         truncation) next to its vectors."""
-        _, ctx = self._embed(texts, normalize, dimensions, truncate_prompt_tokens)
+        _, ctx = self._embed(
+            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
+        )
         return _cancellable(*submit(self.core, CountedEmbed(self.embed_task), ctx))
 
     def embed_iter(
@@ -143,6 +171,8 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> Iterator[np.ndarray]:
         """Embed an iterable of any length, a batch at a time: yields one float32 array of up
         to `batch_size` rows per batch, in order (concatenated, they are `embed(texts)`).
@@ -163,6 +193,8 @@ class Engine:
                         normalize=normalize,
                         dimensions=dimensions,
                         truncate_prompt_tokens=truncate_prompt_tokens,
+                        prompt_name=prompt_name,
+                        prompt=prompt,
                     )
                 )
                 if len(in_flight) > BATCHES_IN_FLIGHT:
@@ -179,13 +211,16 @@ class Engine:
         normalize: bool | None,
         dimensions: int | None,
         truncate_prompt_tokens: int | None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> tuple[EmbedTask, ServeContext[EmbedRequest]]:
         params = self.pooling_params(
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
         )
-        request = EmbedRequest(_texts(texts, "texts"))
+        prompt = self.tasks.prompts.resolve(prompt_name, prompt)
+        request = EmbedRequest(_texts(texts, "texts"), prompt)
         return self.embed_task, ServeContext(request, self.name, params)
 
     def classify(
@@ -391,6 +426,7 @@ class Engine:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
+        truncation_side: Side = "right",
         use_activation: bool = True,
     ) -> PoolingParams:
         """A request's pooling options checked against this model."""
@@ -402,6 +438,7 @@ class Engine:
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
+            truncation_side=truncation_side,
             use_activation=use_activation,
         )
 

@@ -118,6 +118,24 @@ def _versions(**extra: str) -> dict[str, str]:
 # --- generators -------------------------------------------------------------------------------
 
 
+PROMPTS = {"query": "query: ", "document": "passage: ", "none": ""}
+
+
+def make_prompted_embedding(directory: Path, *, include_prompt: bool = True) -> Path:
+    """all-MiniLM-L6-v2 (real weights) whose config_sentence_transformers.json declares
+    `PROMPTS` with "document" as the default prompt, as e5-style models ship them; with
+    `include_prompt=False` its Pooling config leaves the prompt's tokens out of pooling."""
+    shutil.copytree(minilm_path(), directory)
+    config = _read_json(directory / "config_sentence_transformers.json")
+    config.update(prompts=PROMPTS, default_prompt_name="document")
+    _write_json(directory / "config_sentence_transformers.json", config)
+    if not include_prompt:
+        pooling = _read_json(directory / "1_Pooling" / "config.json")
+        pooling["include_prompt"] = False
+        _write_json(directory / "1_Pooling" / "config.json", pooling)
+    return directory
+
+
 def make_cross_encoder(directory: Path, *, layout: CrossEncoderLayout = "st6") -> Path:
     """A reranker: BertForSequenceClassification with one label, saved as a CrossEncoder.
 

@@ -8,6 +8,7 @@ bundled MiniLM file truncates and pads at 128): lengths are checked and cut here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tokenizers import Encoding, Tokenizer
 
@@ -17,6 +18,8 @@ from poolserve.models.kinds import Head
 # A token spans at most this many characters in anything but pathological text (long runs of
 # spaces, which `TextTokenizer.leading_tokens` still handles exactly).
 CHARS_PER_TOKEN = 64
+# Which end of a text truncation cuts: its last tokens (right) or its first (left).
+Side = Literal["right", "left"]
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,19 @@ class TextTokenizer:
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode_batch(
-        self, texts: list[str], *, truncate_to: int | None, add_special_tokens: bool = True
+        self,
+        texts: list[str],
+        *,
+        truncate_to: int | None,
+        add_special_tokens: bool = True,
+        side: Side = "right",
     ) -> list[list[int]]:
-        """Token ids of each text; with `truncate_to`, at most that many (special tokens kept)."""
+        """Token ids of each text; with `truncate_to`, at most that many (special tokens kept),
+        the text's last tokens dropped (`side` "right") or its first ("left")."""
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
         if truncate_to is not None:
             encodings = [
-                self._truncate(text, encoding, truncate_to, add_special_tokens)
+                self._truncate(text, encoding, truncate_to, add_special_tokens, side)
                 if len(encoding.ids) > truncate_to
                 else encoding
                 for text, encoding in zip(texts, encodings, strict=True)
@@ -54,15 +63,16 @@ class TextTokenizer:
         return [encoding.ids for encoding in encodings]
 
     def encode_pairs(
-        self, pairs: list[tuple[str, str]], *, truncate_to: int | None
+        self, pairs: list[tuple[str, str]], *, truncate_to: int | None, side: Side = "right"
     ) -> list[tuple[list[int], list[int]]]:
         """Token ids and token type ids of text pairs (a cross-encoder's query and document).
 
-        With `truncate_to`, the longer side loses tokens first (Hugging Face's longest_first).
+        With `truncate_to`, the longer text loses tokens first (Hugging Face's longest_first),
+        from its end (`side` "right") or its start ("left").
         """
         tokenizer = self._tokenizer
         if truncate_to is not None:
-            tokenizer.enable_truncation(truncate_to, strategy="longest_first")
+            tokenizer.enable_truncation(truncate_to, strategy="longest_first", direction=side)
         try:
             encodings = tokenizer.encode_batch(pairs)
         finally:
@@ -98,14 +108,27 @@ class TextTokenizer:
                     return prefix
         return self._tokenizer.encode(text, add_special_tokens=False)
 
+    def trailing_tokens(self, text: str, more_than: int) -> tuple[int, Encoding]:
+        """`leading_tokens` from the other end: the tokens of a suffix of `text` that already
+        has more than `more_than` (or of all of it), and where that suffix starts."""
+        limit = CHARS_PER_TOKEN * max(more_than, 1)
+        if len(text) > limit:
+            starts = [text.find(space, len(text) - limit) for space in " \n\t"]
+            cut = min((start for start in starts if start >= 0), default=-1)
+            if cut > 0:
+                suffix = self._tokenizer.encode(text[cut:], add_special_tokens=False)
+                if len(suffix.ids) > more_than:
+                    return cut, suffix
+        return 0, self._tokenizer.encode(text, add_special_tokens=False)
+
     def _truncate(
-        self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool
+        self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool, side: Side
     ) -> Encoding:
         if not add_special_tokens:
-            encoding.truncate(limit)
+            encoding.truncate(limit, direction=side)
             return encoding
         plain = self._tokenizer.encode(text, add_special_tokens=False)
-        plain.truncate(max(limit - self.num_special_tokens, 0))
+        plain.truncate(max(limit - self.num_special_tokens, 0), direction=side)
         return self._tokenizer.post_process(plain, add_special_tokens=True)
 
     def check_token_ids(self, ids: list[int], *, param: str) -> None:

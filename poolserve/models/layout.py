@@ -54,6 +54,8 @@ class ModelLayout:
     module_types: tuple[str, ...] = ()
     # config_sentence_transformers.json (prompts, model type), empty where absent.
     st_config: dict[str, Any] = field(default_factory=dict)
+    # Whether a prompt's tokens are pooled with the text's (the Pooling module's include_prompt).
+    include_prompt: bool = True
     # SPLADE pooling: "max" or "sum" over tokens, of "relu" or "log1p_relu" activations.
     splade_strategy: str = "max"
     splade_activation: str = "relu"
@@ -95,6 +97,7 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
     normalize = True
     module_types: list[str] = []
     splade: dict[str, Any] = {}
+    include_prompt = True
     modules_file = directory / "modules.json"
     if modules_file.is_file():
         normalize = False
@@ -104,6 +107,9 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
             module_dir = directory / module.get("path", "")
             if kind == "Pooling":
                 pooling_modes = _read_pooling_modes(module_dir / "config.json")
+                include_prompt = bool(
+                    _read_json(module_dir / "config.json").get("include_prompt", True)
+                )
             elif kind == "Dense":
                 dense.append(_read_dense(module_dir))
             elif kind == "Normalize":
@@ -136,6 +142,7 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         splade_strategy=str(splade.get("pooling_strategy", "max")),
         splade_activation=str(splade.get("activation_function", "relu")),
         colbert_metadata=colbert_metadata,
+        include_prompt=include_prompt,
         st_config=_read_json(st_file)
         if (st_file := directory / "config_sentence_transformers.json").is_file()
         else {},

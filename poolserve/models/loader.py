@@ -39,6 +39,8 @@ class ModelSpec:
     dtype: torch.dtype
     # The task that forced the kind, None where the kind was detected.
     forced_task: str | None = None
+    # Prompts given at start-up (--prompt), over the model's own.
+    prompts: tuple[tuple[str, str], ...] = ()
 
     @property
     def heads(self) -> tuple[Head, ...]:
@@ -102,6 +104,7 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
         device=device,
         dtype=dtype,
         forced_task=config.task if config.task not in (None, "auto") else None,
+        prompts=config.prompts,
     )
 
 

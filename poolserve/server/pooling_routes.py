@@ -11,6 +11,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
 from poolserve.server.handlers import read_inputs, serve_task, state_of
@@ -47,12 +48,14 @@ def _params(
     state: ServingState,
     *,
     truncate_prompt_tokens: int | None,
+    truncation_side: Side = "right",
     use_activation: bool | None = None,
     normalize: bool | None = None,
 ) -> PoolingParams:
     return state.engine.pooling_params(
         normalize=normalize,
         truncate_prompt_tokens=truncate_prompt_tokens,
+        truncation_side=truncation_side,
         use_activation=use_activation is not False,
     )
 
@@ -65,6 +68,7 @@ async def classify(request: Request) -> Response:
     params = _params(
         state,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
         use_activation=wire.use_activation,
     )
     encode = partial(vllm.classify_body, labels=task.classifier.labels)
@@ -80,6 +84,7 @@ async def _score(
     encode: Encoder[ScoreInternal, np.ndarray],
     *,
     truncate_prompt_tokens: int | None,
+    truncation_side: Side,
     max_tokens_per_doc: int | None,
     use_activation: bool | None,
     rerank: bool,
@@ -98,7 +103,10 @@ async def _score(
         max_tokens_per_doc=max_tokens_per_doc,
     )
     params = _params(
-        state, truncate_prompt_tokens=truncate_prompt_tokens, use_activation=use_activation
+        state,
+        truncate_prompt_tokens=truncate_prompt_tokens,
+        truncation_side=truncation_side,
+        use_activation=use_activation,
     )
     return await serve_task(request, task, internal, params, encode, timeout=timeout)
 
@@ -123,6 +131,7 @@ async def score(request: Request) -> Response:
         documents,
         vllm.score_body,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
         rerank=False,
@@ -153,6 +162,7 @@ async def rerank(request: Request) -> Response:
         documents,
         encode,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         use_activation=wire.use_activation,
         rerank=True,
@@ -174,6 +184,7 @@ async def pooling(request: Request) -> Response:
     params = _params(
         state,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
         use_activation=wire.use_activation,
         normalize=wire.normalize,
     )

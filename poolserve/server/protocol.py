@@ -65,6 +65,9 @@ class InputRequest(WireModel):
     )
     model: StrictStr | None = None
     truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
     use_activation: StrictBool | None = None
 
     @field_validator("input")
@@ -99,6 +102,14 @@ class EmbeddingRequest(InputRequest):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
     normalize: StrictBool | None = None
+    prompt_name: StrictStr | None = Field(
+        None,
+        description="one of the model's prompts (GET /v1/models lists them), put before each "
+        "text; default: the model's default prompt",
+    )
+    prompt: StrictStr | None = Field(
+        None, description="a prompt's text, put before each text (instead of prompt_name)"
+    )
 
     def wants_normalize(self) -> bool | None:
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
@@ -141,6 +152,9 @@ class ScoreRequest(WireModel):
     text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
     max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
     use_activation: StrictBool | None = None
 
@@ -169,6 +183,9 @@ class RerankRequest(WireModel):
     top_n: Annotated[StrictInt, Field(ge=0)] | None = None
     return_documents: StrictBool = True
     truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
     max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
     use_activation: StrictBool | None = None
 

@@ -57,11 +57,12 @@ async def create_embeddings(request: Request) -> Response:
         normalize=wire.wants_normalize(),
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
     )
     return await serve_task(
         request,
         engine.embed_task,
-        EmbedRequest(inputs),
+        EmbedRequest(inputs, engine.tasks.prompts.resolve(wire.prompt_name, wire.prompt)),
         params,
         partial(openai.embeddings_body, encoding_format=wire.encoding_format),
         timeout=wire.request_timeout,
@@ -120,6 +121,7 @@ def _model_card(state: ServingState, name: str) -> dict[str, object]:
         "owned_by": "poolserve",
         "root": state.engine.name,
         "max_model_len": state.engine.max_model_len,
+        **state.engine.tasks.prompts.card(),
     }
 
 

@@ -139,6 +139,12 @@ class ModelCard(Documented):
     owned_by: str
     root: str = Field(description="the model's own id or directory name")
     max_model_len: int
+    prompts: dict[str, str] = Field(
+        description="the model's prompts by name (`prompt_name` in a request), with --prompt's"
+    )
+    default_prompt_name: str | None = Field(
+        description="the prompt applied when a request names none (null: none)"
+    )
 
 
 class ModelList(Documented):

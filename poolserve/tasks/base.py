@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from poolserve.engine.core import EngineCore
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, PoolserveError
 
@@ -41,6 +41,8 @@ class PoolingParams:
     dimensions: int | None = None
     # Resolved: None means no truncation; -1 has already become the model's maximum.
     truncate_prompt_tokens: int | None = None
+    # Which end truncation cuts.
+    truncation_side: Side = "right"
     # Apply the model's activation (sigmoid/softmax) to classifier and cross-encoder outputs.
     use_activation: bool = True
 

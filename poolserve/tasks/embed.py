@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import InputsTask, l2_normalize
+from poolserve.tasks.inputs import InputsTask, l2_normalize, tokenize_inputs
 
 EmbedInputs = list[str] | list[list[int]]
 
@@ -17,10 +19,30 @@ class EmbedRequest:
     """An embedding request as the engine sees it (validated at the edge)."""
 
     inputs: EmbedInputs
+    # Put before each text input (see tasks/prompts.py); None: none.
+    prompt: str | None = None
 
 
 class EmbedTask(InputsTask[EmbedRequest]):
     """Task processor for `/v1/embeddings` and the offline `embed`: float32 vectors."""
+
+    def preprocess(
+        self,
+        ctx: ServeContext[EmbedRequest],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[str] | Sequence[list[int]],
+    ) -> list[TokenizedText]:
+        return tokenize_inputs(
+            tokenizer,
+            inputs,
+            start,
+            truncate=ctx.pooling_params.truncate_prompt_tokens,
+            max_model_len=self.max_model_len,
+            head=self.head,
+            prompt=ctx.request.prompt,
+            side=ctx.pooling_params.truncation_side,
+        )
 
     def postprocess(self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]) -> np.ndarray:
         vectors = np.stack(outputs).astype(np.float32, copy=False)

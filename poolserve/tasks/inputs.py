@@ -8,7 +8,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.tokenizer import CHARS_PER_TOKEN, TextTokenizer, TokenizedText
+from poolserve.engine.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
 from poolserve.tasks.base import PoolingParams, ServeContext
@@ -25,6 +25,7 @@ def resolve_pooling_params(
     normalize: bool | None = None,
     dimensions: int | None = None,
     truncate_prompt_tokens: int | None = None,
+    truncation_side: Side = "right",
     use_activation: bool = True,
 ) -> PoolingParams:
     """Check the request's pooling options against the model and fill in their meaning.
@@ -58,6 +59,7 @@ def resolve_pooling_params(
         use_activation=use_activation,
         dimensions=dimensions,
         truncate_prompt_tokens=truncate,
+        truncation_side=truncation_side,
     )
 
 
@@ -76,12 +78,14 @@ def bound_text(
     max_model_len: int,
     truncating: bool,
     index: int | None = None,
+    side: Side = "right",
 ) -> str:
     """The text to tokenize for the input `where` names ("input 3", "documents[2]").
 
     One rule for every entrance: an empty or whitespace-only input has nothing to embed and is
     refused. A text too long for the model is refused or, when truncating, cut to a prefix that
-    holds its first tokens, decided from a bounded prefix (`TextTokenizer.leading_tokens`)."""
+    holds its first tokens (a suffix holding its last ones, `side` "left"), decided from a
+    bounded prefix (`TextTokenizer.leading_tokens`) or suffix (`trailing_tokens`)."""
     if not text.strip():
         raise InvalidRequestError(
             f"{where} is {'empty' if not text else 'only whitespace'}; every input "
@@ -90,6 +94,11 @@ def bound_text(
         )
     if len(text) <= max_model_len * CHARS_PER_TOKEN:
         return text
+    if truncating and side == "left":
+        start, trailing = tokenizer.trailing_tokens(text, max_model_len)
+        if len(trailing.ids) <= max_model_len:
+            return text
+        return text[start + trailing.offsets[-max_model_len][0] :]
     leading = tokenizer.leading_tokens(text, max_model_len)
     if len(leading.ids) <= max_model_len:
         return text
@@ -123,31 +132,36 @@ def tokenize_inputs(
     max_model_len: int,
     head: Head,
     name: Callable[[int], str] = "input {}".format,
+    prompt: str | None = None,
+    side: Side = "right",
 ) -> list[TokenizedText]:
-    """Tokenize texts (special tokens added) or check token-id lists (used as given).
+    """Tokenize texts (special tokens added), each after `prompt` where there is one, or check
+    token-id lists (used as given).
 
     Token-id inputs are cut to their first `truncate` ids; texts keep their special tokens.
     """
     if inputs and isinstance(inputs[0], str):
         truncating = truncate is not None
         texts = [
-            bound_text(
+            (prompt or "")
+            + bound_text(
                 tokenizer,
                 str(text),
                 name(start + offset),
                 max_model_len,
                 truncating,
                 start + offset,
+                side,
             )
             for offset, text in enumerate(inputs)
         ]
-        id_lists = tokenizer.encode_batch(texts, truncate_to=truncate)
+        id_lists = tokenizer.encode_batch(texts, truncate_to=truncate, side=side)
     else:
         id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
         for ids in id_lists:
             tokenizer.check_token_ids(ids, param="input")
         if truncate is not None:
-            id_lists = [ids[:truncate] for ids in id_lists]
+            id_lists = [ids[-truncate:] if side == "left" else ids[:truncate] for ids in id_lists]
     for offset, ids in enumerate(id_lists):
         check_length(len(ids), name(start + offset), max_model_len, start + offset)
     return [TokenizedText(ids, None, head) for ids in id_lists]
@@ -197,4 +211,5 @@ class InputsTask(Generic[RequestT]):
             truncate=ctx.pooling_params.truncate_prompt_tokens,
             max_model_len=self.max_model_len,
             head=self.head_for(ctx),
+            side=ctx.pooling_params.truncation_side,
         )

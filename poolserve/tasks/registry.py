@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from poolserve.engine.tokenizer import TextTokenizer
@@ -12,6 +12,7 @@ from poolserve.models.loader import ModelSpec
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import EmbedTask
 from poolserve.tasks.pooling import PoolingTask
+from poolserve.tasks.prompts import Prompts, read_prompts
 from poolserve.tasks.score import (
     BiEncoderScorer,
     CrossEncoderScorer,
@@ -32,6 +33,7 @@ class TaskSet:
     classify: ClassifyTask | None = None
     score: ScoreTask | None = None
     sparse: bool = False
+    prompts: Prompts = field(default_factory=Prompts)
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -166,4 +168,5 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         ),
         score=ScoreTask(scorer) if scorer is not None else None,
         sparse=kind == "sparse",
+        prompts=read_prompts(spec.layout.st_config, spec.prompts, spec.layout.include_prompt),
     )

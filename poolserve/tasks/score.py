@@ -121,7 +121,8 @@ class CrossEncoderScorer:
             """Query or document `index` of `_texts(request)`, checked as every input is."""
             text = request.queries[index] if index < queries else request.documents[index - queries]
             cutting = truncating or limit is not None
-            return bound_text(tokenizer, text, name(index), self.max_model_len, cutting)
+            side = ctx.pooling_params.truncation_side
+            return bound_text(tokenizer, text, name(index), self.max_model_len, cutting, side=side)
 
         texts = [
             (
@@ -132,7 +133,9 @@ class CrossEncoderScorer:
             )
             for query, doc in inputs
         ]
-        encoded = tokenizer.encode_pairs(texts, truncate_to=truncate)
+        encoded = tokenizer.encode_pairs(
+            texts, truncate_to=truncate, side=ctx.pooling_params.truncation_side
+        )
         for offset, (ids, _) in enumerate(encoded):
             if len(ids) > self.max_model_len:
                 raise InputTooLongError(
@@ -178,6 +181,7 @@ class BiEncoderScorer(_EachTextOnce):
             max_model_len=self.max_model_len,
             head="embed",
             name=text_namer(request),
+            side=ctx.pooling_params.truncation_side,
         )
 
     def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
@@ -235,6 +239,7 @@ class LateInteractionScorer(_EachTextOnce):
                 max_model_len=self.max_model_len,
                 head="token_embed",
                 name=text_namer(request),
+                side=ctx.pooling_params.truncation_side,
             )
             ids = tokenized.input_ids
             if marker is not None:

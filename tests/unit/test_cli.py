@@ -356,3 +356,19 @@ def test_ray_flags_without_ray_are_refused(
 def test_ray_flags_default_with_ray() -> None:
     args = parse_args(["serve", "--ray"])
     assert (args.ray, args.replicas, args.replica_cpus, args.ray_address) == (True, 1, 1.0, None)
+
+
+def test_prompts_from_flags_and_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = configs("--prompt", "query=query: ", "--prompt", "doc=a=b, c")[0]
+    assert model.prompts == (("query", "query: "), ("doc", "a=b, c"))
+    monkeypatch.setenv("POOLSERVE_PROMPT", "query=search_query: \ndocument=search_document: ")
+    from_env = configs()[0]
+    assert from_env.prompts == (("query", "search_query: "), ("document", "search_document: "))
+    assert configs("--prompt", "q=x")[0].prompts == (("q", "x"),)  # a flag wins
+
+
+@pytest.mark.parametrize("value", ["query", "=text"])
+def test_a_prompt_without_a_name_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        configs("--prompt", value)
+    assert f"argument --prompt: '{value}' is not NAME=TEXT" in capsys.readouterr().err

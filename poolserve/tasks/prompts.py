@@ -1,0 +1,82 @@
+"""A model's prompts ("query: ", "passage: ", an instruction): read once at load, resolved per
+request as sentence-transformers does.
+
+The prompts come from config_sentence_transformers.json (`prompts`, `default_prompt_name`) and
+`--prompt NAME=TEXT`. A request names one (`prompt_name`) or gives its text (`prompt`); with
+neither, the model's default prompt applies. The prompt is put before each text input and its
+tokens are embedded and counted with the text's. Token-id inputs are taken as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from poolserve.errors import InvalidRequestError, SettingError
+
+PROMPT_LEFT_OUT = (
+    "this model leaves its prompt's tokens out of pooling (include_prompt: false in its "
+    "Pooling config), which poolserve does not support"
+)
+
+
+@dataclass(frozen=True)
+class Prompts:
+    known: Mapping[str, str] = field(default_factory=dict)
+    default_name: str | None = None
+    # False: the model pools without the prompt's tokens (not supported: prompts are refused).
+    include_prompt: bool = True
+
+    def resolve(self, prompt_name: str | None, prompt: str | None) -> str | None:
+        """The prompt text a request asks for (None: no prompt)."""
+        if prompt is not None and prompt_name is not None:
+            raise InvalidRequestError(
+                "give `prompt` (the text) or `prompt_name` (one of the model's), not both",
+                param="prompt",
+            )
+        if prompt is None:
+            if prompt_name is None:
+                prompt_name = self.default_name
+                if prompt_name is None:
+                    return None
+            elif prompt_name not in self.known:
+                raise InvalidRequestError(self._unknown(prompt_name), param="prompt_name")
+            prompt = self.known[prompt_name]
+        if prompt and not self.include_prompt:
+            raise InvalidRequestError(
+                PROMPT_LEFT_OUT + "; send the text without a prompt", param="prompt"
+            )
+        return prompt or None
+
+    def _unknown(self, name: str) -> str:
+        if not self.known:
+            return (
+                f"unknown prompt_name {name!r}: this model has no prompts; send the text as "
+                "`prompt`, or start the server with --prompt NAME=TEXT"
+            )
+        return f"unknown prompt_name {name!r}; this model's prompts: " + ", ".join(
+            sorted(self.known)
+        )
+
+    def card(self) -> dict[str, Any]:
+        """What `/v1/models` says about them."""
+        return {"prompts": dict(self.known), "default_prompt_name": self.default_name}
+
+
+def read_prompts(
+    st_config: Mapping[str, Any], given: tuple[tuple[str, str], ...], include_prompt: bool
+) -> Prompts:
+    """The model's prompts with `given` over them; refuses (one line) a default prompt the
+    model does not define, or one poolserve cannot apply."""
+    known = {str(name): str(text) for name, text in (st_config.get("prompts") or {}).items()}
+    known.update(given)
+    default = st_config.get("default_prompt_name")
+    if default is not None and default not in known:
+        raise SettingError(
+            f"the model's default_prompt_name {default!r} is not among its prompts "
+            f"({', '.join(sorted(known)) or 'none'}); add it with --prompt {default}=TEXT"
+        )
+    if not include_prompt and default is not None and known[default]:
+        raise SettingError(f"the model's default prompt cannot be applied: {PROMPT_LEFT_OUT}")
+    return Prompts(known, default, include_prompt)
