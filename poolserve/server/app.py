@@ -16,6 +16,7 @@ from poolserve.offline import Engine
 from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
+from poolserve.server.cohere_routes import cohere_router
 from poolserve.server.direct_routes import DirectRouteMiddleware
 from poolserve.server.errors import install_error_handlers
 from poolserve.server.metrics import Metrics, MetricsMiddleware
@@ -85,7 +86,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     tasks = engine.tasks
     routers = [
         router,
-        *([embeddings_router] if tasks.embed is not None else []),
+        *([embeddings_router, cohere_router] if tasks.embed is not None else []),
         *([classify_router] if tasks.classify is not None else []),
         *([score_router] if tasks.score is not None else []),
         *([sparse_router] if tasks.sparse else []),

@@ -15,6 +15,14 @@ from typing import Any
 
 from poolserve.errors import InvalidRequestError, SettingError
 
+# Cohere's input_type, and the prompt names that serve it, the first the model has wins.
+INPUT_TYPE_PROMPTS = {
+    "search_query": ("search_query", "query"),
+    "search_document": ("search_document", "document", "passage"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
+
 PROMPT_LEFT_OUT = (
     "this model leaves its prompt's tokens out of pooling (include_prompt: false in its "
     "Pooling config), which poolserve does not support"
@@ -48,6 +56,13 @@ class Prompts:
                 PROMPT_LEFT_OUT + "; send the text without a prompt", param="prompt"
             )
         return prompt or None
+
+    def for_input_type(self, input_type: str | None) -> str | None:
+        """The prompt of a Cohere `input_type` (INPUT_TYPE_PROMPTS): the first of its names
+        the model has, else the default prompt."""
+        names = INPUT_TYPE_PROMPTS.get(input_type or "", ())
+        name = next((name for name in names if name in self.known), None)
+        return self.resolve(name, None)
 
     def _unknown(self, name: str) -> str:
         if not self.known:

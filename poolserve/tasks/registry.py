@@ -40,7 +40,7 @@ class TaskSet:
         """The model-specific routes this model serves."""
         routes: list[str] = []
         if self.embed is not None:
-            routes.append("/v1/embeddings")
+            routes.extend(("/v1/embeddings", "/v2/embed", "/v1/embed"))
         if self.classify is not None:
             routes.append("/classify")
         if self.score is not None:

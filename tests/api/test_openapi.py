@@ -23,6 +23,17 @@ pytestmark = pytest.mark.anyio
 EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/v1/embeddings", {"input": ["a", "b"]}, schemas.EmbeddingResponse),
     ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, schemas.EmbeddingResponse),
+    ("/v2/embed", {"texts": ["a"]}, schemas.CohereEmbedResponse),
+    (
+        "/v2/embed",
+        {
+            "texts": ["a"],
+            "embedding_types": ["float", "int8", "uint8", "binary", "ubinary", "base64"],
+        },
+        schemas.CohereEmbedResponse,
+    ),
+    ("/v1/embed", {"texts": ["a", "b"]}, schemas.CohereEmbedResponse),
+    ("/v1/embed", {"texts": ["a"], "embedding_types": ["int8"]}, schemas.CohereEmbedResponse),
     ("/pooling", {"input": ["a"]}, schemas.PoolingResponse),
     ("/pooling", {"input": ["a"], "task": "token_embed"}, schemas.PoolingResponse),
     ("/pooling", {"input": "a", "encoding_format": "base64"}, schemas.PoolingResponse),
