@@ -62,6 +62,13 @@ class TextTokenizer:
             ]
         return [encoding.ids for encoding in encodings]
 
+    def encodings(self, texts: list[str], *, add_special_tokens: bool = True) -> list[Encoding]:
+        """The tokenizer's full encodings (ids, token strings, offsets, special-token mask)."""
+        encodings: list[Encoding] = self._tokenizer.encode_batch(
+            texts, add_special_tokens=add_special_tokens
+        )
+        return encodings
+
     def encode_pairs(
         self, pairs: list[tuple[str, str]], *, truncate_to: int | None, side: Side = "right"
     ) -> list[tuple[list[int], list[int]]]:

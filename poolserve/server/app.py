@@ -29,6 +29,7 @@ from poolserve.server.pooling_routes import (
 from poolserve.server.routes import COMMON_ROUTES, embeddings_router, router
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
+from poolserve.server.tei_routes import tei_embed_router, tei_predict_router, tei_router
 
 # The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
 # the key to load it; its Authorize button sets the key for the calls it tries).
@@ -86,8 +87,9 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     tasks = engine.tasks
     routers = [
         router,
-        *([embeddings_router, cohere_router] if tasks.embed is not None else []),
-        *([classify_router] if tasks.classify is not None else []),
+        tei_router,
+        *([embeddings_router, cohere_router, tei_embed_router] if tasks.embed is not None else []),
+        *([classify_router, tei_predict_router] if tasks.classify is not None else []),
         *([score_router] if tasks.score is not None else []),
         *([sparse_router] if tasks.sparse else []),
         pooling_router,

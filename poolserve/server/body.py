@@ -6,8 +6,10 @@ parsed off the event loop and so that malformed JSON is a 400 in the OpenAI erro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
@@ -33,6 +35,45 @@ def validate_body(schema: type[M], body: bytes) -> M:
         raise InvalidRequestError(message, param=param) from None
 
 
+def validate_chosen(
+    choose: Callable[[Any], type[M]], body: bytes
+) -> tuple[type[M], M | InvalidRequestError]:
+    """The schema `choose` picks from the body's parsed JSON (for routes that serve two API
+    families' shapes, told apart by their fields), and the body validated by it or the error
+    that says why not."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+    schema = choose(data)
+    try:
+        return schema, schema.model_validate(data)
+    except ValidationError as exc:
+        message, param = validation_message(exc, schema)
+        return schema, InvalidRequestError(message, param=param)
+
+
+async def parse_chosen_body(
+    request: Request,
+    choose: Callable[[Any], type[M]],
+    cpu: CpuPool,
+    chosen: Callable[[type[M]], None] = lambda schema: None,
+) -> M:
+    """`parse_body` with the schema chosen by the body (`validate_chosen`); `chosen` is told
+    which, before any error about the body is raised (it decides the error's shape)."""
+    body = await read_body(request)
+    if not body:
+        raise InvalidRequestError("the request has no body; send a JSON object")
+    if len(body) <= INLINE_PARSE_BYTES:
+        schema, result = validate_chosen(choose, body)
+    else:
+        schema, result = await cpu.run(validate_chosen, choose, body)
+    chosen(schema)
+    if isinstance(result, InvalidRequestError):
+        raise result
+    return result
+
+
 async def read_body(request: Request) -> bytes:
     """The whole body, not kept on the request (`Request.body()` would keep it until the response
     is sent; parsed, it is garbage)."""
@@ -49,28 +90,35 @@ async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
     return await cpu.run(validate_body, schema, body)
 
 
-def json_body_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """`openapi_extra` that documents a body the route reads itself.
+def json_body_schema(*schemas: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` that documents a body the route reads itself (one of `schemas`, where a
+    route serves two API families' shapes).
 
     The schema's local `$defs` are inlined: OpenAPI has no `#/$defs` of its own, so a reference
     to one would dangle in /openapi.json (our wire schemas are not recursive).
     """
-    json_schema = schema.model_json_schema()
-    definitions = json_schema.pop("$defs", {})
 
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            reference = node.get("$ref", "")
-            if isinstance(reference, str) and reference.startswith("#/$defs/"):
-                return inline(definitions[reference.removeprefix("#/$defs/")])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(value) for value in node]
-        return node
+    def inlined(schema: type[BaseModel]) -> Any:
+        json_schema = schema.model_json_schema()
+        definitions = json_schema.pop("$defs", {})
 
+        def inline(node: Any) -> Any:
+            if isinstance(node, dict):
+                reference = node.get("$ref", "")
+                if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                    return inline(definitions[reference.removeprefix("#/$defs/")])
+                return {key: inline(value) for key, value in node.items()}
+            if isinstance(node, list):
+                return [inline(value) for value in node]
+            return node
+
+        return inline(json_schema)
+
+    documented = [inlined(schema) for schema in schemas]
+    schema = documented[0] if len(documented) == 1 else {"anyOf": documented}
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": inline(json_schema)}},
+            "content": {"application/json": {"schema": schema}},
         }
     }

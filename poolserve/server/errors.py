@@ -171,9 +171,31 @@ def _no_such_route(request: Request) -> str:
     )
 
 
+# Set in a request's scope by a handler that answers in text-embeddings-inference's shape: its
+# errors take that shape too, `{"error", "error_type"}`.
+TEI_ERRORS = "poolserve.tei_errors"
+_TEI_ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
+
+
+def answer_tei_errors(request: Request) -> None:
+    """From here on, `request`'s errors take text-embeddings-inference's shape."""
+    request.scope[TEI_ERRORS] = True
+
+
+def tei_error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    body = {"error": message, "error_type": _TEI_ERROR_TYPES.get(status, "Validation")}
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
 def poolserve_error_response(request: Request, exc: PoolserveError) -> Response:
     if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
         logger.error("request %s failed: %s", request.url.path, exc.message)
+    if request.scope.get(TEI_ERRORS):
+        return tei_error_response(exc.status, exc.message, exc.headers)
     return error_response(
         exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers
     )

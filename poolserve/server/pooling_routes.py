@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -13,7 +14,8 @@ from starlette.responses import Response
 
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
-from poolserve.server.body import parse_body
+from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.errors import answer_tei_errors
 from poolserve.server.handlers import read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     ClassifyRequest,
@@ -21,6 +23,7 @@ from poolserve.server.protocol import (
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
+    TeiRerankRequest,
 )
 from poolserve.server.schemas import (
     ClassifyResponse,
@@ -28,6 +31,7 @@ from poolserve.server.schemas import (
     RerankResponse,
     ScoreResponse,
     SparseResponse,
+    TeiRerankResponse,
     documented,
 )
 from poolserve.server.state import ServingState
@@ -139,12 +143,38 @@ async def score(request: Request) -> Response:
     )
 
 
-@score_router.post("/rerank", **documented(RerankResponse, RerankRequest))
-@score_router.post("/v1/rerank", **documented(RerankResponse, RerankRequest))
-@score_router.post("/v2/rerank", **documented(RerankResponse, RerankRequest))
+def _rerank_schema(data: Any) -> type[RerankRequest] | type[TeiRerankRequest]:
+    """text-embeddings-inference's shape has `texts`; vLLM's, Jina's and Cohere's `documents`."""
+    return TeiRerankRequest if isinstance(data, dict) and "texts" in data else RerankRequest
+
+
+RERANK_DOCS = documented(RerankResponse | TeiRerankResponse, RerankRequest, TeiRerankRequest)
+
+
+@score_router.post("/rerank", **RERANK_DOCS)
+@score_router.post("/v1/rerank", **RERANK_DOCS)
+@score_router.post("/v2/rerank", **RERANK_DOCS)
 async def rerank(request: Request) -> Response:
     state = state_of(request)
-    wire = await parse_body(request, RerankRequest, state.engine.core.cpu)
+    wire = await parse_chosen_body(
+        request,
+        _rerank_schema,
+        state.engine.core.cpu,
+        lambda schema: answer_tei_errors(request) if schema is TeiRerankRequest else None,
+    )
+    if isinstance(wire, TeiRerankRequest):
+        return await _score(
+            request,
+            [wire.query],
+            wire.texts,
+            partial(tei.rerank_body, texts=wire.texts, return_text=wire.return_text),
+            truncate_prompt_tokens=-1 if wire.truncate else None,
+            truncation_side=wire.side(),
+            max_tokens_per_doc=None,
+            use_activation=not wire.raw_scores,
+            rerank=True,
+            timeout=wire.request_timeout,
+        )
     state.check_model(wire.model)
     try:
         documents = wire.document_texts()

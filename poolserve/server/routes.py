@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -12,10 +12,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from poolserve import __version__
-from poolserve.server.body import parse_body
-from poolserve.server.errors import error_response
+from poolserve.errors import InvalidRequestError
+from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.errors import answer_tei_errors, error_response
 from poolserve.server.handlers import read_inputs, serve_task, state_of
-from poolserve.server.protocol import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from poolserve.server.protocol import (
+    DetokenizeRequest,
+    EmbeddingRequest,
+    TeiTokenizeRequest,
+    TokenizeRequest,
+)
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
     DetokenizeResponse,
@@ -24,12 +30,13 @@ from poolserve.server.schemas import (
     ModelCard,
     ModelList,
     StatsBody,
+    TeiTokenizeResponse,
     TokenizeResponse,
     VersionBody,
     documented,
 )
 from poolserve.server.state import ServingState
-from poolserve.server.wire import openai
+from poolserve.server.wire import openai, tei
 from poolserve.tasks.embed import EmbedRequest
 
 router = APIRouter()
@@ -44,6 +51,8 @@ COMMON_ROUTES = (
     "/version",
     "/metrics",
     "/stats",
+    "/info",
+    "/",
 )
 
 WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
@@ -97,9 +106,35 @@ async def _answer_in_pool(
     return json_response(await cpu.run(build, state, wire))
 
 
-@router.post("/tokenize", **documented(TokenizeResponse, TokenizeRequest))
+def _tokenize_schema(data: Any) -> type[TokenizeRequest] | type[TeiTokenizeRequest]:
+    """text-embeddings-inference's shape has `inputs`; vLLM's `prompt`."""
+    return TeiTokenizeRequest if isinstance(data, dict) and "inputs" in data else TokenizeRequest
+
+
+@router.post(
+    "/tokenize",
+    **documented(TokenizeResponse | TeiTokenizeResponse, TokenizeRequest, TeiTokenizeRequest),
+)
 async def tokenize(request: Request) -> Response:
-    return await _answer_in_pool(request, TokenizeRequest, _tokenize)
+    state = state_of(request)
+    cpu = state.engine.core.cpu
+    wire = await parse_chosen_body(
+        request,
+        _tokenize_schema,
+        cpu,
+        lambda schema: answer_tei_errors(request) if schema is TeiTokenizeRequest else None,
+    )
+    if isinstance(wire, TeiTokenizeRequest):
+        texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+        if not texts:
+            raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
+        state.check_batch(len(texts), "inputs")
+        body = await cpu.run(
+            lambda: tei.tokens_body(cpu.tokenizer(), texts, wire.add_special_tokens)
+        )
+        return json_response(body)
+    state.check_model(wire.model)
+    return json_response(await cpu.run(_tokenize, state, wire))
 
 
 def _detokenize(state: ServingState, wire: DetokenizeRequest) -> bytes:

@@ -90,6 +90,66 @@ class CohereEmbedResponse(Documented):
     response_type: Literal["embeddings_by_type", "embeddings_floats"]
 
 
+class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
+    """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
+    input (`/embed_all`)."""
+
+
+class TeiPrediction(Documented):
+    score: float
+    label: str
+
+
+class TeiPredictResponse(RootModel[list[TeiPrediction] | list[list[TeiPrediction]]]):
+    """Each input's labels with their scores, best first (one input sent as a string: its list
+    alone)."""
+
+
+class TeiSimilarityResponse(RootModel[list[float]]):
+    """The cosine of the source sentence with each sentence."""
+
+
+class TeiRerankResult(Documented):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TeiRerankResponse(RootModel[list[TeiRerankResult]]):
+    """text-embeddings-inference's rerank shape, best first."""
+
+
+class TeiToken(Documented):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class TeiTokenizeResponse(RootModel[list[list[TeiToken]]]):
+    """Each text's tokens."""
+
+
+class TeiInfo(Documented):
+    """text-embeddings-inference's `/info`."""
+
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    model_type: dict[str, Any]
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+
+
 class SparseEntry(Documented):
     index: int = Field(description="vocabulary id")
     value: float
@@ -238,13 +298,17 @@ _ERRORS = {
 }
 
 
-def documented(response: type[BaseModel], request: type[BaseModel] | None = None) -> dict[str, Any]:
-    """Route keywords that document a request body (read by the route itself) and responses."""
+def documented(
+    response: Any, request: type[BaseModel] | None = None, *more_requests: type[BaseModel]
+) -> dict[str, Any]:
+    """Route keywords that document a request body (read by the route itself; one of several
+    where the route serves several API families' shapes) and responses (`response` a model,
+    or a union of models)."""
     responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
     errors = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
     for status, description in errors.items():
         responses[status] = {"model": ErrorBody, "description": description}
     keywords: dict[str, Any] = {"responses": responses}
     if request is not None:
-        keywords["openapi_extra"] = json_body_schema(request)
+        keywords["openapi_extra"] = json_body_schema(request, *more_requests)
     return keywords

@@ -40,9 +40,11 @@ class TaskSet:
         """The model-specific routes this model serves."""
         routes: list[str] = []
         if self.embed is not None:
-            routes.extend(("/v1/embeddings", "/v2/embed", "/v1/embed"))
+            routes.extend(
+                ("/v1/embeddings", "/v2/embed", "/v1/embed", "/embed", "/embed_all", "/similarity")
+            )
         if self.classify is not None:
-            routes.append("/classify")
+            routes.extend(("/classify", "/predict"))
         if self.score is not None:
             routes.extend(SCORE_ROUTES)
         if self.sparse:

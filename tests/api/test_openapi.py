@@ -47,6 +47,16 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/tokenize", {"prompt": "a b", "return_token_strs": True}, schemas.TokenizeResponse),
     ("/tokenize", {"prompt": "a b"}, schemas.TokenizeResponse),
     ("/detokenize", {"tokens": [101, 102]}, schemas.DetokenizeResponse),
+    ("/embed", {"inputs": ["a", "b"]}, schemas.TeiEmbedResponse),
+    ("/embed_all", {"inputs": "a b"}, schemas.TeiEmbedResponse),
+    (
+        "/similarity",
+        {"inputs": {"source_sentence": "a", "sentences": ["b"]}},
+        schemas.TeiSimilarityResponse,
+    ),
+    ("/rerank", {"query": "a", "texts": ["b"], "return_text": True}, schemas.TeiRerankResponse),
+    ("/tokenize", {"inputs": ["a b"]}, schemas.TeiTokenizeResponse),
+    ("/", {"inputs": "a"}, schemas.TeiEmbedResponse),
 ]
 GETS: list[tuple[str, type[BaseModel]]] = [
     ("/v1/models", schemas.ModelList),
@@ -54,6 +64,7 @@ GETS: list[tuple[str, type[BaseModel]]] = [
     ("/health", schemas.Health),
     ("/version", schemas.VersionBody),
     ("/stats", schemas.StatsBody),
+    ("/info", schemas.TeiInfo),
 ]
 OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
     "classifier_dir": [

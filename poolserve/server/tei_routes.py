@@ -1,0 +1,277 @@
+"""text-embeddings-inference's routes (`/embed`, `/embed_all`, `/predict`, `/similarity`,
+`/info`, and `POST /`, which the Hugging Face `InferenceClient` calls), over the same tasks.
+Their errors take TEI's shape, `{"error", "error_type"}`. TEI's shapes of `/rerank` and
+`/tokenize` are served by those routes when the body has TEI's fields."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from poolserve import __version__
+from poolserve.engine.cpu_pool import CpuPool
+from poolserve.errors import InvalidRequestError
+from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.errors import answer_tei_errors
+from poolserve.server.handlers import serve_task, state_of
+from poolserve.server.protocol import (
+    TeiEmbedAllRequest,
+    TeiEmbedRequest,
+    TeiPredictRequest,
+    TeiSimilarityRequest,
+)
+from poolserve.server.responses import json_response
+from poolserve.server.schemas import (
+    TeiEmbedResponse,
+    TeiInfo,
+    TeiPredictResponse,
+    TeiSimilarityResponse,
+    documented,
+)
+from poolserve.server.state import ServingState
+from poolserve.server.wire import tei
+from poolserve.tasks.classify import ClassifyRequest
+from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.pooling import PoolingRequest
+from poolserve.tasks.score import ScoreRequest, pair_up
+
+tei_router = APIRouter()
+tei_embed_router = APIRouter()
+tei_predict_router = APIRouter()
+
+
+def _texts(state: ServingState, inputs: str | list[str]) -> list[str]:
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    if not texts:
+        raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
+    state.check_batch(len(texts), "inputs")
+    return texts
+
+
+def _tei(request: Request) -> ServingState:
+    answer_tei_errors(request)
+    return state_of(request)
+
+
+async def _embed(request: Request, state: ServingState, wire: TeiEmbedRequest) -> Response:
+    engine = state.engine
+    params = engine.pooling_params(
+        normalize=wire.normalize,
+        dimensions=wire.dimensions,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    internal = EmbedRequest(
+        _texts(state, wire.inputs), engine.tasks.prompts.resolve(wire.prompt_name, None)
+    )
+    return await serve_task(
+        request,
+        engine.embed_task,
+        internal,
+        params,
+        tei.vectors_body,
+        timeout=wire.request_timeout,
+    )
+
+
+@tei_embed_router.post("/embed", **documented(TeiEmbedResponse, TeiEmbedRequest))
+async def embed(request: Request) -> Response:
+    state = _tei(request)
+    return await _embed(request, state, await parse_body(request, TeiEmbedRequest, _cpu(state)))
+
+
+@tei_embed_router.post("/embed_all", **documented(TeiEmbedResponse, TeiEmbedAllRequest))
+async def embed_all(request: Request) -> Response:
+    state = _tei(request)
+    wire = await parse_body(request, TeiEmbedAllRequest, _cpu(state))
+    engine = state.engine
+    if wire.prompt_name is not None:
+        engine.tasks.prompts.resolve(wire.prompt_name, None)  # an unknown name is a 400
+        raise InvalidRequestError(
+            "prompt_name is not applied to token vectors here; embed the prompt's text as "
+            "part of each input",
+            param="prompt_name",
+        )
+    params = engine.pooling_params(
+        normalize=False,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    internal = PoolingRequest(_texts(state, wire.inputs), "token_embed")
+    return await serve_task(
+        request,
+        engine.tasks.pooling,
+        internal,
+        params,
+        tei.token_vectors_body,
+        timeout=wire.request_timeout,
+    )
+
+
+async def _predict(
+    request: Request, state: ServingState, wire: TeiPredictRequest, *, nested: bool
+) -> Response:
+    engine = state.engine
+    parameters = wire.parameters
+    raw = wire.raw_scores or (parameters is not None and parameters.function_to_apply == "none")
+    params = engine.pooling_params(
+        use_activation=not raw,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    top_k = parameters.top_k if parameters is not None else None
+    single = isinstance(wire.inputs, str) and not nested
+    inputs = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+    state.check_batch(len(inputs), "inputs")
+    if inputs and isinstance(inputs[0], list):
+        return await _predict_pairs(request, state, wire, inputs, params)
+    task = engine.tasks.classify
+    if task is None:
+        raise InvalidRequestError(f"/predict needs a classifier; this is {engine.kind}")
+    encode = partial(
+        tei.predictions_body, labels=task.classifier.labels, top_k=top_k, single=single
+    )
+    return await serve_task(
+        request,
+        task,
+        ClassifyRequest([text for text in inputs if isinstance(text, str)]),
+        params,
+        encode,
+        timeout=wire.request_timeout,
+    )
+
+
+async def _predict_pairs(
+    request: Request, state: ServingState, wire: TeiPredictRequest, pairs: Any, params: Any
+) -> Response:
+    """[text, text] pairs through a cross-encoder: one score each, labelled."""
+    engine = state.engine
+    task = engine.tasks.score
+    if engine.kind != "cross_encoder" or task is None or engine.tasks.classify is None:
+        raise InvalidRequestError(
+            "[text, text] pairs need a cross-encoder; send texts", param="inputs"
+        )
+    queries, documents = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    internal = ScoreRequest(queries, documents, pair_up(len(queries), len(documents)))
+    encode = partial(
+        tei.predictions_body,
+        labels=engine.tasks.classify.classifier.labels[:1],
+        top_k=None,
+        single=False,
+    )
+    return await serve_task(
+        request,
+        task,
+        internal,
+        params,
+        lambda ctx, scores: encode(ctx, scores.reshape(-1, 1)),
+        timeout=wire.request_timeout,
+    )
+
+
+@tei_predict_router.post("/predict", **documented(TeiPredictResponse, TeiPredictRequest))
+async def predict(request: Request) -> Response:
+    state = _tei(request)
+    wire = await parse_body(request, TeiPredictRequest, _cpu(state))
+    return await _predict(request, state, wire, nested=False)
+
+
+async def _similarity(
+    request: Request, state: ServingState, wire: TeiSimilarityRequest
+) -> Response:
+    engine = state.engine
+    task = engine.tasks.score
+    if engine.kind != "embedding" or task is None:
+        raise InvalidRequestError(f"/similarity needs an embedding model; this is {engine.kind}")
+    sentences = wire.inputs.sentences
+    state.check_batch(len(sentences), "sentences")
+    params = engine.pooling_params(
+        truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
+    )
+    internal = ScoreRequest([wire.inputs.source_sentence], sentences, pair_up(1, len(sentences)))
+    return await serve_task(
+        request, task, internal, params, tei.similarity_body, timeout=wire.request_timeout
+    )
+
+
+@tei_embed_router.post("/similarity", **documented(TeiSimilarityResponse, TeiSimilarityRequest))
+async def similarity(request: Request) -> Response:
+    state = _tei(request)
+    wire = await parse_body(request, TeiSimilarityRequest, _cpu(state))
+    return await _similarity(request, state, wire)
+
+
+@tei_router.post(
+    "/",
+    **documented(
+        TeiEmbedResponse | TeiSimilarityResponse | TeiPredictResponse,
+        TeiEmbedRequest,
+        TeiSimilarityRequest,
+        TeiPredictRequest,
+    ),
+)
+async def inference_api(request: Request) -> Response:
+    """The Hugging Face Inference API's one route, as text-embeddings-inference serves it:
+    feature extraction and sentence similarity on an embedding model, text classification on
+    a classifier or cross-encoder (a single text's labels in a list of one)."""
+    state = _tei(request)
+    kind = state.engine.kind
+    if kind == "embedding":
+
+        def choose(data: Any) -> type[TeiEmbedRequest] | type[TeiSimilarityRequest]:
+            inputs = data.get("inputs") if isinstance(data, dict) else None
+            return TeiSimilarityRequest if isinstance(inputs, dict) else TeiEmbedRequest
+
+        wire = await parse_chosen_body(request, choose, _cpu(state))
+        if isinstance(wire, TeiSimilarityRequest):
+            return await _similarity(request, state, wire)
+        return await _embed(request, state, wire)
+    if state.engine.tasks.classify is not None:
+        predict_wire = await parse_body(request, TeiPredictRequest, _cpu(state))
+        return await _predict(request, state, predict_wire, nested=True)
+    raise InvalidRequestError(
+        f"POST / serves embedding models and classifiers; this is {kind}: use /pooling"
+    )
+
+
+@tei_router.get("/info", **documented(TeiInfo))
+async def info(request: Request) -> Response:
+    """What text-embeddings-inference's `/info` says about the served model."""
+    state = _tei(request)
+    engine = state.engine
+    classifier = engine.tasks.classify.classifier if engine.tasks.classify is not None else None
+    if classifier is not None:
+        id2label = dict(enumerate(classifier.labels))
+        model_type: dict[str, Any] = {
+            "reranker" if engine.kind == "cross_encoder" else "classifier": {
+                "id2label": {str(i): label for i, label in id2label.items()},
+                "label2id": {label: i for i, label in id2label.items()},
+            }
+        }
+    else:
+        pooling = "+".join(engine.core.model.layout.pooling_modes)
+        model_type = {"embedding": {"pooling": pooling}}
+    body = {
+        "model_id": state.served_names[0],
+        "model_sha": None,
+        "model_dtype": str(engine.core.model.dtype).removeprefix("torch."),
+        "model_type": model_type,
+        "max_concurrent_requests": state.admission.max_requests,
+        "max_input_length": engine.max_model_len,
+        "max_batch_tokens": engine.core.config.max_batch_tokens,
+        "max_batch_requests": engine.core.config.max_batch_size,
+        "max_client_batch_size": state.max_client_batch_size,
+        "auto_truncate": False,
+        "tokenization_workers": engine.core.config.cpu_workers,
+        "version": __version__,
+        **engine.tasks.prompts.card(),
+    }
+    return json_response(orjson.dumps(body))
+
+
+def _cpu(state: ServingState) -> CpuPool:
+    return state.engine.core.cpu
