@@ -110,6 +110,16 @@ class EmbeddingRequest(InputRequest):
     prompt: StrictStr | None = Field(
         None, description="a prompt's text, put before each text (instead of prompt_name)"
     )
+    embed_dtype: Literal["float32", "float16", "bfloat16", "int8", "uint8", "binary", "ubinary"] = (
+        Field(
+            "float32",
+            description="the numbers' type (README, Compact embedding types); with base64, the "
+            "bytes' type (the OpenAI client decodes float32 only)",
+        )
+    )
+    endianness: Literal["little", "big"] = Field(
+        "little", description="byte order of base64 values wider than a byte"
+    )
 
     def wants_normalize(self) -> bool | None:
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""

@@ -73,7 +73,12 @@ async def create_embeddings(request: Request) -> Response:
         engine.embed_task,
         EmbedRequest(inputs, engine.tasks.prompts.resolve(wire.prompt_name, wire.prompt)),
         params,
-        partial(openai.embeddings_body, encoding_format=wire.encoding_format),
+        partial(
+            openai.embeddings_body,
+            encoding_format=wire.encoding_format,
+            embed_dtype=wire.embed_dtype,
+            endianness=wire.endianness,
+        ),
         timeout=wire.request_timeout,
     )
 

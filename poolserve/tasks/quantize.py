@@ -8,6 +8,9 @@
   dimension in the high bit: the same bits as sentence-transformers' `quantize_embeddings`;
 - binary: the ubinary bytes minus 128, as int8 (sentence-transformers' "binary").
 A dimension count that is not a multiple of 8 is padded with 0 bits.
+
+`as_dtype` adds the narrower float types (float16, bfloat16, rounded to nearest even) for the
+OpenAI route's `embed_dtype`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 CompactType = Literal["int8", "uint8", "binary", "ubinary"]
 COMPACT_TYPES: tuple[CompactType, ...] = ("int8", "uint8", "binary", "ubinary")
+EmbedDType = Literal["float32", "float16", "bfloat16", "int8", "uint8", "binary", "ubinary"]
 
 
 def quantize(vectors: np.ndarray, kind: CompactType) -> np.ndarray:
@@ -35,3 +39,30 @@ def quantize(vectors: np.ndarray, kind: CompactType) -> np.ndarray:
         return as_int8
     as_uint8: np.ndarray = (as_int8.astype(np.int16) + 128).astype(np.uint8)
     return as_uint8
+
+
+def bfloat16_bits(vectors: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16, rounded to nearest even: their 16 bits, as uint16."""
+    bits = np.ascontiguousarray(vectors, np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    upper: np.ndarray = (rounded >> 16).astype(np.uint16)
+    return upper
+
+
+def as_dtype(vectors: np.ndarray, dtype: EmbedDType) -> np.ndarray:
+    """`vectors` (float32) in `dtype`; bfloat16 as its bits (uint16), see `bfloat16_bits`."""
+    if dtype == "float32":
+        return np.ascontiguousarray(vectors, np.float32)
+    if dtype == "float16":
+        return vectors.astype(np.float16)
+    if dtype == "bfloat16":
+        return bfloat16_bits(vectors)
+    return quantize(vectors, dtype)
+
+
+def as_floats(values: np.ndarray, dtype: EmbedDType) -> np.ndarray:
+    """What `as_dtype` gave, as float32 numbers a JSON list can hold (integers as they are)."""
+    if dtype == "bfloat16":
+        widened: np.ndarray = (values.astype(np.uint32) << 16).view(np.float32)
+        return widened
+    return values
