@@ -98,3 +98,22 @@ def test_client_errors_are_raised_as_openai_errors(client: openai.OpenAI) -> Non
     assert MODEL_ID in missing.value.message
     with pytest.raises(openai.BadRequestError, match="384"):
         client.embeddings.create(model=MODEL_ID, input="x", dimensions=385)
+
+
+def test_langchain_openai_embeddings(server_url: str, st_model: Any) -> None:
+    """LangChain's OpenAIEmbeddings with a custom base URL (its token-length check off: that
+    check tokenizes with tiktoken, which knows only OpenAI's models)."""
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(
+        model=MODEL_ID,
+        base_url=f"{server_url}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        check_embedding_ctx_length=False,
+        max_retries=0,
+    )
+    texts = ["The quick brown fox", "jumps over the lazy dog", "naïve café"]
+    documents = embeddings.embed_documents(texts)
+    query = embeddings.embed_query(texts[0])
+    assert_close_vectors(np.array(documents), st_model.encode(texts), FP32_COSINE, texts)
+    assert_close_vectors(np.array([query]), st_model.encode(texts[:1]), FP32_COSINE)
