@@ -121,17 +121,22 @@ def _versions(**extra: str) -> dict[str, str]:
 PROMPTS = {"query": "query: ", "document": "passage: ", "none": ""}
 
 
-def make_prompted_embedding(directory: Path, *, include_prompt: bool = True) -> Path:
+def make_prompted_embedding(
+    directory: Path, *, include_prompt: bool = True, mode: str = "mean"
+) -> Path:
     """all-MiniLM-L6-v2 (real weights) whose config_sentence_transformers.json declares
     `PROMPTS` with "document" as the default prompt, as e5-style models ship them; with
-    `include_prompt=False` its Pooling config leaves the prompt's tokens out of pooling."""
+    `include_prompt=False` its Pooling config leaves the prompt's tokens out of pooling, and
+    pools with `mode`."""
     shutil.copytree(minilm_path(), directory)
     config = _read_json(directory / "config_sentence_transformers.json")
     config.update(prompts=PROMPTS, default_prompt_name="document")
     _write_json(directory / "config_sentence_transformers.json", config)
     if not include_prompt:
         pooling = _read_json(directory / "1_Pooling" / "config.json")
-        pooling["include_prompt"] = False
+        for key in [key for key in pooling if key.startswith("pooling_mode")]:
+            pooling[key] = False
+        pooling.update(include_prompt=False, pooling_mode=mode)
         _write_json(directory / "1_Pooling" / "config.json", pooling)
     return directory
 

@@ -20,6 +20,8 @@ class Batch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor | None
+    # The attention mask without the tokens items leave out of pooling; None: the same.
+    pool_mask: torch.Tensor | None = None
 
     @property
     def padded_tokens(self) -> int:
@@ -41,6 +43,12 @@ def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) 
         if token_type_ids is not None and item.token_type_ids is not None:
             token_type_ids[row, : item.length] = item.token_type_ids
 
+    pool_mask = None
+    if any(item.pool_from for item in items):
+        pool_mask = attention_mask.copy()
+        for row, item in enumerate(items):
+            pool_mask[row, : item.pool_from] = 0
+
     def tensor(array: np.ndarray) -> torch.Tensor:
         result = torch.from_numpy(array)
         return result.pin_memory() if pin_memory else result
@@ -51,4 +59,5 @@ def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) 
         input_ids=tensor(input_ids),
         attention_mask=tensor(attention_mask),
         token_type_ids=None if token_type_ids is None else tensor(token_type_ids),
+        pool_mask=None if pool_mask is None else tensor(pool_mask),
     )

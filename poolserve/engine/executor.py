@@ -73,9 +73,15 @@ class ModelExecutor:
             threads = self.threads_for(batch, threads)
             use_threads(threads)
         compiled = self._compiled
-        if compiled is not None and batch.head == compiled.head and threads in compiled.threads:
+        if (
+            compiled is not None
+            and batch.head == compiled.head
+            and threads in compiled.threads
+            and batch.pool_mask is None  # the compiled graph takes no pooling mask
+        ):
             run = compiled.run
         device = self._device
+        extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask.to(device)}
         with torch.inference_mode():
             output = run(
                 batch.head,
@@ -84,6 +90,7 @@ class ModelExecutor:
                 None
                 if batch.token_type_ids is None
                 else batch.token_type_ids.to(device, non_blocking=True),
+                **extra,
             )
         result: np.ndarray = output.cpu().numpy()
         if batch.head in TOKEN_HEADS:

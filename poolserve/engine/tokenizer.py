@@ -29,6 +29,9 @@ class TokenizedText:
     head: Head = "embed"
     # None: every token attends; otherwise 0 marks tokens the model must not attend to.
     attention_mask: list[int] | None = None
+    # Tokens before this one are attended to but left out of pooling (a prompt, for a model
+    # whose Pooling config says include_prompt: false).
+    pool_from: int = 0
 
 
 class TextTokenizer:

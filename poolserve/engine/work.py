@@ -95,6 +95,8 @@ class WorkItem:
     head: Head = "embed"
     # None: attend to every token (see TokenizedText.attention_mask).
     attention_mask: list[int] | None = None
+    # Tokens before this one are left out of pooling (see TokenizedText.pool_from).
+    pool_from: int = 0
 
     @property
     def length(self) -> int:

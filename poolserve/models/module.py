@@ -43,7 +43,10 @@ class PoolingModule(torch.nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        pool_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The head's output; `pool_mask` (default: the attention mask) says which tokens the
+        pooling averages (a prompt left out, for include_prompt: false)."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
@@ -57,7 +60,9 @@ class PoolingModule(torch.nn.Module):
         hidden = output.last_hidden_state
         if head == "token_embed":
             return self.dense(hidden.float())  # type: ignore[no-any-return]
-        pooled = pool(hidden, attention_mask, self.pooling_modes)
+        pooled = pool(
+            hidden, attention_mask if pool_mask is None else pool_mask, self.pooling_modes
+        )
         return self.dense(pooled).float()  # type: ignore[no-any-return]
 
 

@@ -31,7 +31,8 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, modes: tuple[str, ...]) -> to
             total = position_weights.sum(dim=1).clamp(min=1e-9)
             outputs.append((hidden * position_weights).sum(dim=1) / total)
         elif mode == "lasttoken":
-            last = mask.sum(dim=1).clamp(min=1) - 1
+            # The last position the mask keeps (a mask may also drop leading prompt tokens).
+            last = mask.shape[1] - 1 - mask.flip(dims=(1,)).argmax(dim=1)
             outputs.append(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
         else:
             raise ValueError(f"unknown pooling mode {mode!r}")

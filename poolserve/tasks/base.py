@@ -151,6 +151,7 @@ def _prepare_chunk(
                 text.token_type_ids,
                 text.head,
                 text.attention_mask,
+                text.pool_from,
             )
             for offset, text in enumerate(tokenized)
         ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +26,12 @@ class EmbedRequest:
 class EmbedTask(InputsTask[EmbedRequest]):
     """Task processor for `/v1/embeddings` and the offline `embed`: float32 vectors."""
 
+    def __init__(self, *, max_model_len: int, include_prompt: bool = True) -> None:
+        super().__init__(max_model_len=max_model_len)
+        # False: a prompt's tokens are attended to but not pooled (the Pooling config's
+        # include_prompt).
+        self.include_prompt = include_prompt
+
     def preprocess(
         self,
         ctx: ServeContext[EmbedRequest],
@@ -33,16 +39,23 @@ class EmbedTask(InputsTask[EmbedRequest]):
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
     ) -> list[TokenizedText]:
-        return tokenize_inputs(
+        prompt = ctx.request.prompt
+        tokenized = tokenize_inputs(
             tokenizer,
             inputs,
             start,
             truncate=ctx.pooling_params.truncate_prompt_tokens,
             max_model_len=self.max_model_len,
             head=self.head,
-            prompt=ctx.request.prompt,
+            prompt=prompt,
             side=ctx.pooling_params.truncation_side,
         )
+        if prompt and not self.include_prompt and inputs and isinstance(inputs[0], str):
+            # As sentence-transformers: the tokenized prompt without its closing [SEP] ([CLS]
+            # and the prompt's words) is left out of the mean.
+            prompt_length = len(tokenizer.encode_batch([prompt], truncate_to=None)[0]) - 1
+            tokenized = [replace(text, pool_from=prompt_length) for text in tokenized]
+        return tokenized
 
     def postprocess(self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]) -> np.ndarray:
         vectors = np.stack(outputs).astype(np.float32, copy=False)

@@ -4,7 +4,9 @@ request as sentence-transformers does.
 The prompts come from config_sentence_transformers.json (`prompts`, `default_prompt_name`) and
 `--prompt NAME=TEXT`. A request names one (`prompt_name`) or gives its text (`prompt`); with
 neither, the model's default prompt applies. The prompt is put before each text input and its
-tokens are embedded and counted with the text's. Token-id inputs are taken as they are.
+tokens are embedded and counted with the text's; a model whose Pooling config says
+`include_prompt: false` leaves them out of the mean (tasks/embed.py). Token-id inputs are taken
+as they are.
 """
 
 from __future__ import annotations
@@ -23,18 +25,11 @@ INPUT_TYPE_PROMPTS = {
     "clustering": ("clustering",),
 }
 
-PROMPT_LEFT_OUT = (
-    "this model leaves its prompt's tokens out of pooling (include_prompt: false in its "
-    "Pooling config), which poolserve does not support"
-)
-
 
 @dataclass(frozen=True)
 class Prompts:
     known: Mapping[str, str] = field(default_factory=dict)
     default_name: str | None = None
-    # False: the model pools without the prompt's tokens (not supported: prompts are refused).
-    include_prompt: bool = True
 
     def resolve(self, prompt_name: str | None, prompt: str | None) -> str | None:
         """The prompt text a request asks for (None: no prompt)."""
@@ -51,10 +46,6 @@ class Prompts:
             elif prompt_name not in self.known:
                 raise InvalidRequestError(self._unknown(prompt_name), param="prompt_name")
             prompt = self.known[prompt_name]
-        if prompt and not self.include_prompt:
-            raise InvalidRequestError(
-                PROMPT_LEFT_OUT + "; send the text without a prompt", param="prompt"
-            )
         return prompt or None
 
     def for_input_type(self, input_type: str | None) -> str | None:
@@ -79,11 +70,9 @@ class Prompts:
         return {"prompts": dict(self.known), "default_prompt_name": self.default_name}
 
 
-def read_prompts(
-    st_config: Mapping[str, Any], given: tuple[tuple[str, str], ...], include_prompt: bool
-) -> Prompts:
+def read_prompts(st_config: Mapping[str, Any], given: tuple[tuple[str, str], ...]) -> Prompts:
     """The model's prompts with `given` over them; refuses (one line) a default prompt the
-    model does not define, or one poolserve cannot apply."""
+    model does not define."""
     known = {str(name): str(text) for name, text in (st_config.get("prompts") or {}).items()}
     known.update(given)
     default = st_config.get("default_prompt_name")
@@ -92,6 +81,4 @@ def read_prompts(
             f"the model's default_prompt_name {default!r} is not among its prompts "
             f"({', '.join(sorted(known)) or 'none'}); add it with --prompt {default}=TEXT"
         )
-    if not include_prompt and default is not None and known[default]:
-        raise SettingError(f"the model's default prompt cannot be applied: {PROMPT_LEFT_OUT}")
-    return Prompts(known, default, include_prompt)
+    return Prompts(known, default)

@@ -162,7 +162,11 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
     return TaskSet(
         heads=spec.heads,
         pooling=PoolingTask(max_model_len=limit, classifier=classifier),
-        embed=EmbedTask(max_model_len=limit) if kind == "embedding" else None,
+        embed=(
+            EmbedTask(max_model_len=limit, include_prompt=spec.layout.include_prompt)
+            if kind == "embedding"
+            else None
+        ),
         classify=(
             ClassifyTask(max_model_len=limit, classifier=classifier)
             if classifier is not None and kind != "token_classifier"
@@ -170,5 +174,5 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         ),
         score=ScoreTask(scorer) if scorer is not None else None,
         sparse=kind == "sparse",
-        prompts=read_prompts(spec.layout.st_config, spec.prompts, spec.layout.include_prompt),
+        prompts=read_prompts(spec.layout.st_config, spec.prompts),
     )

@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from poolserve import Engine, ModelConfig
-from poolserve.errors import SettingError
 from tests.api.helpers import assert_openai_error, embed, load_engine, serving, vectors
 from tests.reference import FP32_COSINE, assert_close_vectors
 from tests.tiny_models import PROMPTS, make_prompted_embedding
@@ -136,10 +135,21 @@ async def test_a_model_without_prompts_is_unchanged(engine: Engine, st_model: An
     assert (card["prompts"], card["default_prompt_name"]) == ({}, None)
 
 
-def test_a_default_prompt_left_out_of_pooling_refuses_to_load(tmp_path: Path) -> None:
-    directory = make_prompted_embedding(tmp_path / "model", include_prompt=False)
-    with pytest.raises(SettingError, match="include_prompt: false"):
-        load_engine(directory)
+@pytest.mark.parametrize("mode", ["mean", "lasttoken"])
+def test_a_prompt_left_out_of_pooling_as_sentence_transformers_does(
+    tmp_path: Path, mode: str
+) -> None:
+    """include_prompt: false: the prompt is attended to, but its tokens are not pooled."""
+    from sentence_transformers import SentenceTransformer
+
+    directory = make_prompted_embedding(tmp_path / "model", include_prompt=False, mode=mode)
+    reference = SentenceTransformer(str(directory), device="cpu")
+    with load_engine(directory) as engine:
+        for options in ({}, {"prompt_name": "query"}, {"prompt": "Represent this: "}):
+            got = engine.embed(TEXTS, **options)  # type: ignore[arg-type]
+            assert_close_vectors(got, reference.encode(TEXTS, **options), FP32_COSINE, TEXTS)
+        pooled_with_prompt = reference[1].include_prompt
+    assert pooled_with_prompt is False
 
 
 async def test_token_id_inputs_are_taken_as_they_are(
