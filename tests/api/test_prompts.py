@@ -71,6 +71,15 @@ async def test_prompts_embed_as_sentence_transformers_does(
     assert_close_vectors(in_python, expected, FP32_COSINE, TEXTS)
 
 
+async def test_teis_embed_takes_prompt_name(client: httpx.AsyncClient, st_prompted: Any) -> None:
+    got = await client.post("/embed", json={"inputs": TEXTS, "prompt_name": "query"})
+    assert got.status_code == 200, got.text
+    assert_close_vectors(got.json(), st_prompted.encode(TEXTS, prompt_name="query"))
+    unknown = await client.post("/embed", json={"inputs": TEXTS, "prompt_name": "passage"})
+    assert unknown.json()["error_type"] == "Validation"
+    assert "this model's prompts: document, none, query" in unknown.json()["error"]
+
+
 async def test_the_prompt_changes_the_vectors_and_counts_in_usage(
     client: httpx.AsyncClient, hf_tokenizer: Any
 ) -> None:

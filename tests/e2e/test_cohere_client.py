@@ -3,6 +3,7 @@ every embedding type it decodes, checked against sentence-transformers."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import cohere
@@ -24,7 +25,7 @@ def test_client_v2_embeds_every_type(server_url: str, st_model: Any) -> None:
         model=MODEL_ID,
         input_type="search_document",
         texts=TEXTS,
-        embedding_types=["float", "int8", "uint8", "binary", "ubinary"],
+        embedding_types=["float", "int8", "uint8", "binary", "ubinary", "base64"],
     )
     embeddings = response.embeddings
     assert embeddings.float_ is not None and embeddings.int8 is not None
@@ -35,6 +36,9 @@ def test_client_v2_embeds_every_type(server_url: str, st_model: Any) -> None:
     for kind in ("binary", "ubinary"):
         expected = quantize_embeddings(floats, precision=kind)
         np.testing.assert_array_equal(np.array(getattr(embeddings, kind)), expected)
+    assert embeddings.base64 is not None
+    decoded = [np.frombuffer(base64.b64decode(row), "<f4") for row in embeddings.base64]
+    np.testing.assert_array_equal(np.stack(decoded), floats)
     assert response.texts == TEXTS
     assert response.meta is not None and response.meta.billed_units is not None
     tokens = sum(len(st_model.tokenizer(text)["input_ids"]) for text in TEXTS)
