@@ -258,7 +258,6 @@ class TeiEmbedAllRequest(TeiRequest):
     """Text-embeddings-inference `POST /embed_all`: every token's vector."""
 
     inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
-    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
 
 
 class ClassificationParameters(StrictModel):

@@ -34,6 +34,7 @@ from poolserve.server.schemas import (
 )
 from poolserve.server.state import ServingState
 from poolserve.server.wire import tei
+from poolserve.tasks.base import PoolingParams
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest
@@ -89,13 +90,6 @@ async def embed_all(request: Request) -> Response:
     state = _tei(request)
     wire = await parse_body(request, TeiEmbedAllRequest, _cpu(state))
     engine = state.engine
-    if wire.prompt_name is not None:
-        engine.tasks.prompts.resolve(wire.prompt_name, None)  # an unknown name is a 400
-        raise InvalidRequestError(
-            "prompt_name is not applied to token vectors here; embed the prompt's text as "
-            "part of each input",
-            param="prompt_name",
-        )
     params = engine.pooling_params(
         normalize=False,
         truncate_prompt_tokens=-1 if wire.truncate else None,
@@ -127,8 +121,9 @@ async def _predict(
     single = isinstance(wire.inputs, str) and not nested
     inputs = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
     state.check_batch(len(inputs), "inputs")
-    if inputs and isinstance(inputs[0], list):
-        return await _predict_pairs(request, state, wire, inputs, params)
+    pairs = [item for item in inputs if isinstance(item, list)]
+    if pairs:  # the schema allows texts or pairs, never a mix
+        return await _predict_pairs(request, state, wire, pairs, params)
     task = engine.tasks.classify
     if task is None:
         raise InvalidRequestError(f"/predict needs a classifier; this is {engine.kind}")
@@ -146,7 +141,11 @@ async def _predict(
 
 
 async def _predict_pairs(
-    request: Request, state: ServingState, wire: TeiPredictRequest, pairs: Any, params: Any
+    request: Request,
+    state: ServingState,
+    wire: TeiPredictRequest,
+    pairs: list[list[str]],
+    params: PoolingParams,
 ) -> Response:
     """[text, text] pairs through a cross-encoder: one score each, labelled."""
     engine = state.engine
