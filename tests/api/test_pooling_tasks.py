@@ -141,4 +141,6 @@ async def test_pooling_base64_decodes_to_the_float_output(client: httpx.AsyncCli
         for plain, encoded in zip(floats["data"], packed["data"], strict=True):
             expected = np.asarray(plain["data"], dtype=np.float32)
             decoded = np.frombuffer(base64.b64decode(encoded["data"]), dtype="<f4")
-            np.testing.assert_array_equal(decoded, expected.reshape(-1))
+            # Two requests may be batched differently (threads, lent cores): the last bits may
+            # differ; a wrong byte order or layout would not be close at all.
+            np.testing.assert_allclose(decoded, expected.reshape(-1), rtol=1e-5, atol=1e-6)
