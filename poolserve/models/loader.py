@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer
 
 from poolserve.config import ModelConfig
-from poolserve.errors import ModelLoadError
+from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.dense import build_dense, load_linear_head
 from poolserve.models.device import choose_device, choose_dtype
 from poolserve.models.kinds import HEADS, Head, Kind, describe, detect_kind
@@ -89,6 +89,11 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
     directory = resolve_model_dir(config.model, config.revision)
     layout = read_layout(directory, config.max_model_len)
     kind = detect_kind(layout, config.task)
+    if config.prompts and kind != "embedding":
+        raise SettingError(
+            f"--prompt applies to embedding models; this is {describe(kind)}, which takes no "
+            "prompts"
+        )
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     tokenizer_json = load_tokenizer_json(directory)

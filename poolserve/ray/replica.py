@@ -22,6 +22,8 @@ from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 from poolserve.ray.cluster import actor_engine_config
 
 APP_NAME = "poolserve"
+# `serve` flags a Ray Serve config file's application cannot take: Ray sets them.
+RAY_OWNED = frozenset({"host", "port", "ray_address"})
 
 
 class EngineReplica:
@@ -124,6 +126,11 @@ def build_app(args: Mapping[str, Any]) -> Application:
 
     known = set(vars(parse_args(["serve", "--ray"]))) - {"command", "ray"}
     for key in args:
+        if key.replace("-", "_") in RAY_OWNED:
+            raise ValueError(
+                f"poolserve.ray.build_app: `{key}` is Ray Serve's to set (http_options, the "
+                "cluster it runs on), not an arg of the application"
+            )
         if key.replace("-", "_") not in known:
             near = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
             hint = f"; did you mean `{near[0]}`?" if near else ""

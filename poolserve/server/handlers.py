@@ -7,12 +7,14 @@ import asyncio
 import time
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.admission import ticket_of
-from poolserve.server.body import parse_body
+from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.errors import answer_tei_errors
 from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
@@ -27,6 +29,27 @@ InputRequestT = TypeVar("InputRequestT", bound=InputRequest)
 def state_of(request: Request) -> ServingState:
     state: ServingState = request.app.state.serving
     return state
+
+
+TeiT = TypeVar("TeiT", bound=BaseModel)
+OtherT = TypeVar("OtherT", bound=BaseModel)
+
+
+async def parse_tei_or_other(
+    request: Request, tei_field: str, tei: type[TeiT], other: type[OtherT]
+) -> TeiT | OtherT:
+    """The body of a route that serves text-embeddings-inference's shape next to another one:
+    `tei` when the body has `tei_field`, else `other`. A TEI body's errors take TEI's shape."""
+
+    def choose(data: Any) -> type[TeiT] | type[OtherT]:
+        return tei if isinstance(data, dict) and tei_field in data else other
+
+    def chosen(schema: type[TeiT] | type[OtherT]) -> None:
+        if schema is tei:
+            answer_tei_errors(request)
+
+    cpu = state_of(request).engine.core.cpu
+    return await parse_chosen_body(request, choose, cpu, chosen)
 
 
 def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:

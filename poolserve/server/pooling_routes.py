@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -14,9 +13,8 @@ from starlette.responses import Response
 
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
-from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import answer_tei_errors
-from poolserve.server.handlers import read_inputs, serve_task, state_of
+from poolserve.server.body import parse_body
+from poolserve.server.handlers import parse_tei_or_other, read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     ClassifyRequest,
     PoolingRequest,
@@ -143,11 +141,6 @@ async def score(request: Request) -> Response:
     )
 
 
-def _rerank_schema(data: Any) -> type[RerankRequest] | type[TeiRerankRequest]:
-    """text-embeddings-inference's shape has `texts`; vLLM's, Jina's and Cohere's `documents`."""
-    return TeiRerankRequest if isinstance(data, dict) and "texts" in data else RerankRequest
-
-
 RERANK_DOCS = documented(RerankResponse | TeiRerankResponse, RerankRequest, TeiRerankRequest)
 
 
@@ -156,12 +149,8 @@ RERANK_DOCS = documented(RerankResponse | TeiRerankResponse, RerankRequest, TeiR
 @score_router.post("/v2/rerank", **RERANK_DOCS)
 async def rerank(request: Request) -> Response:
     state = state_of(request)
-    wire = await parse_chosen_body(
-        request,
-        _rerank_schema,
-        state.engine.core.cpu,
-        lambda schema: answer_tei_errors(request) if schema is TeiRerankRequest else None,
-    )
+    # text-embeddings-inference's shape has `texts`; vLLM's, Jina's and Cohere's `documents`.
+    wire = await parse_tei_or_other(request, "texts", TeiRerankRequest, RerankRequest)
     if isinstance(wire, TeiRerankRequest):
         return await _score(
             request,

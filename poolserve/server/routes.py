@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -13,9 +13,9 @@ from starlette.responses import Response
 
 from poolserve import __version__
 from poolserve.errors import InvalidRequestError
-from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import answer_tei_errors, error_response
-from poolserve.server.handlers import read_inputs, serve_task, state_of
+from poolserve.server.body import parse_body
+from poolserve.server.errors import error_response
+from poolserve.server.handlers import parse_tei_or_other, read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     DetokenizeRequest,
     EmbeddingRequest,
@@ -111,11 +111,6 @@ async def _answer_in_pool(
     return json_response(await cpu.run(build, state, wire))
 
 
-def _tokenize_schema(data: Any) -> type[TokenizeRequest] | type[TeiTokenizeRequest]:
-    """text-embeddings-inference's shape has `inputs`; vLLM's `prompt`."""
-    return TeiTokenizeRequest if isinstance(data, dict) and "inputs" in data else TokenizeRequest
-
-
 @router.post(
     "/tokenize",
     **documented(TokenizeResponse | TeiTokenizeResponse, TokenizeRequest, TeiTokenizeRequest),
@@ -123,12 +118,8 @@ def _tokenize_schema(data: Any) -> type[TokenizeRequest] | type[TeiTokenizeReque
 async def tokenize(request: Request) -> Response:
     state = state_of(request)
     cpu = state.engine.core.cpu
-    wire = await parse_chosen_body(
-        request,
-        _tokenize_schema,
-        cpu,
-        lambda schema: answer_tei_errors(request) if schema is TeiTokenizeRequest else None,
-    )
+    # text-embeddings-inference's shape has `inputs`; vLLM's `prompt`.
+    wire = await parse_tei_or_other(request, "inputs", TeiTokenizeRequest, TokenizeRequest)
     if isinstance(wire, TeiTokenizeRequest):
         texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
         if not texts:

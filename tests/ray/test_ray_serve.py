@@ -99,6 +99,7 @@ def test_errors_and_routes_are_the_single_servers(served: str) -> None:
         ({"replicas": 0}, "argument --replicas: '0' is not an integer from 1 up"),
         ({"max_queued_tokens": 1000}, "--max-client-batch-size 2048 inputs cost at least"),
         ({"replica_cpu": 2}, "unknown arg `replica_cpu`; did you mean `replica_cpus`?"),
+        ({"port": 9000}, "`port` is Ray Serve's to set"),
     ],
 )
 def test_build_app_checks_its_args_as_the_command_line_does(
