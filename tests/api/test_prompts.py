@@ -172,5 +172,7 @@ async def test_token_id_inputs_are_taken_as_they_are(
 
 def test_prompts_for_a_model_that_embeds_nothing_are_refused(cross_encoder_dir: Path) -> None:
     config = ModelConfig(model=str(cross_encoder_dir), prompts=(("query", "q: "),))
-    with pytest.raises(ValueError, match="prompt applies to embedding models; this is a cross_encoder"):
+    with pytest.raises(
+        ValueError, match="prompt applies to embedding models; this is a cross_encoder"
+    ):
         Engine(model_config=config)
