@@ -10,11 +10,12 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poolserve import __version__
-from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.config import EngineConfig, ModelConfig, ServedModel, ServerConfig
 from poolserve.errors import InvalidRequestError, ModelLoadError, SettingError
 from poolserve.flags import (
     Parser,
@@ -28,7 +29,7 @@ from poolserve.flags import (
     positive_number,
     positive_seconds,
 )
-from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
+from poolserve.model_flags import add_engine_flags, add_model_flags, model_engine_configs
 
 if TYPE_CHECKING:
     from poolserve.engine.core import BackendFactory
@@ -37,9 +38,6 @@ logger = logging.getLogger("poolserve")
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-COMPILE_MODES = ("off", "on", "auto")
 # Flags whose value is a boolean (their variables are read as text, then checked).
 BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray")
 # Flags that mean something only with --ray.
@@ -61,11 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     serve.add_argument(
-        "model",
-        nargs="?",
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="local model directories or hub ids, served side by side (default: "
+        "POOLSERVE_MODEL, else the bundled all-MiniLM-L6-v2)",
+    )
+    serve.add_argument(
+        "--config",
         type=str,
-        default=env_default("--model", None),
-        help="local model directory or hub id (default: the bundled all-MiniLM-L6-v2)",
+        default=env_default("--config", None),
+        help="a TOML, YAML or JSON file listing the models to serve, each with its own "
+        "settings (README, 'Several models'); the flags are the defaults of every entry",
     )
     defaults = ServerConfig()
     serve.add_argument(
@@ -84,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--served-model-name",
         nargs="+",
         default=env_list("--served-model-name"),
-        help="names clients may pass as `model` (the first is used in responses)",
+        help="names clients may pass as `model` (the first is used in responses); one model "
+        "only (with several, name them in --config)",
     )
     serve.add_argument(
         "--log-level",
@@ -170,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_default("--access-log", False),
         help="log one line per request (uvicorn's access log)",
     )
-    _add_model_flags(serve)
-    _add_engine_flags(serve)
+    add_model_flags(serve)
+    add_engine_flags(serve)
     _add_ray_flags(serve, "serve the app as a Ray Serve application of --replicas engines")
     _add_embed_command(commands)
     return parser
@@ -255,8 +261,8 @@ def _add_embed_command(commands: Any) -> None:
         default=env_default("--log-level", "info"),
         help="how much to log",
     )
-    _add_model_flags(embed)
-    _add_engine_flags(embed)
+    add_model_flags(embed)
+    add_engine_flags(embed)
     _add_ray_flags(embed, "embed the parts on --replicas engine actors of a Ray cluster")
 
 
@@ -294,102 +300,6 @@ def _add_ray_flags(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--revision",
-        type=str,
-        default=env_default("--revision", None),
-        help="the model's revision (a branch, tag or commit) when it comes from the hub",
-    )
-    parser.add_argument(
-        "--dtype",
-        type=one_of(DTYPES),
-        choices=DTYPES,
-        default=env_default("--dtype", "auto"),
-        help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
-    )
-    parser.add_argument(
-        "--device",
-        type=one_of(DEVICES),
-        choices=DEVICES,
-        default=env_default("--device", "auto"),
-        help="auto: CUDA when available, else CPU",
-    )
-    parser.add_argument(
-        "--task",
-        type=one_of((*TASK_CHOICES, *VLLM_TASK_NAMES)),
-        default=env_default("--task", "auto"),
-        help="what the model is: auto (detect) or one of " + ", ".join(KINDS) + " (vLLM's "
-        "embed, score and classify are accepted for embedding, cross_encoder and classifier)",
-    )
-    parser.add_argument(
-        "--max-model-len",
-        type=integer(1),
-        default=env_default("--max-model-len", None),
-        help="lower the model's length limit (tokens)",
-    )
-    parser.add_argument(
-        "--prompt",
-        action="append",
-        type=name_and_text,
-        default=None,
-        metavar="NAME=TEXT",
-        help="add or replace one of the model's prompts (as in its "
-        "config_sentence_transformers.json), e.g. --prompt 'query=query: '; repeat for several "
-        "(POOLSERVE_PROMPT: one per line)",
-    )
-
-
-def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    defaults = EngineConfig()
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=integer(1),
-        default=env_default("--max-batch-tokens", defaults.max_batch_tokens),
-        help="padded tokens one forward pass may hold",
-    )
-    parser.add_argument(
-        "--max-batch-size",
-        type=integer(1),
-        default=env_default("--max-batch-size", defaults.max_batch_size),
-        help="inputs one forward pass may hold",
-    )
-    parser.add_argument(
-        "--cpu-workers",
-        type=integer(1),
-        default=env_default("--cpu-workers", defaults.cpu_workers),
-        help="threads for tokenization and response building (default: cores)",
-    )
-    parser.add_argument(
-        "--runners",
-        type=integer(1),
-        default=env_default("--runners", None),
-        help="model runner threads, each running its own batches over one copy of the weights "
-        "(default: one per core on CPU, one on CUDA)",
-    )
-    parser.add_argument(
-        "--torch-threads",
-        type=integer(1),
-        default=env_default("--torch-threads", None),
-        help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
-    )
-    parser.add_argument(
-        "--single-thread-tokens",
-        type=integer(0),
-        default=env_default("--single-thread-tokens", defaults.single_thread_tokens),
-        help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
-        "also use the cores of idle runners (0: never one thread)",
-    )
-    parser.add_argument(
-        "--compile",
-        type=one_of(COMPILE_MODES),
-        choices=COMPILE_MODES,
-        default=env_default("--compile", "auto"),
-        help="torch.compile the model's forward (kernels cached under POOLSERVE_CACHE_DIR); "
-        "auto: on CPU where a C++ compiler is found",
-    )
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, every value checked (boolean variables included)."""
     parser = build_parser()
@@ -413,6 +323,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.replicas = args.replicas or 1
         args.replica_cpus = args.replica_cpus or 1.0
     if args.command == "serve":
+        _check_models(parser, args)
         try:  # the limits that need no model; create_app checks the model's length too
             configs_from_args(args)[2].check_limits()
         except SettingError as exc:
@@ -420,27 +331,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig]:
-    """What to load and how to run it: the flags `serve` and `embed` share."""
-    model = ModelConfig(
-        model=args.model,
-        revision=args.revision,
-        dtype=args.dtype,
-        device=args.device,
-        max_model_len=args.max_model_len,
-        task=None if args.task == "auto" else args.task,
-        prompts=tuple(args.prompt or ()),
-    )
-    engine = EngineConfig(
-        max_batch_tokens=args.max_batch_tokens,
-        max_batch_size=args.max_batch_size,
-        cpu_workers=args.cpu_workers,
-        runners=args.runners,
-        torch_threads=args.torch_threads,
-        single_thread_tokens=args.single_thread_tokens,
-        compile=args.compile,
-    )
-    return model, engine
+def _check_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The models to serve come from one place: the positional MODELs (or POOLSERVE_MODEL), or
+    --config; `args.model` is the first (or only) one."""
+    if not args.models and args.config is None:
+        args.models = [env_default("--model", None)]
+    if args.config is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("MODEL", args.models),
+                ("--served-model-name", args.served_model_name),
+                ("--prompt", args.prompt),
+            )
+            if value
+        ]
+        if given:
+            parser.error(f"{given[0]} and --config: with --config, the file names each model")
+    elif len(args.models) > 1 and args.served_model_name:
+        parser.error("--served-model-name names one model; with several, name them in --config")
+    elif len(args.models) > 1 and args.prompt:
+        parser.error("--prompt applies to one model; with several, give prompts in --config")
+    if args.ray and (args.config is not None or len(args.models) > 1):
+        parser.error("--ray serves one model; serve several as separate Ray applications")
+    args.model = args.models[0] if args.models else None
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
@@ -552,19 +466,19 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     import uvicorn
 
     from poolserve.engine.core import torch_backend
+    from poolserve.model_set import ModelSet
     from poolserve.models.loader import prepare_model
-    from poolserve.offline import Engine
     from poolserve.server import create_app
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
-    logger.info("loading %s", model_config.model or "the bundled default model")
     try:
-        # The limits against the model's length, before its weights are loaded (or compiled).
-        server_config.check_limits(prepare_model(model_config).max_model_len)
-        engine = Engine(
-            model_config=model_config,
-            engine_config=engine_config,
-            backend=backend or torch_backend,
+        served = served_models(args, model_config, engine_config)
+        for each in served:
+            logger.info("loading %s", each.model.model or "the bundled default model")
+        # The limits against the models' lengths, before any weights are loaded (or compiled).
+        server_config.check_limits(max(prepare_model(each.model).max_model_len for each in served))
+        models = ModelSet.load(
+            served, cpu_workers=engine_config.cpu_workers, backend=backend or torch_backend
         )
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)
@@ -574,8 +488,15 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         logger.error("interrupted while loading the model; exiting")
         logging.shutdown()
         os._exit(130)
-    app = create_app(engine, server_config)
-    logger.info("serving %s on http://%s:%d", engine.name, server_config.host, server_config.port)
+    app = create_app(models, replace(server_config, served_model_name=None))
+    logger.info(
+        "serving %s on http://%s:%d (playground: http://%s:%d/ui)",
+        ", ".join(service.served_name for service in models),
+        server_config.host,
+        server_config.port,
+        server_config.host,
+        server_config.port,
+    )
     grace = app.state.serving.grace
     server = GracefulServer(
         uvicorn.Config(
@@ -608,12 +529,28 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
             shutdown_signal,
             lambda signum, frame: exit_now(signum, f"{signal.Signals(signum).name} while closing"),
         )
-    closed = engine.close(timeout=grace.seconds_left())
+    closed = models.close(timeout=grace.seconds_left())
     if not closed:
         # A runner is stuck in a forward pass: its thread would keep the process alive.
         logging.shutdown()
         os._exit(1)
     return 0 if server.started else 1
+
+
+def served_models(
+    args: argparse.Namespace, model_config: ModelConfig, engine_config: EngineConfig
+) -> list[ServedModel]:
+    """The models `serve` loads: --config's entries over the flags, or each MODEL with the
+    flags' settings."""
+    if args.config is not None:
+        from poolserve.model_file import base_settings, read_model_file
+
+        return read_model_file(args.config, base_settings(model_config, engine_config))
+    names = tuple(args.served_model_name) if args.served_model_name else None
+    return [
+        ServedModel(replace(model_config, model=model), engine_config, names)
+        for model in args.models
+    ]
 
 
 def _serve_on_ray(

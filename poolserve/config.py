@@ -1,7 +1,8 @@
 """Configuration: one set of frozen dataclasses shared by the CLI, environment variables and Python.
 
-`ModelConfig` says what to load and how, `EngineConfig` how to batch and schedule, `ServerConfig`
-how to serve it over HTTP. The CLI builds these from flags (each flag also read from a
+`ModelConfig` says what to load and how, `EngineConfig` how to batch and schedule, `ServedModel`
+puts the two together with a model's names (a server may serve several), `ServerConfig` how to
+serve over HTTP. The CLI builds these from flags (each flag also read from a
 `POOLSERVE_*` environment variable); the Python API takes them directly.
 """
 
@@ -85,6 +86,16 @@ class EngineConfig:
     # The cores this engine may use, for its default runners and torch threads; None: the
     # process's CPU affinity. Set where several engines share a machine (Ray replicas).
     cores: int | None = None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model of several behind one server (or one `ModelSet`): what to load, how its engine
+    batches, and the names clients may call it by (default: the model's id)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    served_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

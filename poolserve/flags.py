@@ -9,9 +9,10 @@ what is accepted and where the bad value came from (the flag, or the variable).
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 TRUE = ("1", "true", "yes", "on")
@@ -133,3 +134,40 @@ def env_lines(flag: str) -> list[str] | None:
     if value is None:
         return None
     return [EnvValue(line, variable(flag)) for line in value.splitlines() if line.strip()]
+
+
+def flag_arguments(
+    values: Mapping[str, Any], *, positional: str, nargs_flags: Collection[str] = ()
+) -> list[str]:
+    """Settings by name (`max_batch_tokens` or `max-batch-tokens`) as command-line arguments, to
+    be checked by the command's own parser: `positional` goes bare, a boolean is its flag or
+    `--no-` flag, a list repeats its flag (or follows one flag of `nargs_flags` whole)."""
+    argv: list[str] = []
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        flag = "--" + name.replace("_", "-")
+        if name == positional:
+            argv.append(str(value))
+        elif isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list | tuple) and name in nargs_flags:
+            argv += [flag, *map(str, value)]
+        elif isinstance(value, list | tuple):
+            for each in value:
+                argv += [flag, str(each)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def unknown_setting(
+    keys: Iterable[str], known: Collection[str], noun: str = "setting"
+) -> str | None:
+    """The first of `keys` (by name, `-` or `_`) that is not `known`, said with the nearest
+    known one; None when all are known."""
+    for key in keys:
+        name = key.replace("-", "_")
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            return f"unknown {noun} `{key}`" + (f"; did you mean `{near[0]}`?" if near else "")
+    return None

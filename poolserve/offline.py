@@ -19,13 +19,11 @@ from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head, describe
-from poolserve.models.loader import prepare_model
+from poolserve.service import ModelService
 from poolserve.tasks.base import PoolingParams, ServeContext, run_async, run_sync, submit
 from poolserve.tasks.classify import ClassifyRequest, ClassifyTask
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
-from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
-from poolserve.tasks.registry import build_tasks
 from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up, ranked
 
 T = TypeVar("T")
@@ -46,29 +44,45 @@ class Engine:
         engine_config: EngineConfig | None = None,
         backend: BackendFactory = torch_backend,
     ) -> None:
-        self.model_config = model_config = ModelConfig.of(model, model_config)
-        self.engine_config = engine_config or EngineConfig()
-        loaded = prepare_model(self.model_config)
-        self.core = EngineCore(loaded, self.engine_config, backend=backend)
-        self.core.start()
-        try:
-            self.name = loaded.name
-            self.max_model_len = loaded.max_model_len
-            self.embedding_dim = loaded.embedding_dim
-            self.normalizes = loaded.layout.normalize
-            self.num_special_tokens = TextTokenizer(loaded.tokenizer_json).num_special_tokens
-            self.kind = loaded.kind
-            self.tasks = build_tasks(loaded)
-            self._pooling = PythonPooling(
-                max_model_len=self.max_model_len, classifier=self.tasks.pooling.classifier
-            )
-        except BaseException:
-            self.core.close()  # its threads are running: never leave them behind
-            raise
+        model_config = ModelConfig.of(model, model_config)
+        engine_config = engine_config or EngineConfig()
+        service = ModelService.load(model_config, engine_config, backend=backend)
+        self._adopt(service, model_config, engine_config)
         # Dropped without close() (a notebook cell run again), the engine still lets its
         # threads and weights go once it is garbage-collected, and says so.
-        self._finalizer = weakref.finalize(self, _release_unclosed, self.core, self.name)
+        self._finalizer: weakref.finalize[Any, Engine] | None = weakref.finalize(
+            self, _release_unclosed, self.core, self.name
+        )
         self._finalizer.atexit = False  # at exit the threads end anyway: nothing to say
+
+    @classmethod
+    def over(
+        cls, service: ModelService, model_config: ModelConfig, engine_config: EngineConfig
+    ) -> Engine:
+        """The Python API over a model that its owner (a `ModelSet`) loaded and closes; this
+        engine's `close` leaves it running."""
+        engine = cls.__new__(cls)
+        engine._adopt(service, model_config, engine_config)
+        engine._finalizer = None
+        return engine
+
+    def _adopt(
+        self, service: ModelService, model_config: ModelConfig, engine_config: EngineConfig
+    ) -> None:
+        self.service = service
+        self.model_config = model_config
+        self.engine_config = engine_config
+        self.core = service.core
+        self.tasks = service.tasks
+        self.name = service.name
+        self.kind = service.kind
+        self.max_model_len = service.max_model_len
+        self.embedding_dim = service.embedding_dim
+        self.normalizes = service.normalizes
+        self.num_special_tokens = service.num_special_tokens
+        self._pooling = PythonPooling(
+            max_model_len=self.max_model_len, classifier=self.tasks.pooling.classifier
+        )
 
     @property
     def prompts(self) -> dict[str, str]:
@@ -415,7 +429,7 @@ class Engine:
         return ids[0] if isinstance(texts, str) else ids
 
     def _encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
-        tokenizer = self.core.cpu.tokenizer()  # the pool thread's own
+        tokenizer = self.core.tokenizer()  # the pool thread's own
         return tokenizer.encode_batch(
             texts, truncate_to=None, add_special_tokens=add_special_tokens
         )
@@ -430,11 +444,7 @@ class Engine:
         use_activation: bool = True,
     ) -> PoolingParams:
         """A request's pooling options checked against this model."""
-        return resolve_pooling_params(
-            max_model_len=self.max_model_len,
-            embedding_dim=self.embedding_dim,
-            num_special_tokens=self.num_special_tokens,
-            model_normalizes=self.normalizes,
+        return self.service.pooling_params(
             normalize=normalize,
             dimensions=dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
@@ -468,7 +478,10 @@ class Engine:
 
     def close(self, timeout: float | None = None) -> bool:
         """Finish admitted work and stop the engine's threads; with a `timeout`, False if a
-        runner was still busy when it passed (it is abandoned)."""
+        runner was still busy when it passed (it is abandoned). An engine of a `ModelSet`
+        leaves its model running: closing the set closes it."""
+        if self._finalizer is None:
+            return True
         self._finalizer.detach()
         return self.core.close(timeout)
 

@@ -26,6 +26,7 @@ from poolserve.engine.executor import use_threads
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
+from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, SettingError
 from poolserve.models.loader import ModelSpec
@@ -94,7 +95,10 @@ class EngineCore:
         config: EngineConfig,
         *,
         backend: BackendFactory = torch_backend,
+        cpu: CpuPool | None = None,
     ) -> None:
+        """`cpu`: a pool shared with other models (its owner shuts it down); None: the engine's
+        own pool of `config.cpu_workers` threads."""
         if config.max_batch_tokens < model.max_model_len:
             raise SettingError(
                 f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
@@ -118,7 +122,8 @@ class EngineCore:
         self.config = config
         runners, self._threads = runner_layout(config, model.device.type)
         self.stats = EngineStats(runners)
-        self.cpu = CpuPool(config.cpu_workers, model.tokenizer_json)
+        self._owns_cpu = cpu is None
+        self.cpu = cpu or CpuPool(config.cpu_workers)
         self._collate = partial(
             collate, pad_token_id=model.pad_token_id, pin_memory=model.device.type == "cuda"
         )
@@ -151,7 +156,7 @@ class EngineCore:
 
         The first runner loads the weights; the others start once it is ready, each building
         and warming up its own executor over the shared weights."""
-        self.cpu.warm_up()
+        self.cpu.warm_up(self.model.tokenizer_json)
         try:
             for runner in self._runners:
                 thread = threading.Thread(
@@ -185,14 +190,20 @@ class EngineCore:
             error = EngineUnavailableError("the server shut down before this request finished")
             for item in self._scheduler.abort():
                 item.group.fail(error)
-        self.cpu.shutdown(wait=not stuck)
+        if self._owns_cpu:
+            self.cpu.shutdown(wait=not stuck)
         return not stuck
 
     def release(self) -> None:
         """Stop without waiting (any thread, a garbage collector's finalizer included): the
         runners finish what is queued and exit, the pool's idle threads exit."""
         self._scheduler.close()
-        self.cpu.shutdown(wait=False)
+        if self._owns_cpu:
+            self.cpu.shutdown(wait=False)
+
+    def tokenizer(self) -> TextTokenizer:
+        """The calling CPU-pool thread's tokenizer of this model."""
+        return self.cpu.tokenizer(self.model.tokenizer_json)
 
     @property
     def runners(self) -> int:

@@ -1,6 +1,7 @@
 """The one shared thread pool for CPU work: tokenization, post-processing, response building.
 
-Its size is explicit (`--cpu-workers`). Each of its threads lazily builds its own tokenizer.
+Its size is explicit (`--cpu-workers`). Several models may share it (one server, one pool): each
+of its threads lazily builds its own tokenizer of each model it tokenizes for.
 """
 
 from __future__ import annotations
@@ -21,19 +22,23 @@ A = TypeVar("A")
 
 
 class CpuPool:
-    def __init__(self, workers: int, tokenizer_json: str) -> None:
+    def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError("cpu_workers must be at least 1")
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="poolserve-cpu")
-        self._tokenizer_json = tokenizer_json
         self._local = threading.local()
 
-    def tokenizer(self) -> TextTokenizer:
-        """The calling thread's tokenizer, built on first use."""
-        tokenizer: TextTokenizer | None = getattr(self._local, "tokenizer", None)
+    def tokenizer(self, tokenizer_json: str) -> TextTokenizer:
+        """The calling thread's tokenizer of the model whose tokenizer.json this is, built on
+        first use. (A str caches its hash and compares by identity first: the lookup is cheap
+        for the model's own string.)"""
+        tokenizers: dict[str, TextTokenizer] | None = getattr(self._local, "tokenizers", None)
+        if tokenizers is None:
+            tokenizers = self._local.tokenizers = {}
+        tokenizer = tokenizers.get(tokenizer_json)
         if tokenizer is None:
-            tokenizer = self._local.tokenizer = TextTokenizer(self._tokenizer_json)
+            tokenizer = tokenizers[tokenizer_json] = TextTokenizer(tokenizer_json)
         return tokenizer
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
@@ -85,12 +90,12 @@ class CpuPool:
         source.add_done_callback(start_next)
         return result
 
-    def warm_up(self) -> None:
-        """Build every thread's tokenizer now rather than on the first requests."""
+    def warm_up(self, tokenizer_json: str) -> None:
+        """Build every thread's tokenizer of this model now rather than on the first requests."""
         barrier = threading.Barrier(self.workers)
 
         def build() -> None:
-            self.tokenizer()
+            self.tokenizer(tokenizer_json)
             barrier.wait()
 
         for future in [self._executor.submit(build) for _ in range(self.workers)]:

@@ -102,7 +102,7 @@ class Runner:
             if len(outputs) != len(items):
                 raise RuntimeError(f"the model gave {len(outputs)} outputs for {len(items)} inputs")
         except Exception as exc:
-            stats.batch_ended(self.index, items=0, padded_tokens=0, seconds=0.0)
+            stats.batch_ended(self.index, items=0, tokens=0, padded_tokens=0, seconds=0.0)
             groups = {id(item.group): item.group for item in items}
             if isolate and len(groups) > 1:
                 logger.warning(
@@ -121,11 +121,15 @@ class Runner:
                 group.fail(error)
             return
         except BaseException:
-            stats.batch_ended(self.index, items=0, padded_tokens=0, seconds=0.0)
+            stats.batch_ended(self.index, items=0, tokens=0, padded_tokens=0, seconds=0.0)
             raise
         ended = time.perf_counter()
         stats.batch_ended(
-            self.index, items=len(items), padded_tokens=batch.padded_tokens, seconds=ended - started
+            self.index,
+            items=len(items),
+            tokens=sum(item.length for item in items),
+            padded_tokens=batch.padded_tokens,
+            seconds=ended - started,
         )
         for row, item in enumerate(items):
             item.group.set_output(item.index, outputs[row], ended)

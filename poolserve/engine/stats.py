@@ -20,6 +20,8 @@ class RunnerCounters:
 
     batches: int = 0
     items: int = 0
+    # The inputs' own tokens, and the tokens their batches held with padding.
+    tokens: int = 0
     padded_tokens: int = 0
     failed_batches: int = 0
     # Seconds this runner spent in forward passes (the rest of its time it waited for work).
@@ -32,6 +34,7 @@ class RunnerSnapshot:
     index: int
     batches: int
     items: int
+    tokens: int
     padded_tokens: int
     failed_batches: int
     busy_seconds: float
@@ -42,6 +45,7 @@ class RunnerSnapshot:
 class StatsSnapshot:
     batches: int
     items: int
+    tokens: int
     padded_tokens: int
     failed_batches: int
     busy_seconds: float
@@ -73,6 +77,7 @@ class StatsSnapshot:
         return {
             "batches": self.batches,
             "items": self.items,
+            "tokens": self.tokens,
             "padded_tokens": self.padded_tokens,
             "failed_batches": self.failed_batches,
             "busy_seconds": self.busy_seconds,
@@ -119,7 +124,9 @@ class EngineStats:
             self._running += 1
             self._max_running = max(self._max_running, self._running)
 
-    def batch_ended(self, runner: int, *, items: int, padded_tokens: int, seconds: float) -> None:
+    def batch_ended(
+        self, runner: int, *, items: int, tokens: int, padded_tokens: int, seconds: float
+    ) -> None:
         """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs."""
         with self._lock:
             self._running -= 1
@@ -129,6 +136,7 @@ class EngineStats:
                 return
             counters.batches += 1
             counters.items += items
+            counters.tokens += tokens
             counters.padded_tokens += padded_tokens
             counters.busy_seconds += seconds
             self._batch_sizes[items] += 1
@@ -151,6 +159,7 @@ class EngineStats:
                     index,
                     c.batches,
                     c.items,
+                    c.tokens,
                     c.padded_tokens,
                     c.failed_batches,
                     c.busy_seconds,
@@ -161,6 +170,7 @@ class EngineStats:
             return StatsSnapshot(
                 batches=sum(r.batches for r in runners),
                 items=sum(r.items for r in runners),
+                tokens=sum(r.tokens for r in runners),
                 padded_tokens=sum(r.padded_tokens for r in runners),
                 failed_batches=sum(r.failed_batches for r in runners),
                 busy_seconds=sum(r.busy_seconds for r in runners),

@@ -9,7 +9,6 @@ answers 429 when it is full, and Ray restarts a replica whose runner died (`chec
 from __future__ import annotations
 
 import contextlib
-import difflib
 import io
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.flags import flag_arguments, unknown_setting
 from poolserve.ray.cluster import actor_engine_config
 
 APP_NAME = "poolserve"
@@ -40,7 +40,7 @@ class EngineReplica:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.server import create_app
 
-        app = create_app(self.engine, self.server_config)
+        app = create_app(self.engine.service, self.server_config)
         app.add_middleware(WithoutRequestIdHeader)
         return app
 
@@ -131,24 +131,10 @@ def build_app(args: Mapping[str, Any]) -> Application:
                 f"poolserve.ray.build_app: `{key}` is Ray Serve's to set (http_options, the "
                 "cluster it runs on), not an arg of the application"
             )
-        if key.replace("-", "_") not in known:
-            near = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
-            hint = f"; did you mean `{near[0]}`?" if near else ""
-            raise ValueError(f"poolserve.ray.build_app: unknown arg `{key}`{hint}")
-    argv = ["serve", "--ray"]
-    for key, value in args.items():
-        flag = "--" + key.replace("_", "-")
-        if key == "model":
-            argv.append(str(value))
-        elif isinstance(value, bool):
-            argv.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, list | tuple) and key.replace("-", "_") in NARGS_FLAGS:
-            argv += [flag, *map(str, value)]
-        elif isinstance(value, list | tuple):
-            for each in value:
-                argv += [flag, str(each)]
-        else:
-            argv += [flag, str(value)]
+    unknown = unknown_setting(args, known, noun="arg")
+    if unknown:
+        raise ValueError(f"poolserve.ray.build_app: {unknown}")
+    argv = ["serve", "--ray", *flag_arguments(args, positional="model", nargs_flags=NARGS_FLAGS)]
     refused = io.StringIO()
     try:
         with contextlib.redirect_stderr(refused):

@@ -1,35 +1,32 @@
-"""`create_app`: a pure factory from an engine and a server config to a FastAPI application."""
+"""`create_app`: a pure factory from the served models and a server config to a FastAPI
+application."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 
 from poolserve import __version__
 from poolserve.config import ServerConfig
-from poolserve.offline import Engine
+from poolserve.errors import SettingError
+from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
-from poolserve.server.cohere_routes import cohere_router
 from poolserve.server.direct_routes import DirectRouteMiddleware
 from poolserve.server.errors import install_error_handlers
 from poolserve.server.metrics import Metrics, MetricsMiddleware
-from poolserve.server.pooling_routes import (
-    classify_router,
-    pooling_router,
-    score_router,
-    sparse_router,
-)
-from poolserve.server.routes import COMMON_ROUTES, embeddings_router, router
+from poolserve.server.model_routes import COMMON_ROUTERS, COMMON_ROUTES, model_routes, task_routers
+from poolserve.server.playground_routes import ASSETS, PAGE
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
-from poolserve.server.tei_routes import tei_embed_router, tei_predict_router, tei_router
+from poolserve.service import ModelService
 
 # The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
 # the key to load it; its Authorize button sets the key for the calls it tries).
@@ -45,18 +42,29 @@ EXPOSED_HEADERS = (
 )
 
 
-def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
-    """The application serving `engine` (which its caller closes)."""
+def create_app(models: ModelSet | ModelService, config: ServerConfig | None = None) -> FastAPI:
+    """The application serving `models` (which its caller closes): a `ModelSet`, or one model.
+
+    With one model, `config.served_model_name` names it; with several, each has its own."""
     config = config or ServerConfig()
-    config.check_limits(engine.max_model_len)
-    names = config.served_model_name or (engine.name,)
+    if isinstance(models, ModelService):
+        if config.served_model_name:
+            models = replace(models, served_names=config.served_model_name)
+        models = ModelSet.serving(models)
+    elif config.served_model_name:
+        raise SettingError(
+            "--served-model-name names one model; a set of models names each in its own config"
+        )
+    config.check_limits(max(service.max_model_len for service in models))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics.loop_lag.start()
+        metrics.live.start(models.cpu)
         try:
             yield
         finally:
+            metrics.live.stop()
             metrics.loop_lag.stop()
 
     app = FastAPIOffline(  # /docs and /redoc with their assets from the package, no CDN
@@ -66,16 +74,18 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         static_url=DOCS_ASSETS,
     )
     admission = AdmissionControl(
-        lambda: engine.core.stats.snapshot().tokens_per_second,
+        lambda: sum(s.core.stats.snapshot().tokens_per_second for s in models),
         max_requests=config.max_concurrent_requests,
         max_tokens=config.max_queued_tokens,
         max_request_tokens=config.request_tokens,
-        largest_request_tokens=config.max_client_batch_size * engine.max_model_len,
+        largest_request_tokens=config.max_client_batch_size * max(s.max_model_len for s in models),
     )
-    metrics = Metrics(engine.core, admission, routes=(*COMMON_ROUTES, *engine.tasks.routes))
+    routes = tuple(model_routes(service.tasks) for service in models)
+    served_routes = tuple(dict.fromkeys(path for each in routes for path in each))
+    metrics = Metrics(models, admission, routes=(*COMMON_ROUTES, *served_routes))
     app.state.serving = ServingState(
-        engine,
-        tuple(names),
+        models,
+        routes,
         admission,
         metrics,
         GracePeriod(config.shutdown_timeout),
@@ -84,16 +94,11 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         request_timeout=config.request_timeout,
         gzip_min_bytes=config.gzip_min_bytes,
     )
-    tasks = engine.tasks
-    routers = [
-        router,
-        tei_router,
-        *([embeddings_router, cohere_router, tei_embed_router] if tasks.embed is not None else []),
-        *([classify_router, tei_predict_router] if tasks.classify is not None else []),
-        *([score_router] if tasks.score is not None else []),
-        *([sparse_router] if tasks.sparse else []),
-        pooling_router,
-    ]
+    # Each router once, if any model serves it.
+    routers: list[APIRouter] = []
+    for each in (*COMMON_ROUTERS, *(r for s in models for r in task_routers(s.tasks))):
+        if not any(each is known for known in routers):
+            routers.append(each)
     # Starlette runs the middleware added last first: metrics, auth, admission, body size, then
     # our routes dispatched directly (the rest goes on to FastAPI).
     app.add_middleware(
@@ -103,13 +108,14 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(AdmissionMiddleware, control=admission)
     if config.api_keys:
         open_paths = (
-            DOCS_PATHS | {"/health"} | ({"/metrics"} if not config.protect_metrics else set())
+            DOCS_PATHS | {"/health", PAGE} | ({"/metrics"} if not config.protect_metrics else set())
         )
         app.add_middleware(
             BearerAuthMiddleware,
             api_keys=config.api_keys,
             open_paths=frozenset(open_paths),
-            open_prefixes=(DOCS_ASSETS + "/",),
+            open_prefixes=(DOCS_ASSETS + "/", ASSETS),
+            open_reads=frozenset({"/"}),
         )
     if config.allowed_origins:  # outside auth: a refusal still carries the CORS headers
         app.add_middleware(

@@ -1,6 +1,7 @@
 """API keys: `Authorization: Bearer KEY` on every API route, compared in constant time.
 
-`/health` (and `/metrics`, unless protected) stay open for probes and scrapers. A pure ASGI
+`/health` (and `/metrics`, unless protected) stay open for probes and scrapers, the API docs
+and the playground page for browsers (they hold no secret). A pure ASGI
 middleware: a refused request costs no routing, parsing or validation. Keys are never logged.
 """
 
@@ -24,11 +25,15 @@ class BearerAuthMiddleware:
         api_keys: Iterable[str],
         open_paths: frozenset[str] = OPEN_PATHS,
         open_prefixes: tuple[str, ...] = (),
+        open_reads: frozenset[str] = frozenset(),
     ) -> None:
+        """`open_paths` and `open_prefixes` take any method without a key; `open_reads` only
+        GET and HEAD (`GET /` leads to the playground, `POST /` is an API route)."""
         self.app = app
         self._keys = [key.encode() for key in api_keys]
         self._open_paths = open_paths
         self._open_prefixes = open_prefixes
+        self._open_reads = open_reads
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", ()):
@@ -48,6 +53,7 @@ class BearerAuthMiddleware:
             scope["type"] != "http"
             or path in self._open_paths
             or path.startswith(self._open_prefixes)
+            or (path in self._open_reads and scope.get("method") in ("GET", "HEAD"))
             or self._authorized(scope)
         ):
             await self.app(scope, receive, send)

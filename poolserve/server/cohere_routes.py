@@ -21,9 +21,10 @@ cohere_router = APIRouter()
 
 async def _embed(request: Request, version: cohere.Version) -> Response:
     state = state_of(request)
-    engine = state.engine
-    wire = await parse_body(request, CohereEmbedRequest, engine.core.cpu)
-    state.check_model(wire.model)
+    wire = await parse_body(request, CohereEmbedRequest, state.cpu)
+    service = state.model_for(request.scope, wire.model)
+    embed = service.tasks.embed
+    assert embed is not None  # model_for chose a model that serves this route
     state.check_batch(len(wire.texts), "texts")
     if wire.truncate == "NONE" and wire.max_tokens is not None:
         raise InvalidRequestError(
@@ -33,13 +34,13 @@ async def _embed(request: Request, version: cohere.Version) -> Response:
         )
     cut = None
     if wire.truncate != "NONE":
-        cut = -1 if wire.max_tokens is None else min(wire.max_tokens, engine.max_model_len)
-    params = engine.pooling_params(
+        cut = -1 if wire.max_tokens is None else min(wire.max_tokens, service.max_model_len)
+    params = service.pooling_params(
         dimensions=wire.output_dimension,
         truncate_prompt_tokens=cut,
         truncation_side="left" if wire.truncate == "START" else "right",
     )
-    prompt = engine.tasks.prompts.for_input_type(wire.input_type)
+    prompt = service.tasks.prompts.for_input_type(wire.input_type)
     encode = partial(
         cohere.embed_body,
         texts=wire.texts,
@@ -48,7 +49,8 @@ async def _embed(request: Request, version: cohere.Version) -> Response:
     )
     return await serve_task(
         request,
-        engine.embed_task,
+        service,
+        embed,
         EmbedRequest(wire.texts, prompt),
         params,
         encode,

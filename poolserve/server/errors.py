@@ -160,13 +160,16 @@ def _problem(
 
 
 def _no_such_route(request: Request) -> str:
-    """Name what the loaded model does serve, since pooling routes depend on the model."""
+    """Name what the served models do serve, since pooling routes depend on the model."""
     serving = getattr(request.app.state, "serving", None)
     if serving is None:
         return f"no route {request.url.path}"
+    served = "; ".join(
+        f"{service.served_name!r} is {describe(service.kind)}, which serves " + ", ".join(routes)
+        for service, routes in zip(serving.models, serving.model_routes, strict=True)
+    )
     return (
-        f"{request.url.path} is not served here: the model is {describe(serving.engine.kind)}, "
-        f"which serves {', '.join(serving.engine.tasks.routes)} "
+        f"{request.url.path} is not served here: {served} "
         "(and /tokenize, /detokenize, /v1/models, /health, /version, /metrics)"
     )
 

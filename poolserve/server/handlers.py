@@ -19,6 +19,7 @@ from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
+from poolserve.service import ModelService
 from poolserve.tasks.base import Encoder, PoolingParams, ServeContext, Task, serve
 
 RequestT = TypeVar("RequestT")
@@ -48,8 +49,7 @@ async def parse_tei_or_other(
         if schema is tei:
             answer_tei_errors(request)
 
-    cpu = state_of(request).engine.core.cpu
-    return await parse_chosen_body(request, choose, cpu, chosen)
+    return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
 
 
 def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
@@ -64,14 +64,14 @@ def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
 
 async def read_inputs(
     request: Request, schema: type[InputRequestT]
-) -> tuple[ServingState, InputRequestT, list[str] | list[list[int]]]:
-    """Parse a body whose `input` lists the inputs; check the model and the input count."""
+) -> tuple[ServingState, ModelService, InputRequestT, list[str] | list[list[int]]]:
+    """Parse a body whose `input` lists the inputs; choose the model, check the input count."""
     state = state_of(request)
-    wire = await parse_body(request, schema, state.engine.core.cpu)
-    state.check_model(wire.model)
+    wire = await parse_body(request, schema, state.cpu)
+    service = state.model_for(request.scope, wire.model)
     inputs = wire.inputs()
     state.check_batch(len(inputs), "input")
-    return state, wire, inputs
+    return state, service, wire, inputs
 
 
 def _timeout(request: Request, state: ServingState, asked_in_body: float | None) -> float | None:
@@ -107,13 +107,14 @@ async def _encoded_response(
         if len(body) >= state.gzip_min_bytes and accepts_gzip(
             request.headers.get("accept-encoding")
         ):
-            body = await state.engine.core.cpu.run(gzip_body, body)
+            body = await state.cpu.run(gzip_body, body)
             headers["content-encoding"] = "gzip"
     return json_response(body, headers)
 
 
 async def serve_task(
     request: Request,
+    service: ModelService,
     task: Task[RequestT, ResultT],
     internal: RequestT,
     params: PoolingParams,
@@ -121,8 +122,8 @@ async def serve_task(
     *,
     timeout: float | None = None,
 ) -> Response:
-    """Run `internal` through `task` on the engine, its result written by `encode` (an API
-    family's body, see `wire/`); the response carries timing headers.
+    """Run `internal` through `task` on `service`'s engine, its result written by `encode` (an
+    API family's body, see `wire/`); the response carries timing headers.
 
     The request's time limit counts from its admission. If the client disconnects, the limit
     passes or the server's shutdown grace period ends first, the request's work is cancelled:
@@ -132,7 +133,7 @@ async def serve_task(
     ticket = ticket_of(request.scope)
     ctx = ServeContext(
         internal,
-        model_name=state.model_name,
+        model_name=service.served_name,
         pooling_params=params,
         request_id=request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
         cost_meter=ticket,
@@ -141,7 +142,7 @@ async def serve_task(
     wait = timeout
     if timeout is not None and ticket is not None:
         wait = max(0.0, timeout - (time.monotonic() - ticket.admitted_at))
-    work = asyncio.ensure_future(serve(state.engine.core, task, ctx, encode))
+    work = asyncio.ensure_future(serve(service.core, task, ctx, encode))
     watcher = asyncio.ensure_future(_disconnected(request))
     grace_over = state.grace.over()
     try:

@@ -22,8 +22,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.engine.core import EngineCore
+from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl
+from poolserve.server.live import LiveHistory
 from poolserve.server.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.tasks.base import ServeContext
 
@@ -45,54 +46,17 @@ BATCH_TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536)
 
 
 class EngineCollector(Collector):
-    """Queue depth, admitted cost and batch histograms, read from the engine's and admission's
-    counters when scraped."""
+    """Queue depth, batch histograms and runners of every model (labelled `model`, its served
+    name), and admission's cost, read from their counters when scraped."""
 
-    def __init__(self, core: EngineCore, admission: AdmissionControl) -> None:
-        self._core = core
+    def __init__(self, models: ModelSet, admission: AdmissionControl) -> None:
+        self._models = models
         self._admission = admission
 
     def collect(self) -> Iterator[Metric]:
-        core, stats, admission = self._core, self._core.stats.snapshot(), self._admission
-        yield GaugeMetricFamily(
-            "poolserve_queue_items", "Inputs waiting for the model", value=core.queued_items
-        )
-        yield GaugeMetricFamily(
-            "poolserve_queue_tokens", "Tokens waiting for the model", value=core.queued_tokens
-        )
-        yield _histogram(
-            "poolserve_batch_size", "Inputs per forward pass", stats.batch_sizes, BATCH_SIZE_BUCKETS
-        )
-        yield _histogram(
-            "poolserve_batch_tokens",
-            "Padded tokens per forward pass",
-            stats.batch_tokens,
-            BATCH_TOKEN_BUCKETS,
-        )
+        yield from self._engine_metrics()
+        admission = self._admission
         gauges = (
-            (
-                "poolserve_items_skipped",
-                "Inputs dropped before the model because their request was cancelled or failed",
-                stats.items_skipped,
-            ),
-            ("poolserve_failed_batches", "Forward passes that raised", stats.failed_batches),
-            (
-                "poolserve_runner_alive",
-                "1 while at least one model runner thread is alive (the engine can serve)",
-                core.alive,
-            ),
-            ("poolserve_runners_alive", "Model runner threads alive", core.runners_alive),
-            ("poolserve_runners", "Model runner threads started", core.runners),
-            (
-                "poolserve_tokens_in_work",
-                "Tokens waiting for the model or in a forward pass",
-                core.tokens_in_work,
-            ),
-            (
-                "poolserve_tokens_in_work_peak",
-                "The most tokens ever waiting for the model or in a forward pass at once",
-                core.peak_tokens_in_work,
-            ),
             (
                 "poolserve_admitted_tokens",
                 "What admitted requests cost, in tokens (bounded by --max-queued-tokens)",
@@ -111,70 +75,124 @@ class EngineCollector(Collector):
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)
-        per_runner = (
-            ("poolserve_runner_batches", "Forward passes run, by runner", "batches"),
-            ("poolserve_runner_items", "Inputs run, by runner", "items"),
-            (
-                "poolserve_runner_failed_batches",
-                "Forward passes that raised, by runner",
-                "failed_batches",
-            ),
-            (
-                "poolserve_runner_busy_seconds",
-                "Seconds spent in forward passes, by runner",
-                "busy_seconds",
-            ),
+
+    def _engine_metrics(self) -> Iterator[Metric]:
+        labels = ("model",)
+        gauges = {
+            name: GaugeMetricFamily(name, documentation, labels=labels)
+            for name, documentation in ENGINE_GAUGES
+        }
+        counters = {
+            name: CounterMetricFamily(name, documentation, labels=("model", "runner"))
+            for name, documentation, _ in PER_RUNNER
+        }
+        sizes = HistogramMetricFamily(
+            "poolserve_batch_size", "Inputs per forward pass", labels=labels
         )
-        for name, documentation, attribute in per_runner:
-            family = CounterMetricFamily(name, documentation, labels=("runner",))
-            for runner in stats.runners:
-                family.add_metric((str(runner.index),), getattr(runner, attribute))
-            yield family
-        yield GaugeMetricFamily(
-            "poolserve_overlapped_batches",
-            "Forward passes that started while another runner's was running",
-            value=stats.overlapped_batches,
+        tokens = HistogramMetricFamily(
+            "poolserve_batch_tokens", "Padded tokens per forward pass", labels=labels
         )
+        for service in self._models:
+            core, stats, model = service.core, service.core.stats.snapshot(), service.served_name
+            values = {
+                "poolserve_queue_items": core.queued_items,
+                "poolserve_queue_tokens": core.queued_tokens,
+                "poolserve_items_skipped": stats.items_skipped,
+                "poolserve_failed_batches": stats.failed_batches,
+                "poolserve_runner_alive": core.alive,
+                "poolserve_runners_alive": core.runners_alive,
+                "poolserve_runners": core.runners,
+                "poolserve_tokens_in_work": core.tokens_in_work,
+                "poolserve_tokens_in_work_peak": core.peak_tokens_in_work,
+                "poolserve_overlapped_batches": stats.overlapped_batches,
+            }
+            for name, family in gauges.items():
+                family.add_metric((model,), values[name])
+            for name, _, attribute in PER_RUNNER:
+                for runner in stats.runners:
+                    counters[name].add_metric(
+                        (model, str(runner.index)), getattr(runner, attribute)
+                    )
+            _add_histogram(sizes, model, stats.batch_sizes, BATCH_SIZE_BUCKETS)
+            _add_histogram(tokens, model, stats.batch_tokens, BATCH_TOKEN_BUCKETS)
+        yield from gauges.values()
+        yield sizes
+        yield tokens
+        yield from counters.values()
 
 
-def _histogram(
-    name: str, documentation: str, counts: dict[int, int], buckets: tuple[int, ...]
-) -> HistogramMetricFamily:
-    cumulative, running = [], 0
-    for bound in buckets:
-        running = sum(count for value, count in counts.items() if value <= bound)
-        cumulative.append((str(bound), running))
-    total = sum(counts.values())
-    cumulative.append(("+Inf", total))
+ENGINE_GAUGES = (
+    ("poolserve_queue_items", "Inputs waiting for the model"),
+    ("poolserve_queue_tokens", "Tokens waiting for the model"),
+    (
+        "poolserve_items_skipped",
+        "Inputs dropped before the model because their request was cancelled or failed",
+    ),
+    ("poolserve_failed_batches", "Forward passes that raised"),
+    (
+        "poolserve_runner_alive",
+        "1 while at least one model runner thread is alive (the engine can serve)",
+    ),
+    ("poolserve_runners_alive", "Model runner threads alive"),
+    ("poolserve_runners", "Model runner threads started"),
+    ("poolserve_tokens_in_work", "Tokens waiting for the model or in a forward pass"),
+    (
+        "poolserve_tokens_in_work_peak",
+        "The most tokens ever waiting for the model or in a forward pass at once",
+    ),
+    (
+        "poolserve_overlapped_batches",
+        "Forward passes that started while another runner's was running",
+    ),
+)
+PER_RUNNER = (
+    ("poolserve_runner_batches", "Forward passes run, by runner", "batches"),
+    ("poolserve_runner_items", "Inputs run, by runner", "items"),
+    ("poolserve_runner_failed_batches", "Forward passes that raised, by runner", "failed_batches"),
+    ("poolserve_runner_busy_seconds", "Seconds spent in forward passes, by runner", "busy_seconds"),
+)
+
+
+def _add_histogram(
+    family: HistogramMetricFamily,
+    model: str,
+    counts: dict[int, int],
+    buckets: tuple[int, ...],
+) -> None:
+    cumulative = [
+        (str(bound), float(sum(count for value, count in counts.items() if value <= bound)))
+        for bound in buckets
+    ]
+    cumulative.append(("+Inf", float(sum(counts.values()))))
     sum_value = float(sum(value * count for value, count in counts.items()))
-    return HistogramMetricFamily(name, documentation, buckets=cumulative, sum_value=sum_value)
+    family.add_metric((model,), cumulative, sum_value)
 
 
 class Metrics:
     """The app's metrics and their registry."""
 
     def __init__(
-        self, core: EngineCore, admission: AdmissionControl, routes: tuple[str, ...]
+        self, models: ModelSet, admission: AdmissionControl, routes: tuple[str, ...]
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.routes = frozenset(routes)
         self.requests = Counter(
             "poolserve_requests",
-            "HTTP requests by route and status",
-            ("route", "status"),
+            "HTTP requests by route, status and model (empty: refused before a model was chosen)",
+            ("route", "status", "model"),
             registry=self.registry,
         )
         self.duration = Histogram(
             "poolserve_request_duration_seconds",
-            "Time from request to response, by route",
-            ("route",),
+            "Time from request to response, by route and model",
+            ("route", "model"),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.stage = Histogram(
             "poolserve_stage_seconds",
-            "Time requests spend in each stage: tokenize, queue, inference, postprocess",
-            ("stage",),
+            "Time requests spend in each stage (tokenize, queue, inference, postprocess), by model",
+            ("stage", "model"),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -184,7 +202,8 @@ class Metrics:
             ("reason",),
             registry=self.registry,
         )
-        self.registry.register(EngineCollector(core, admission))
+        self.registry.register(EngineCollector(models, admission))
+        self.live = LiveHistory(models, admission)
         self.loop_lag = LoopLagMonitor(
             Histogram(
                 "poolserve_event_loop_lag_seconds",
@@ -212,7 +231,7 @@ class Metrics:
             ("inference", timings.inference),
             ("postprocess", timings.postprocess),
         ):
-            self.stage.labels(stage).observe(seconds)
+            self.stage.labels(stage, ctx.model_name).observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -220,6 +239,8 @@ class Metrics:
 
 # Where a request's id travels in its ASGI scope (set by `MetricsMiddleware`, the outermost).
 REQUEST_ID_KEY = "poolserve.request_id"
+# Where the served name of the model a request is for travels (set once the handler chose it).
+MODEL_KEY = "poolserve.model"
 
 
 class MetricsMiddleware:
@@ -263,8 +284,11 @@ class MetricsMiddleware:
             metrics = self.metrics
             route = metrics.route_label(scope["path"])
             elapsed = time.perf_counter() - started
-            metrics.requests.labels(route, str(status)).inc()
-            metrics.duration.labels(route).observe(elapsed)
+            model = scope.get(MODEL_KEY, "")
+            metrics.requests.labels(route, str(status), model).inc()
+            metrics.duration.labels(route, model).observe(elapsed)
+            if model:
+                metrics.live.record(model, elapsed)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s %s %d %.2fms id=%s",

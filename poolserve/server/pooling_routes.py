@@ -1,6 +1,6 @@
 """Routes of the pooling tasks beyond embeddings: classify, score, rerank, pooling, sparse.
 
-`create_app` includes only the routers the loaded model can serve (see `tasks.registry`).
+`create_app` includes a router when a served model has its task (see `server/model_routes.py`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from poolserve.server.schemas import (
     TeiRerankResponse,
     documented,
 )
-from poolserve.server.state import ServingState
 from poolserve.server.wire import tei, vllm
+from poolserve.service import ModelService
 from poolserve.tasks.base import Encoder, PoolingParams
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
@@ -47,14 +47,14 @@ pooling_router = APIRouter()
 
 
 def _params(
-    state: ServingState,
+    service: ModelService,
     *,
     truncate_prompt_tokens: int | None,
     truncation_side: Side = "right",
     use_activation: bool | None = None,
     normalize: bool | None = None,
 ) -> PoolingParams:
-    return state.engine.pooling_params(
+    return service.pooling_params(
         normalize=normalize,
         truncate_prompt_tokens=truncate_prompt_tokens,
         truncation_side=truncation_side,
@@ -64,23 +64,30 @@ def _params(
 
 @classify_router.post("/classify", **documented(ClassifyResponse, ClassifyRequest))
 async def classify(request: Request) -> Response:
-    state, wire, inputs = await read_inputs(request, ClassifyRequest)
-    task = state.engine.tasks.classify
-    assert task is not None  # the router is only included for models that classify
+    _, service, wire, inputs = await read_inputs(request, ClassifyRequest)
+    task = service.tasks.classify
+    assert task is not None  # model_for chose a model that serves this route
     params = _params(
-        state,
+        service,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         truncation_side=wire.truncation_side,
         use_activation=wire.use_activation,
     )
     encode = partial(vllm.classify_body, labels=task.classifier.labels)
     return await serve_task(
-        request, task, ClassifyInternal(inputs), params, encode, timeout=wire.request_timeout
+        request,
+        service,
+        task,
+        ClassifyInternal(inputs),
+        params,
+        encode,
+        timeout=wire.request_timeout,
     )
 
 
 async def _score(
     request: Request,
+    model: str | None,
     queries: list[str],
     documents: list[str],
     encode: Encoder[ScoreInternal, np.ndarray],
@@ -93,8 +100,9 @@ async def _score(
     timeout: float | None,
 ) -> Response:
     state = state_of(request)
-    task = state.engine.tasks.score
-    assert task is not None  # the router is only included for models that score
+    service = state.model_for(request.scope, model)
+    task = service.tasks.score
+    assert task is not None  # model_for chose a model that serves this route
     state.check_batch(len(queries), "queries")
     state.check_batch(len(documents), "documents")
     internal = ScoreInternal(
@@ -105,12 +113,12 @@ async def _score(
         max_tokens_per_doc=max_tokens_per_doc,
     )
     params = _params(
-        state,
+        service,
         truncate_prompt_tokens=truncate_prompt_tokens,
         truncation_side=truncation_side,
         use_activation=use_activation,
     )
-    return await serve_task(request, task, internal, params, encode, timeout=timeout)
+    return await serve_task(request, service, task, internal, params, encode, timeout=timeout)
 
 
 def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
@@ -123,12 +131,11 @@ def _sides(wire: ScoreRequest) -> tuple[list[str], list[str]]:
 @score_router.post("/score", **documented(ScoreResponse, ScoreRequest))
 @score_router.post("/v1/score", **documented(ScoreResponse, ScoreRequest))
 async def score(request: Request) -> Response:
-    state = state_of(request)
-    wire = await parse_body(request, ScoreRequest, state.engine.core.cpu)
-    state.check_model(wire.model)
+    wire = await parse_body(request, ScoreRequest, state_of(request).cpu)
     queries, documents = _sides(wire)
     return await _score(
         request,
+        wire.model,
         queries,
         documents,
         vllm.score_body,
@@ -148,12 +155,12 @@ RERANK_DOCS = documented(RerankResponse | TeiRerankResponse, RerankRequest, TeiR
 @score_router.post("/v1/rerank", **RERANK_DOCS)
 @score_router.post("/v2/rerank", **RERANK_DOCS)
 async def rerank(request: Request) -> Response:
-    state = state_of(request)
     # text-embeddings-inference's shape has `texts`; vLLM's, Jina's and Cohere's `documents`.
     wire = await parse_tei_or_other(request, "texts", TeiRerankRequest, RerankRequest)
     if isinstance(wire, TeiRerankRequest):
         return await _score(
             request,
+            None,
             [wire.query],
             wire.texts,
             partial(tei.rerank_body, texts=wire.texts, return_text=wire.return_text),
@@ -164,7 +171,6 @@ async def rerank(request: Request) -> Response:
             rerank=True,
             timeout=wire.request_timeout,
         )
-    state.check_model(wire.model)
     try:
         documents = wire.document_texts()
     except ValueError as exc:
@@ -177,6 +183,7 @@ async def rerank(request: Request) -> Response:
     )
     return await _score(
         request,
+        wire.model,
         [wire.query],
         documents,
         encode,
@@ -191,23 +198,23 @@ async def rerank(request: Request) -> Response:
 
 @pooling_router.post("/pooling", **documented(PoolingResponse, PoolingRequest))
 async def pooling(request: Request) -> Response:
-    state, wire, inputs = await read_inputs(request, PoolingRequest)
-    heads = state.engine.tasks.heads
+    _, service, wire, inputs = await read_inputs(request, PoolingRequest)
+    heads = service.tasks.heads
     head = wire.task or heads[0]
     if head not in heads:
         raise InvalidRequestError(
-            f"Unsupported task {head!r} for this {state.engine.kind} model; it supports: "
+            f"Unsupported task {head!r} for this {service.kind} model; it supports: "
             + ", ".join(heads),
             param="task",
         )
     params = _params(
-        state,
+        service,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         truncation_side=wire.truncation_side,
         use_activation=wire.use_activation,
         normalize=wire.normalize,
     )
-    pooling = state.engine.tasks.pooling
+    pooling = service.tasks.pooling
     encode = partial(
         vllm.pooling_body,
         head=head,
@@ -216,20 +223,25 @@ async def pooling(request: Request) -> Response:
     )
     internal = PoolingInternal(inputs, head)
     return await serve_task(
-        request, pooling, internal, params, encode, timeout=wire.request_timeout
+        request, service, pooling, internal, params, encode, timeout=wire.request_timeout
     )
 
 
 @sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest))
 async def embed_sparse(request: Request) -> Response:
     state = state_of(request)
-    wire = await parse_body(request, SparseEmbedRequest, state.engine.core.cpu)
-    state.check_model(wire.model)
+    wire = await parse_body(request, SparseEmbedRequest, state.cpu)
+    service = state.model_for(request.scope, wire.model)
     texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
     state.check_batch(len(texts), "inputs")
-    params = _params(state, truncate_prompt_tokens=-1 if wire.truncate else None)
-    pooling = state.engine.tasks.pooling
+    params = _params(service, truncate_prompt_tokens=-1 if wire.truncate else None)
     internal = PoolingInternal(texts, "sparse")
     return await serve_task(
-        request, pooling, internal, params, tei.sparse_body, timeout=wire.request_timeout
+        request,
+        service,
+        service.tasks.pooling,
+        internal,
+        params,
+        tei.sparse_body,
+        timeout=wire.request_timeout,
     )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -37,32 +35,19 @@ from poolserve.server.schemas import (
 )
 from poolserve.server.state import ServingState
 from poolserve.server.wire import openai, tei
+from poolserve.service import ModelService
 from poolserve.tasks.embed import EmbedRequest
 
 router = APIRouter()
 embeddings_router = APIRouter()
 
-# Routes every model serves (the model-specific ones come from its TaskSet).
-COMMON_ROUTES = (
-    "/tokenize",
-    "/detokenize",
-    "/v1/models",
-    "/health",
-    "/version",
-    "/metrics",
-    "/stats",
-    "/info",
-    "/",
-)
-
-WireT = TypeVar("WireT", TokenizeRequest, DetokenizeRequest)
-
 
 @embeddings_router.post("/v1/embeddings", **documented(EmbeddingResponse, EmbeddingRequest))
 async def create_embeddings(request: Request) -> Response:
-    state, wire, inputs = await read_inputs(request, EmbeddingRequest)
-    engine = state.engine
-    params = engine.pooling_params(
+    _, service, wire, inputs = await read_inputs(request, EmbeddingRequest)
+    embed = service.tasks.embed
+    assert embed is not None  # model_for chose a model that serves this route
+    params = service.pooling_params(
         normalize=wire.wants_normalize(),
         dimensions=wire.dimensions,
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
@@ -70,8 +55,9 @@ async def create_embeddings(request: Request) -> Response:
     )
     return await serve_task(
         request,
-        engine.embed_task,
-        EmbedRequest(inputs, engine.tasks.prompts.resolve(wire.prompt_name, wire.prompt)),
+        service,
+        embed,
+        EmbedRequest(inputs, service.tasks.prompts.resolve(wire.prompt_name, wire.prompt)),
         params,
         partial(
             openai.embeddings_body,
@@ -83,32 +69,19 @@ async def create_embeddings(request: Request) -> Response:
     )
 
 
-def _tokenize(state: ServingState, wire: TokenizeRequest) -> bytes:
-    tokenizer = state.engine.core.cpu.tokenizer()
+def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:
+    tokenizer = service.tokenizer()
     ids = tokenizer.encode_batch(
         [wire.prompt], truncate_to=None, add_special_tokens=wire.add_special_tokens
     )[0]
     return orjson.dumps(
         {
             "count": len(ids),
-            "max_model_len": state.engine.max_model_len,
+            "max_model_len": service.max_model_len,
             "tokens": ids,
             "token_strs": tokenizer.token_strings(ids) if wire.return_token_strs else None,
         }
     )
-
-
-async def _answer_in_pool(
-    request: Request,
-    schema: type[WireT],
-    build: Callable[[ServingState, WireT], bytes],
-) -> Response:
-    """Validate the body, check the model, build the response bytes in the CPU pool."""
-    state = state_of(request)
-    cpu = state.engine.core.cpu
-    wire = await parse_body(request, schema, cpu)
-    state.check_model(wire.model)
-    return json_response(await cpu.run(build, state, wire))
 
 
 @router.post(
@@ -117,49 +90,61 @@ async def _answer_in_pool(
 )
 async def tokenize(request: Request) -> Response:
     state = state_of(request)
-    cpu = state.engine.core.cpu
+    cpu = state.cpu
     # text-embeddings-inference's shape has `inputs`; vLLM's `prompt`.
     wire = await parse_tei_or_other(request, "inputs", TeiTokenizeRequest, TokenizeRequest)
     if isinstance(wire, TeiTokenizeRequest):
+        service = state.model_for(request.scope, None)
         texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
         if not texts:
             raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
         state.check_batch(len(texts), "inputs")
         body = await cpu.run(
-            lambda: tei.tokens_body(cpu.tokenizer(), texts, wire.add_special_tokens)
+            lambda: tei.tokens_body(service.tokenizer(), texts, wire.add_special_tokens)
         )
         return json_response(body)
-    state.check_model(wire.model)
-    return json_response(await cpu.run(_tokenize, state, wire))
+    service = state.model_for(request.scope, wire.model)
+    return json_response(await cpu.run(_tokenize, service, wire))
 
 
-def _detokenize(state: ServingState, wire: DetokenizeRequest) -> bytes:
-    tokenizer = state.engine.core.cpu.tokenizer()
+def _detokenize(service: ModelService, wire: DetokenizeRequest) -> bytes:
+    tokenizer = service.tokenizer()
     tokenizer.check_token_ids(wire.tokens, param="tokens")
     return orjson.dumps({"prompt": tokenizer.decode(wire.tokens)})
 
 
 @router.post("/detokenize", **documented(DetokenizeResponse, DetokenizeRequest))
 async def detokenize(request: Request) -> Response:
-    return await _answer_in_pool(request, DetokenizeRequest, _detokenize)
+    state = state_of(request)
+    wire = await parse_body(request, DetokenizeRequest, state.cpu)
+    service = state.model_for(request.scope, wire.model)
+    return json_response(await state.cpu.run(_detokenize, service, wire))
 
 
-def _model_card(state: ServingState, name: str) -> dict[str, object]:
+def _model_card(state: ServingState, service: ModelService, name: str) -> dict[str, object]:
     return {
         "id": name,
         "object": "model",
         "created": state.created,
         "owned_by": "poolserve",
-        "root": state.engine.name,
-        "max_model_len": state.engine.max_model_len,
-        **state.engine.tasks.prompts.card(),
+        "root": service.name,
+        "kind": service.kind,
+        "routes": list(state.routes_of(service)),
+        "max_model_len": service.max_model_len,
+        "embedding_dim": service.embedding_dim if service.tasks.embed is not None else None,
+        **service.tasks.prompts.card(),
     }
 
 
 @router.get("/v1/models", **documented(ModelList))
 async def list_models(request: Request) -> Response:
+    """Every served name of every model, in the models' order."""
     state = state_of(request)
-    models = [_model_card(state, name) for name in state.served_names]
+    models = [
+        _model_card(state, service, name)
+        for service in state.models
+        for name in service.served_names
+    ]
     return json_response(orjson.dumps({"object": "list", "data": models}))
 
 
@@ -167,16 +152,20 @@ async def list_models(request: Request) -> Response:
 async def retrieve_model(request: Request, model_id: str) -> Response:
     """One served model (the OpenAI client's `models.retrieve`); 404 names the served ones."""
     state = state_of(request)
-    state.check_model(model_id)
-    return json_response(orjson.dumps(_model_card(state, model_id)))
+    service = state.models.find(model_id)
+    return json_response(orjson.dumps(_model_card(state, service, model_id)))
 
 
 @router.get("/health", **documented(Health))
 @router.head("/health", operation_id="health_head")
 async def health(request: Request) -> Response:
-    if state_of(request).engine.alive:
+    dead = [service.served_name for service in state_of(request).models if not service.alive]
+    if not dead:
         return json_response(b"{}")
-    return error_response(503, "the model runner is not running; the server log says why")
+    return error_response(
+        503,
+        f"the model runner of {', '.join(map(repr, dead))} is not running; the server log says why",
+    )
 
 
 @router.get("/version", **documented(VersionBody))
@@ -191,24 +180,35 @@ async def version() -> Response:
 async def metrics(request: Request) -> Response:
     """Prometheus exposition (rendered in the CPU pool)."""
     state = state_of(request)
-    body = await state.engine.core.cpu.run(state.metrics.exposition)
+    body = await state.cpu.run(state.metrics.exposition)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/stats", **documented(StatsBody))
 async def engine_stats(request: Request) -> Response:
     """Engine and admission counters since start-up (batches, batch sizes, skipped items,
-    tokens in work, admitted cost), as JSON; /metrics has them for Prometheus."""
+    tokens in work, admitted cost), as JSON; /metrics has them for Prometheus. The engine's
+    counters are the first model's at the top level (as with one model), and every model's
+    under `models`, by served name."""
     state = state_of(request)
-    core, admission = state.engine.core, state.admission
+    admission = state.admission
+    models = {service.served_name: _engine_stats(service) for service in state.models}
     stats = {
-        **core.stats.snapshot().as_dict(),
-        "queued_items": core.queued_items,
-        "tokens_in_work": core.tokens_in_work,
-        "peak_tokens_in_work": core.peak_tokens_in_work,
+        **models[state.models.first.served_name],
         "requests_in_flight": admission.in_flight,
         "admitted_tokens": admission.admitted_tokens,
         "peak_admitted_tokens": admission.peak_admitted_tokens,
         "max_queued_tokens": admission.max_tokens,
+        "models": models,
     }
     return json_response(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))
+
+
+def _engine_stats(service: ModelService) -> dict[str, object]:
+    core = service.core
+    return {
+        **core.stats.snapshot().as_dict(),
+        "queued_items": core.queued_items,
+        "tokens_in_work": core.tokens_in_work,
+        "peak_tokens_in_work": core.peak_tokens_in_work,
+    }

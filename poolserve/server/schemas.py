@@ -232,7 +232,13 @@ class ModelCard(Documented):
     created: int
     owned_by: str
     root: str = Field(description="the model's own id or directory name")
+    kind: str = Field(
+        description="what the model is: embedding, cross_encoder, classifier, sparse, "
+        "late_interaction or token_classifier"
+    )
+    routes: list[str] = Field(description="the model-specific routes it serves")
     max_model_len: int
+    embedding_dim: int | None = Field(description="its embeddings' size (null: it embeds none)")
     prompts: dict[str, str] = Field(
         description="the model's prompts by name (`prompt_name` in a request), with --prompt's"
     )
@@ -263,11 +269,12 @@ class RunnerStats(Documented):
     busy_seconds: float
 
 
-class StatsBody(Documented):
-    """The engine's and admission's counters since start-up."""
+class EngineStatsBody(Documented):
+    """One model's engine counters since start-up."""
 
     batches: int
     items: int
+    tokens: int = Field(description="the inputs' own tokens (padded_tokens: with padding)")
     padded_tokens: int
     failed_batches: int
     busy_seconds: float
@@ -280,10 +287,49 @@ class StatsBody(Documented):
     queued_items: int
     tokens_in_work: int = Field(description="tokens waiting or in a running batch")
     peak_tokens_in_work: int
+
+
+class StatsBody(EngineStatsBody):
+    """The engines' and admission's counters since start-up: the first model's engine at the
+    top level, every model's under `models`."""
+
+    models: dict[str, EngineStatsBody] = Field(description="each model's, by served name")
     requests_in_flight: int
     admitted_tokens: int = Field(description="what admitted requests cost now (see README)")
     peak_admitted_tokens: int
     max_queued_tokens: int
+
+
+class ModelSample(Documented):
+    requests_per_s: float
+    queue_items: int
+    batches: int
+    mean_batch_size: float | None
+    padding_efficiency: float | None = Field(
+        description="the inputs' own tokens over the tokens their batches held (1: no padding)"
+    )
+
+
+class LiveSampleBody(Documented):
+    t: float = Field(description="when the sample was taken (Unix seconds)")
+    requests_per_s: float
+    p50_ms: float | None = Field(description="null: no request was answered in the interval")
+    p90_ms: float | None
+    p99_ms: float | None
+    queue_items: int
+    requests_in_flight: int
+    batches: int
+    mean_batch_size: float | None
+    padding_efficiency: float | None
+    models: dict[str, ModelSample] = Field(description="each model's, by served name")
+
+
+class HistoryBody(Documented):
+    """The server's last minutes, oldest sample first."""
+
+    interval_s: float
+    requests_total: int = Field(description="requests answered for a model since start-up")
+    samples: list[LiveSampleBody]
 
 
 # What every route may answer besides success, and when.

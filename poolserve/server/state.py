@@ -1,4 +1,4 @@
-"""What the routes share: the engine, the names the model is served under, the task processors."""
+"""What the routes share: the models and the names they are served under, admission, metrics."""
 
 from __future__ import annotations
 
@@ -6,18 +6,23 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
-from poolserve.errors import ModelNotFoundError, PayloadTooLargeError
-from poolserve.offline import Engine
+from starlette.types import Scope
+
+from poolserve.engine.cpu_pool import CpuPool
+from poolserve.errors import InvalidRequestError, PayloadTooLargeError
+from poolserve.model_set import ModelSet
+from poolserve.models.kinds import describe
 from poolserve.server.admission import AdmissionControl
-from poolserve.server.metrics import Metrics
+from poolserve.server.metrics import MODEL_KEY, Metrics
 from poolserve.server.shutdown import GracePeriod
+from poolserve.service import ModelService
 
 
 @dataclass(frozen=True)
 class ServingState:
-    engine: Engine
-    # The first name is the one responses carry; clients may use any of them.
-    served_names: tuple[str, ...]
+    models: ModelSet
+    # The model-specific routes each model serves, in the models' order.
+    model_routes: tuple[tuple[str, ...], ...]
     admission: AdmissionControl
     metrics: Metrics
     grace: GracePeriod
@@ -34,8 +39,12 @@ class ServingState:
         return f"{self._id_prefix}-{next(self._id_counter)}"
 
     @property
-    def model_name(self) -> str:
-        return self.served_names[0]
+    def cpu(self) -> CpuPool:
+        """The one pool every model tokenizes and builds responses in."""
+        return self.models.cpu
+
+    def routes_of(self, service: ModelService) -> tuple[str, ...]:
+        return self.model_routes[self.models.services.index(service)]
 
     def check_batch(self, count: int, param: str) -> None:
         """Refuse a request with more inputs than `--max-client-batch-size`, before any work."""
@@ -46,11 +55,34 @@ class ServingState:
                 param=param,
             )
 
-    def check_model(self, requested: str | None) -> None:
-        """A request may omit `model`; if it names one, it must be one we serve."""
-        if requested is not None and requested not in self.served_names:
-            raise ModelNotFoundError(
-                f"model {requested!r} is not served here; this server serves "
-                + ", ".join(repr(name) for name in self.served_names),
-                param="model",
+    def model_for(self, scope: Scope, requested: str | None) -> ModelService:
+        """The model a request is for: the one it names (404 listing the served names), or,
+        if it names none, the first that serves its route. A model that does not serve the
+        route is a 400 naming those that do. The choice is recorded for the metrics."""
+        path = scope["path"]
+        routes = self.model_routes
+        if requested is None:
+            service = next(
+                (s for s, served in zip(self.models, routes, strict=True) if path in served),
+                self.models.first,
             )
+        else:
+            service = self.models.find(requested)
+            if not self._serves(service, path):
+                others = [
+                    s.served_name
+                    for s, served in zip(self.models, routes, strict=True)
+                    if path in served
+                ]
+                raise InvalidRequestError(
+                    f"model {requested!r} is {describe(service.kind)}; it does not serve {path}"
+                    + (f"; models here that do: {', '.join(map(repr, others))}" if others else ""),
+                    param="model",
+                )
+        scope[MODEL_KEY] = service.served_name
+        return service
+
+    def _serves(self, service: ModelService, path: str) -> bool:
+        """True for the model's own routes, and for routes no model owns (every model serves
+        /tokenize)."""
+        return path in self.routes_of(service) or not any(path in r for r in self.model_routes)

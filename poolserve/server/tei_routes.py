@@ -34,9 +34,10 @@ from poolserve.server.schemas import (
 )
 from poolserve.server.state import ServingState
 from poolserve.server.wire import tei
+from poolserve.service import ModelService
 from poolserve.tasks.base import PoolingParams
 from poolserve.tasks.classify import ClassifyRequest
-from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest
 from poolserve.tasks.score import ScoreRequest, pair_up
 
@@ -59,19 +60,20 @@ def _tei(request: Request) -> ServingState:
 
 
 async def _embed(request: Request, state: ServingState, wire: TeiEmbedRequest) -> Response:
-    engine = state.engine
-    params = engine.pooling_params(
+    service = state.model_for(request.scope, None)
+    params = service.pooling_params(
         normalize=wire.normalize,
         dimensions=wire.dimensions,
         truncate_prompt_tokens=-1 if wire.truncate else None,
         truncation_side=wire.side(),
     )
     internal = EmbedRequest(
-        _texts(state, wire.inputs), engine.tasks.prompts.resolve(wire.prompt_name, None)
+        _texts(state, wire.inputs), service.tasks.prompts.resolve(wire.prompt_name, None)
     )
     return await serve_task(
         request,
-        engine.embed_task,
+        service,
+        _embed_task(service),
         internal,
         params,
         tei.vectors_body,
@@ -89,8 +91,8 @@ async def embed(request: Request) -> Response:
 async def embed_all(request: Request) -> Response:
     state = _tei(request)
     wire = await parse_body(request, TeiEmbedAllRequest, _cpu(state))
-    engine = state.engine
-    params = engine.pooling_params(
+    service = state.model_for(request.scope, None)
+    params = service.pooling_params(
         normalize=False,
         truncate_prompt_tokens=-1 if wire.truncate else None,
         truncation_side=wire.side(),
@@ -98,7 +100,8 @@ async def embed_all(request: Request) -> Response:
     internal = PoolingRequest(_texts(state, wire.inputs), "token_embed")
     return await serve_task(
         request,
-        engine.tasks.pooling,
+        service,
+        service.tasks.pooling,
         internal,
         params,
         tei.token_vectors_body,
@@ -109,10 +112,10 @@ async def embed_all(request: Request) -> Response:
 async def _predict(
     request: Request, state: ServingState, wire: TeiPredictRequest, *, nested: bool
 ) -> Response:
-    engine = state.engine
+    service = state.model_for(request.scope, None)
     parameters = wire.parameters
     raw = wire.raw_scores or (parameters is not None and parameters.function_to_apply == "none")
-    params = engine.pooling_params(
+    params = service.pooling_params(
         use_activation=not raw,
         truncate_prompt_tokens=-1 if wire.truncate else None,
         truncation_side=wire.side(),
@@ -124,14 +127,15 @@ async def _predict(
     pairs = [item for item in inputs if isinstance(item, list)]
     if pairs:  # the schema allows texts or pairs, never a mix
         return await _predict_pairs(request, state, wire, pairs, params)
-    task = engine.tasks.classify
+    task = service.tasks.classify
     if task is None:
-        raise InvalidRequestError(f"/predict needs a classifier; this is {engine.kind}")
+        raise InvalidRequestError(f"/predict needs a classifier; this is {service.kind}")
     encode = partial(
         tei.predictions_body, labels=task.classifier.labels, top_k=top_k, single=single
     )
     return await serve_task(
         request,
+        service,
         task,
         ClassifyRequest([text for text in inputs if isinstance(text, str)]),
         params,
@@ -148,9 +152,9 @@ async def _predict_pairs(
     params: PoolingParams,
 ) -> Response:
     """[text, text] pairs through a cross-encoder: one score each, labelled."""
-    engine = state.engine
-    task = engine.tasks.score
-    if engine.kind != "cross_encoder" or task is None or engine.tasks.classify is None:
+    service = state.model_for(request.scope, None)
+    task = service.tasks.score
+    if service.kind != "cross_encoder" or task is None or service.tasks.classify is None:
         raise InvalidRequestError(
             "[text, text] pairs need a cross-encoder; send texts", param="inputs"
         )
@@ -158,12 +162,13 @@ async def _predict_pairs(
     internal = ScoreRequest(queries, documents, pair_up(len(queries), len(documents)))
     encode = partial(
         tei.predictions_body,
-        labels=engine.tasks.classify.classifier.labels[:1],
+        labels=service.tasks.classify.classifier.labels[:1],
         top_k=None,
         single=False,
     )
     return await serve_task(
         request,
+        service,
         task,
         internal,
         params,
@@ -182,18 +187,18 @@ async def predict(request: Request) -> Response:
 async def _similarity(
     request: Request, state: ServingState, wire: TeiSimilarityRequest
 ) -> Response:
-    engine = state.engine
-    task = engine.tasks.score
-    if engine.kind != "embedding" or task is None:
-        raise InvalidRequestError(f"/similarity needs an embedding model; this is {engine.kind}")
+    service = state.model_for(request.scope, None)
+    task = service.tasks.score
+    if service.kind != "embedding" or task is None:
+        raise InvalidRequestError(f"/similarity needs an embedding model; this is {service.kind}")
     sentences = wire.inputs.sentences
     state.check_batch(len(sentences), "sentences")
-    params = engine.pooling_params(
+    params = service.pooling_params(
         truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
     )
     internal = ScoreRequest([wire.inputs.source_sentence], sentences, pair_up(1, len(sentences)))
     return await serve_task(
-        request, task, internal, params, tei.similarity_body, timeout=wire.request_timeout
+        request, service, task, internal, params, tei.similarity_body, timeout=wire.request_timeout
     )
 
 
@@ -218,7 +223,7 @@ async def inference_api(request: Request) -> Response:
     feature extraction and sentence similarity on an embedding model, text classification on
     a classifier or cross-encoder (a single text's labels in a list of one)."""
     state = _tei(request)
-    kind = state.engine.kind
+    kind = state.model_for(request.scope, None).kind
     if kind == "embedding":
 
         def choose(data: Any) -> type[TeiEmbedRequest] | type[TeiSimilarityRequest]:
@@ -229,7 +234,7 @@ async def inference_api(request: Request) -> Response:
         if isinstance(wire, TeiSimilarityRequest):
             return await _similarity(request, state, wire)
         return await _embed(request, state, wire)
-    if state.engine.tasks.classify is not None:
+    if state.model_for(request.scope, None).tasks.classify is not None:
         predict_wire = await parse_body(request, TeiPredictRequest, _cpu(state))
         return await _predict(request, state, predict_wire, nested=True)
     raise InvalidRequestError(
@@ -241,36 +246,41 @@ async def inference_api(request: Request) -> Response:
 async def info(request: Request) -> Response:
     """What text-embeddings-inference's `/info` says about the served model."""
     state = _tei(request)
-    engine = state.engine
-    classifier = engine.tasks.classify.classifier if engine.tasks.classify is not None else None
+    service = state.model_for(request.scope, None)
+    classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
     if classifier is not None:
         id2label = dict(enumerate(classifier.labels))
         model_type: dict[str, Any] = {
-            "reranker" if engine.kind == "cross_encoder" else "classifier": {
+            "reranker" if service.kind == "cross_encoder" else "classifier": {
                 "id2label": {str(i): label for i, label in id2label.items()},
                 "label2id": {label: i for i, label in id2label.items()},
             }
         }
     else:
-        pooling = "+".join(engine.core.model.layout.pooling_modes)
+        pooling = "+".join(service.core.model.layout.pooling_modes)
         model_type = {"embedding": {"pooling": pooling}}
     body = {
-        "model_id": state.served_names[0],
+        "model_id": service.served_name,
         "model_sha": None,
-        "model_dtype": str(engine.core.model.dtype).removeprefix("torch."),
+        "model_dtype": str(service.core.model.dtype).removeprefix("torch."),
         "model_type": model_type,
         "max_concurrent_requests": state.admission.max_requests,
-        "max_input_length": engine.max_model_len,
-        "max_batch_tokens": engine.core.config.max_batch_tokens,
-        "max_batch_requests": engine.core.config.max_batch_size,
+        "max_input_length": service.max_model_len,
+        "max_batch_tokens": service.core.config.max_batch_tokens,
+        "max_batch_requests": service.core.config.max_batch_size,
         "max_client_batch_size": state.max_client_batch_size,
         "auto_truncate": False,
-        "tokenization_workers": engine.core.config.cpu_workers,
+        "tokenization_workers": state.cpu.workers,
         "version": __version__,
-        **engine.tasks.prompts.card(),
+        **service.tasks.prompts.card(),
     }
     return json_response(orjson.dumps(body))
 
 
 def _cpu(state: ServingState) -> CpuPool:
-    return state.engine.core.cpu
+    return state.cpu
+
+
+def _embed_task(service: ModelService) -> EmbedTask:
+    assert service.tasks.embed is not None  # model_for chose a model that serves this route
+    return service.tasks.embed

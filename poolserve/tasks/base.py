@@ -142,7 +142,7 @@ def _prepare_chunk(
     chunk = inputs[start : start + engine.config.tokenize_chunk_size]
     started = time.perf_counter()
     try:
-        tokenized = task.preprocess(ctx, engine.cpu.tokenizer(), start, chunk)
+        tokenized = task.preprocess(ctx, engine.tokenizer(), start, chunk)
         items = [
             WorkItem(
                 group,

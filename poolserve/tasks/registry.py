@@ -22,8 +22,6 @@ from poolserve.tasks.score import (
     ScoreTask,
 )
 
-SCORE_ROUTES = ("/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank")
-
 
 @dataclass(frozen=True)
 class TaskSet:
@@ -34,23 +32,6 @@ class TaskSet:
     score: ScoreTask | None = None
     sparse: bool = False
     prompts: Prompts = field(default_factory=Prompts)
-
-    @property
-    def routes(self) -> tuple[str, ...]:
-        """The model-specific routes this model serves."""
-        routes: list[str] = []
-        if self.embed is not None:
-            routes.extend(
-                ("/v1/embeddings", "/v2/embed", "/v1/embed", "/embed", "/embed_all", "/similarity")
-            )
-        if self.classify is not None:
-            routes.extend(("/classify", "/predict"))
-        if self.score is not None:
-            routes.extend(SCORE_ROUTES)
-        if self.sparse:
-            routes.append("/embed_sparse")
-        routes.append("/pooling")
-        return tuple(routes)
 
 
 def classifier_head(spec: ModelSpec) -> ClassifierHead:

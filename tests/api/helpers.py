@@ -54,7 +54,7 @@ async def serving(
     engine: Engine, config: ServerConfig | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a fresh app over `engine` (the app's shutdown leaves the engine open)."""
-    app = create_app(engine, config or ServerConfig())
+    app = create_app(engine.service, config or ServerConfig())
     async with (
         LifespanManager(app) as manager,
         httpx.AsyncClient(

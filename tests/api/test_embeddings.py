@@ -198,7 +198,7 @@ async def test_timing_headers_and_request_id(client: httpx.AsyncClient) -> None:
 
 
 async def test_served_model_names(engine: Any) -> None:
-    app = create_app(engine, ServerConfig(served_model_name=("my-embedder", "alias")))
+    app = create_app(engine.service, ServerConfig(served_model_name=("my-embedder", "alias")))
     transport = httpx.ASGITransport(app=app)
     async with (
         LifespanManager(app),

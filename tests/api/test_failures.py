@@ -6,7 +6,7 @@ engine's backend seam) so that inputs holding a POISON token id fail.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -20,6 +20,7 @@ from poolserve import EngineConfig, ServerConfig
 from poolserve.engine.core import EngineCore, torch_backend
 from poolserve.engine.work import WorkItem
 from poolserve.errors import EngineUnavailableError
+from poolserve.offline import Engine
 from poolserve.server import create_app
 from tests.api.helpers import assert_openai_error, embed, vectors
 from tests.reference import assert_close_vectors, st_encode
@@ -70,9 +71,8 @@ def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
         )
         core.start()
         cores.append(core)
-        poisoned = copy.copy(engine)
-        poisoned.core = core
-        return poisoned
+        service = dataclasses.replace(engine.service, core=core)
+        return Engine.over(service, engine.model_config, engine.engine_config)
 
     yield make
     for core in cores:
@@ -81,7 +81,7 @@ def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
 
 @asynccontextmanager
 async def client_for(engine: Any) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(engine, ServerConfig())
+    app = create_app(engine.service, ServerConfig())
     async with (
         LifespanManager(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,

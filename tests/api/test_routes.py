@@ -134,4 +134,7 @@ async def test_a_route_the_model_does_not_serve_says_what_it_is(
     response = await client.post("/classify", json={"input": "q"})
     assert response.status_code == 404
     message = response.json()["error"]["message"]
-    assert "the model is an embedding model, which serves /v1/embeddings" in message, message
+    assert (
+        "'sentence-transformers/all-MiniLM-L6-v2' is an embedding model, which serves " in message
+    )
+    assert "/v1/embeddings" in message, message

@@ -267,8 +267,12 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
 def sample(
     metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
 ) -> float:
-    """One sample's value; 0 for a labelled counter series that has not been created yet."""
-    return metrics.get((name, frozenset(labels.items())), 0.0)
+    """The sum of the samples named `name` whose labels include `labels` (a metric labelled
+    by model sums over the models); 0 for a series that has not been created yet."""
+    wanted = frozenset(labels.items())
+    return sum(
+        value for (key, series), value in metrics.items() if key == name and wanted <= series
+    )
 
 
 # -- responses ----------------------------------------------------------------------------------

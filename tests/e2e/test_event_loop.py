@@ -101,7 +101,7 @@ def debug_server(engine: Any, timed_callbacks: CallbackTimes) -> Iterator[str]:
     """uvicorn on an asyncio loop in debug mode, in a thread of this process."""
     # Room for the large request's whole body next to the small ones: this test is about the
     # event loop, not admission (a body larger than the free room is refused until it empties).
-    app = create_app(engine, ServerConfig(max_queued_tokens=16 * 2**20))
+    app = create_app(engine.service, ServerConfig(max_queued_tokens=16 * 2**20))
     # Listening before the server starts: early connections wait in the backlog, so nothing
     # has to poll for readiness.
     listener = socket.create_server(("127.0.0.1", 0))

@@ -33,7 +33,7 @@ from tests.e2e.harness import (
     sample,
     wait_for_stats,
 )
-from tests.reference import FP32_COSINE, MAX_LEN, assert_close_vectors, st_encode
+from tests.reference import FP32_COSINE, MAX_LEN, MODEL_ID, assert_close_vectors, st_encode
 
 EMBED = "/v1/embeddings"
 # Words whose token ids the fault launcher watches for (checked against the server's /tokenize).
@@ -730,7 +730,7 @@ def test_metrics_count_exactly_what_was_served(limits_server: Server) -> None:
     for stage in ("tokenize", "queue", "inference", "postprocess"):
         assert delta("poolserve_stage_seconds_count", stage=stage) == sent, stage
     assert delta("poolserve_stage_seconds_sum", stage="inference") > 0
-    assert ("poolserve_queue_items", frozenset()) in after
+    assert ("poolserve_queue_items", frozenset({("model", MODEL_ID)})) in after
     assert sample(after, "poolserve_queue_items") == 0
     assert sample(after, "poolserve_runner_alive") == 1
     assert sample(after, "poolserve_runners_alive") == sample(after, "poolserve_runners") == 1

@@ -24,7 +24,7 @@ def finish(request: Request, outputs: np.ndarray) -> float:
 def test_a_finished_chain_holds_nothing_that_only_the_garbage_collector_could_free() -> None:
     """The source future keeps its callbacks; if a callback kept the next stage (which holds
     the request, and through it the source), the outputs would wait for a full collection."""
-    pool = CpuPool(1, tokenizer_json="")  # no tokenizer is built: nothing here tokenizes
+    pool = CpuPool(1)
     try:
         gc.disable()
         source: Future[np.ndarray] = Future()
