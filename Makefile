@@ -21,7 +21,17 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test
+# The browser tests drive Debian's chromium (never `playwright install`: no downloads here).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "the browser tests need Debian's chromium: run 'make install-test' as root once" \
+		     "(it runs apt-get install -y chromium)"; exit 1; fi
+	apt-get install -y --no-install-recommends chromium >/dev/null || \
+		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null; }
+
+install-test: $(VENV)/.installed-test $(CHROMIUM)
 
 serve: install
 	HF_HUB_OFFLINE=1 $(BIN)/poolserve serve --host $(HOST) --port $(PORT)

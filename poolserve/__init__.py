@@ -6,22 +6,35 @@ from poolserve._environment import apply_defaults
 
 apply_defaults()
 
-from poolserve.config import EngineConfig, ModelConfig, ServerConfig  # noqa: E402
+from poolserve.config import EngineConfig, ModelConfig, ServedModel, ServerConfig  # noqa: E402
 
 if TYPE_CHECKING:
+    from poolserve.model_set import ModelSet
     from poolserve.offline import Engine
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    """`Engine` is imported on first use: it brings torch (seconds), which `poolserve --version`
-    or a server that cannot listen never need."""
+    """`Engine` and `ModelSet` are imported on first use: they bring torch (seconds), which
+    `poolserve --version` or a server that cannot listen never need."""
     if name == "Engine":
         from poolserve.offline import Engine
 
         return Engine
+    if name == "ModelSet":
+        from poolserve.model_set import ModelSet
+
+        return ModelSet
     raise AttributeError(f"module 'poolserve' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "EngineConfig", "ModelConfig", "ServerConfig", "__version__"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "ModelConfig",
+    "ModelSet",
+    "ServedModel",
+    "ServerConfig",
+    "__version__",
+]

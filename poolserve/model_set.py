@@ -93,7 +93,7 @@ class ModelSet:
         except BaseException:
             for service in services:
                 service.core.close(timeout=1.0)
-            cpu.shutdown(wait=False)
+            cpu.shutdown(wait=True)  # its threads are idle: nothing runs without a model
             raise
 
     @classmethod
