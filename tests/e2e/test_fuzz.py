@@ -35,6 +35,7 @@ OPERATIONS = [
     "GET /version",
     "GET /metrics",
     "GET /stats",
+    "GET /stats/history",
     "POST /v1/embeddings",
     "POST /v1/score",
     "POST /score",

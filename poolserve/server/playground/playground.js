@@ -490,10 +490,14 @@ function renderLive(history) {
   $('live-panel').dataset.ready = '1';
 }
 
+// Every POLL_MS while the page is visible. A 401 stops it until a key is typed (the key form
+// polls again at once): asking every two seconds without a key only fills the logs with refusals.
 async function poll() {
   state.pollTimer = null;
   if (document.visibilityState !== 'visible' || state.polling) return;
   state.polling = true;
+  const key = state.key;
+  let again = true;
   try {
     renderLive(await api('GET', '/stats/history'));
     $('live-panel').classList.remove('stale');
@@ -501,9 +505,10 @@ async function poll() {
     $('live-status').textContent = `Live stats unavailable: ${err.message}`;
     $('live-status').classList.add('bad');
     $('live-panel').classList.add('stale');
+    again = err.status !== 401 || state.key !== key; // a key typed meanwhile: try it
   } finally {
     state.polling = false;
-    pollSoon(POLL_MS);
+    if (again) pollSoon(POLL_MS);
   }
 }
 
