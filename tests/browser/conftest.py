@@ -2,7 +2,9 @@
 Playwright, against real server processes.
 
 One two-model server (the bundled embedder served as "minilm" and "embedder", a generated
-cross-encoder as "reranker") and one browser are shared by every test; each test gets a fresh
+cross-encoder as "reranker") and one browser are shared by every test of this package, and
+stopped when it ends (Playwright's sync API holds an event loop on the main thread while it
+runs, which other tests' `asyncio.run` must not find); each test gets a fresh
 browser context (no storage, no cookies) and a page whose console is watched: an error, a
 warning or an uncaught exception fails the test unless the test said it expects it.
 
@@ -36,7 +38,7 @@ from tests.browser.helpers import (
 from tests.e2e.harness import Server, running_server
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def chromium_installed() -> Path:
     """Fail (never skip) every browser test when Debian's chromium is missing, before any server
     starts."""
@@ -50,14 +52,14 @@ def chromium_installed() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def screenshots() -> Path:
     directory = output_dir()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     driver = sync_playwright().start()
     try:
@@ -66,7 +68,7 @@ def playwright() -> Iterator[Playwright]:
         driver.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright, chromium_installed: Path) -> Iterator[Browser]:
     launched = playwright.chromium.launch(
         executable_path=str(chromium_installed), args=CHROMIUM_ARGS
@@ -77,7 +79,7 @@ def browser(playwright: Playwright, chromium_installed: Path) -> Iterator[Browse
         launched.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path, cross_encoder_dir: Path
 ) -> Iterator[Server]:
