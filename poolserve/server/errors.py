@@ -68,9 +68,10 @@ def validation_message(
     details = [detail for detail in error.errors() if detail.get("type") != "json_invalid"]
     by_field: dict[str, list[tuple[list[str | int], Any]]] = {}
     for detail in details:
-        location = _client_location(detail.get("loc", ()))
+        extra = detail.get("type") == "extra_forbidden"
+        location = _client_location(detail.get("loc", ()), keep_last=extra)
         field = str(location[0]) if location else ""
-        unknown = detail.get("type") == "extra_forbidden" and len(location) == 1
+        unknown = extra and len(location) == 1
         by_field.setdefault(field, []).append((location, _UNKNOWN if unknown else detail))
     problems = [_problem(field, found, schema) for field, found in by_field.items()]
     first = next(iter(by_field), None) or None
@@ -80,14 +81,17 @@ def validation_message(
 _UNKNOWN = object()
 
 
-def _client_location(loc: Any) -> list[str | int]:
+def _client_location(loc: Any, *, keep_last: bool = False) -> list[str | int]:
     """The error's path as the client wrote it: without FastAPI's "body" and without the union
-    member names pydantic inserts (`str`, `list[int]`, `RerankDocument`)."""
+    member names pydantic inserts (`str`, `list[int]`, `RerankDocument`). With `keep_last`
+    (an unknown key: the client's own, whatever it looks like) the last part always stays."""
     parts: list[str | int] = []
-    for part in loc:
-        if part == "body":
-            continue
-        if isinstance(part, str) and (part[:1].isupper() or part.startswith(_TYPE_TAGS)):
+    loc = [part for part in loc if part != "body"]
+    for index, part in enumerate(loc):
+        last = keep_last and index == len(loc) - 1
+        if not last and isinstance(part, str) and (
+            part[:1].isupper() or part.startswith(_TYPE_TAGS)
+        ):
             continue
         parts.append(part)
     return parts

@@ -193,3 +193,24 @@ async def test_a_value_of_the_wrong_shape_is_one_sentence(
     """Not one line per union member, and no internal class names."""
     error = assert_openai_error(await client.post(path, json=body), 400)
     assert error["message"] == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "expected"),
+    [
+        # A client's key that looks like one of pydantic's union member names (capitalised) is
+        # still the client's: named, never dropped (the fuzzer found a 500 here).
+        ("/v1/embeddings", {"input": "a", "Input": "b"}, "unknown field `Input`"),
+        (
+            "/similarity",
+            {"inputs": {"Dc": "x", "sentences": ["a"]}},
+            "inputs.Dc: unknown field",
+        ),
+    ],
+)
+async def test_an_unknown_key_is_named_whatever_it_looks_like(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], expected: str
+) -> None:
+    response = await client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert expected in response.text, response.text
