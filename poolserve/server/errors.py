@@ -89,8 +89,10 @@ def _client_location(loc: Any, *, keep_last: bool = False) -> list[str | int]:
     loc = [part for part in loc if part != "body"]
     for index, part in enumerate(loc):
         last = keep_last and index == len(loc) - 1
-        if not last and isinstance(part, str) and (
-            part[:1].isupper() or part.startswith(_TYPE_TAGS)
+        if (
+            not last
+            and isinstance(part, str)
+            and (part[:1].isupper() or part.startswith(_TYPE_TAGS))
         ):
             continue
         parts.append(part)
