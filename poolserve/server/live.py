@@ -105,17 +105,16 @@ class LiveHistory:
             seconds = max(now - self._last_time, 1e-9)
             counters = self._counters()
             per_model: dict[str, dict[str, Any]] = {}
+            total = _Counters()
             for service in self._models:
                 name = service.served_name
                 delta = _minus(counters[name], self._last.get(name, _Counters()))
+                total = _plus(total, delta)
                 per_model[name] = {
                     "requests_per_s": sum(1 for m, _ in requests if m == name) / seconds,
                     "queue_items": service.core.queued_items,
                     **_batch_figures(delta),
                 }
-            total = _Counters()
-            for name in per_model:
-                total = _plus(total, _minus(counters[name], self._last.get(name, _Counters())))
             latencies = sorted(duration for _, duration in requests)
             sample = {
                 "t": time.time(),
