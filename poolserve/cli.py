@@ -39,7 +39,7 @@ logger = logging.getLogger("poolserve")
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # Flags whose value is a boolean (their variables are read as text, then checked).
-BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray")
+BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray", "trust_remote_code")
 # Flags that mean something only with --ray.
 RAY_ONLY_FLAGS = ("replicas", "replica_cpus", "ray_address")
 # Flags that take several values at once (`--served-model-name a b`); other lists repeat.
@@ -476,7 +476,12 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         for each in served:
             logger.info("loading %s", each.model.model or "the bundled default model")
         # The limits against the models' lengths, before any weights are loaded (or compiled).
-        server_config.check_limits(max(prepare_model(each.model).max_model_len for each in served))
+        server_config.check_limits(
+            max(
+                prepare_model(each.model, each.engine.max_batch_tokens).max_model_len
+                for each in served
+            )
+        )
         models = ModelSet.load(
             served, cpu_workers=engine_config.cpu_workers, backend=backend or torch_backend
         )

@@ -21,6 +21,8 @@ MIN_INPUT_TOKENS = 4
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
 CompileMode = Literal["off", "on", "auto"]
+# Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
+Attention = Literal["auto", "sdpa", "eager"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class ModelConfig:
     # Prompts by name, added to (or replacing) those in the model's
     # config_sentence_transformers.json.
     prompts: tuple[tuple[str, str], ...] = ()
+    # Run model code shipped with the checkpoint (config.json's auto_map); off: such a model is
+    # refused, or loaded with transformers' own classes where it has them.
+    trust_remote_code: bool = False
+    attention: Attention = "auto"
+    # A JSON file saying how a causal LM scores a query-document pair (models/score_template.py);
+    # None: the built-in template of the model's family.
+    score_template: str | None = None
 
     @staticmethod
     def of(model: str | None, config: ModelConfig | None) -> ModelConfig:

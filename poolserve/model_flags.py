@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.flags import env_default, integer, name_and_text, one_of
+from poolserve.flags import boolean, env_default, integer, name_and_text, one_of
 from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "on", "auto")
+ATTENTION = ("auto", "sdpa", "eager")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,29 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         type=integer(1),
         default=env_default("--max-model-len", None),
         help="lower the model's length limit (tokens)",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("--trust-remote-code", False),
+        help="run model code shipped with the checkpoint (config.json's auto_map: nomic-embed, "
+        "gte-v1.5, jina-embeddings-v2, ...); that code runs with the server's rights",
+    )
+    parser.add_argument(
+        "--attention",
+        type=one_of(ATTENTION),
+        choices=ATTENTION,
+        default=env_default("--attention", "auto"),
+        help="attention implementation: auto (sdpa where the architecture has it, else eager)",
+    )
+    parser.add_argument(
+        "--score-template",
+        type=str,
+        default=env_default("--score-template", None),
+        metavar="FILE",
+        help="a JSON file saying how a causal LM served with --task cross_encoder scores a pair "
+        "(its prompt segments and yes/no tokens); default: its family's (Qwen3-Reranker, "
+        "bge-reranker-v2-gemma)",
     )
     parser.add_argument(
         "--prompt",
@@ -120,6 +144,9 @@ def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineC
         max_model_len=args.max_model_len,
         task=None if args.task == "auto" else args.task,
         prompts=tuple(args.prompt or ()),
+        trust_remote_code=boolean(args.trust_remote_code),
+        attention=args.attention,
+        score_template=args.score_template,
     )
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,

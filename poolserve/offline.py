@@ -277,13 +277,16 @@ class Engine:
         use_activation: bool = True,
         truncate_prompt_tokens: int | None = None,
         max_tokens_per_doc: int | None = None,
+        scorer: str | None = None,
     ) -> np.ndarray:
         """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them.
 
         A document is a string or a mapping with a `text` key (as the rerank APIs send them).
+        `scorer` chooses among BGE-M3's ways (dense, sparse, colbert, m3); other models score
+        one way.
         """
         request = self._score(
-            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc
+            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc, scorer
         )
         return run_sync(self.core, *request)
 
@@ -295,10 +298,11 @@ class Engine:
         use_activation: bool = True,
         truncate_prompt_tokens: int | None = None,
         max_tokens_per_doc: int | None = None,
+        scorer: str | None = None,
     ) -> np.ndarray:
         """`score`, awaited."""
         request = self._score(
-            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc
+            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc, scorer
         )
         return await run_async(self.core, *request)
 
@@ -309,6 +313,7 @@ class Engine:
         use_activation: bool,
         truncate_prompt_tokens: int | None,
         max_tokens_per_doc: int | None,
+        scorer: str | None,
     ) -> tuple[ScoreTask, ServeContext[ScoreRequest]]:
         task = self.tasks.score
         if task is None:
@@ -319,6 +324,7 @@ class Engine:
             documents=document_list,
             pairs=pair_up(len(query_list), len(document_list)),
             max_tokens_per_doc=max_tokens_per_doc,
+            scorer=scorer,
         )
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
@@ -326,20 +332,30 @@ class Engine:
         return task, ServeContext(request, self.name, params)
 
     def rerank(
-        self, query: str, documents: Sequence[Document], *, top_n: int | None = None
+        self,
+        query: str,
+        documents: Sequence[Document],
+        *,
+        top_n: int | None = None,
+        scorer: str | None = None,
     ) -> list[tuple[int, float]]:
         """(document index, score) pairs, best first; the first `top_n` (None: all).
 
         A document is a string or a mapping with a `text` key."""
         _check_rerank(query, top_n)
-        return ranked(self.score(query, documents), top_n)
+        return ranked(self.score(query, documents, scorer=scorer), top_n)
 
     async def arerank(
-        self, query: str, documents: Sequence[Document], *, top_n: int | None = None
+        self,
+        query: str,
+        documents: Sequence[Document],
+        *,
+        top_n: int | None = None,
+        scorer: str | None = None,
     ) -> list[tuple[int, float]]:
         """`rerank`, awaited."""
         _check_rerank(query, top_n)
-        return ranked(await self.ascore(query, documents), top_n)
+        return ranked(await self.ascore(query, documents, scorer=scorer), top_n)
 
     def embed_sparse(
         self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None

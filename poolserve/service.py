@@ -6,6 +6,7 @@ a `ModelService`; neither reaches into the other.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from poolserve.config import EngineConfig, ModelConfig
@@ -18,6 +19,8 @@ from poolserve.tasks.base import PoolingParams
 from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.registry import TaskSet, build_tasks
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ModelService:
@@ -28,6 +31,8 @@ class ModelService:
     kind: Kind
     max_model_len: int
     embedding_dim: int
+    # The Matryoshka dimension a request gets when it names none (the model's truncate_dim).
+    default_dimensions: int | None
     normalizes: bool
     num_special_tokens: int
     # The names clients may pass as `model` (responses carry the first).
@@ -45,7 +50,16 @@ class ModelService:
     ) -> ModelService:
         """Load the model and start its engine (its runners, on `cpu` if shared); raises if
         anything fails, with nothing left running."""
-        spec = prepare_model(model_config)
+        spec = prepare_model(model_config, engine_config.max_batch_tokens)
+        if spec.capped_from is not None:
+            logger.info(
+                "%s: its length limit %d is more than --max-batch-tokens %d; serving inputs of "
+                "up to %d tokens (raise --max-batch-tokens to serve longer ones)",
+                spec.name,
+                spec.capped_from,
+                engine_config.max_batch_tokens,
+                spec.max_model_len,
+            )
         core = EngineCore(spec, engine_config, backend=backend, cpu=cpu)
         core.start()
         try:
@@ -56,6 +70,7 @@ class ModelService:
                 kind=spec.kind,
                 max_model_len=spec.max_model_len,
                 embedding_dim=spec.embedding_dim,
+                default_dimensions=spec.layout.truncate_dim,
                 normalizes=spec.layout.normalize,
                 num_special_tokens=TextTokenizer(spec.tokenizer_json).num_special_tokens,
                 served_names=served_names or (spec.name,),
@@ -94,6 +109,7 @@ class ModelService:
             model_normalizes=self.normalizes,
             normalize=normalize,
             dimensions=dimensions,
+            default_dimensions=self.default_dimensions,
             truncate_prompt_tokens=truncate_prompt_tokens,
             truncation_side=truncation_side,
             use_activation=use_activation,

@@ -1,4 +1,5 @@
-"""sentence-transformers Dense modules (a linear layer and an activation), rebuilt from files."""
+"""Linear layers stored beside the encoder, rebuilt from their files: sentence-transformers Dense
+modules (a linear layer and an activation), Stanford ColBERT's projection, BGE-M3's heads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from poolserve.errors import ModelLoadError
-from poolserve.models.layout import DenseSpec
+from poolserve.models.layout import M3_HEAD_FILES, DenseSpec
+from poolserve.models.module import M3Heads
 
 # Activations by the class path sentence-transformers stores; only these are trusted.
 _ACTIVATIONS: dict[str, type[torch.nn.Module]] = {
@@ -65,3 +67,33 @@ def build_dense(spec: DenseSpec) -> torch.nn.Sequential:
             f"{spec.directory}: weights do not fit the Dense layer: {exc}"
         ) from exc
     return torch.nn.Sequential(linear, activation())
+
+
+def _linear_from_state(path: Path) -> torch.nn.Linear:
+    """A Linear layer from a torch state dict file (`weight`, optional `bias`), loaded without
+    unpickling anything but tensors."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: cannot read it as a torch state dict: {exc}") from exc
+    weight = state.get("weight") if isinstance(state, dict) else None
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ModelLoadError(f"{path}: no 2-D `weight` in it; not a linear layer")
+    bias = state.get("bias")
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(weight.float())
+        if bias is not None:
+            linear.bias.copy_(bias.float())
+    return linear
+
+
+def load_m3_heads(directory: Path, special_ids: tuple[int, ...]) -> M3Heads:
+    """BGE-M3's colbert_linear.pt and sparse_linear.pt, as FlagEmbedding saves them."""
+    colbert_file, sparse_file = (directory / name for name in M3_HEAD_FILES)
+    sparse = _linear_from_state(sparse_file)
+    if sparse.out_features != 1:
+        raise ModelLoadError(
+            f"{sparse_file}: a weight per token needs 1 output, not {sparse.out_features}"
+        )
+    return M3Heads(sparse, _linear_from_state(colbert_file), special_ids)

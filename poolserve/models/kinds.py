@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from poolserve.errors import ModelLoadError
+from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.layout import ModelLayout
 
 Kind = Literal[
     "embedding", "cross_encoder", "classifier", "late_interaction", "sparse", "token_classifier"
 ]
-Head = Literal["embed", "token_embed", "classify", "token_classify", "sparse"]
+# "m3": BGE-M3's dense, lexical and multi-vector outputs of one forward pass (models/module.py).
+Head = Literal["embed", "token_embed", "classify", "token_classify", "sparse", "m3"]
 
 KINDS: tuple[Kind, ...] = (
     "embedding",
@@ -56,8 +57,39 @@ TASK_OVERRIDES: dict[str, Kind] = {**{kind: kind for kind in KINDS}, **VLLM_TASK
 TASK_CHOICES = ("auto", *KINDS)
 
 
+def _sentence_transformers_kind(layout: ModelLayout) -> Kind | None:
+    """The kind sentence-transformers (or PyLate) files declare, whatever config.json's class
+    name says: all-mpnet-base-v2 is saved as MPNetForMaskedLM, Qwen3-Embedding as
+    Qwen3ForCausalLM, and both are embedding models."""
+    modules = layout.module_types
+    st_type = str(layout.st_config.get("model_type", "")).lower()
+    if "SpladePooling" in modules or st_type == "sparseencoder":
+        return "sparse"
+    if (
+        layout.architecture == "HF_ColBERT"
+        or layout.colbert_metadata
+        or st_type == "colbert"
+        or (layout.dense and "Pooling" not in modules)
+    ):
+        # Stanford ColBERT (HF_ColBERT with a `linear` head), or PyLate: a projection applied to
+        # every token and no pooling module.
+        return "late_interaction"
+    if "Pooling" in modules:
+        return "embedding"
+    config = layout.hf_config
+    if (
+        st_type == "crossencoder"
+        or isinstance(config.get("sentence_transformers"), dict)
+        or "sbert_ce_default_activation_function" in config
+    ):
+        return "cross_encoder" if layout.num_labels == 1 else "classifier"
+    return None
+
+
 def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
-    """The kind of model in `layout`, or the one `task` forces."""
+    """The kind of model in `layout`, or the one `task` forces. sentence-transformers' files
+    decide first, then the transformers class name; a class that could be several kinds
+    (a masked LM, a causal LM) is refused with the `--task` that serves it."""
     if task is not None and task != "auto":
         if task not in TASK_OVERRIDES:
             raise ModelLoadError(
@@ -65,20 +97,25 @@ def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
                 f"{', '.join(VLLM_TASK_NAMES)})"
             )
         return TASK_OVERRIDES[task]
+    declared = _sentence_transformers_kind(layout)
+    if declared is not None:
+        return declared
     architecture = layout.architecture
     if architecture.endswith("ForSequenceClassification"):
         return "cross_encoder" if layout.num_labels == 1 else "classifier"
     if architecture.endswith("ForTokenClassification"):
         return "token_classifier"
-    if architecture.endswith("ForMaskedLM") or "SpladePooling" in layout.module_types:
-        return "sparse"
-    if (
-        architecture == "HF_ColBERT"
-        or layout.colbert_metadata
-        or str(layout.st_config.get("model_type", "")).lower() == "colbert"
-        or (layout.dense and "Pooling" not in layout.module_types)
-    ):
-        # Stanford ColBERT (HF_ColBERT with a `linear` head), or PyLate: a projection applied to
-        # every token and no pooling module.
-        return "late_interaction"
+    if architecture.endswith("ForMaskedLM"):
+        raise SettingError(
+            f"{layout.directory} is a masked language model ({architecture}) with no "
+            "sentence-transformers modules saying how to pool it: pass --task sparse to serve "
+            "it as SPLADE, or --task embedding for mean-pooled vectors"
+        )
+    if layout.is_causal_lm:
+        raise SettingError(
+            f"{layout.directory} is a causal language model ({architecture}) with no "
+            "sentence-transformers Pooling module: pass --task cross_encoder to serve it as an "
+            "LLM reranker scored by its yes/no logits (Qwen3-Reranker, bge-reranker-v2-gemma), "
+            "or --task embedding for its last token's hidden state"
+        )
     return "embedding"

@@ -2,7 +2,12 @@
 
 A sentence-transformers directory lists its modules in `modules.json` (Transformer, Pooling,
 Dense, Normalize); a plain transformers directory has only `config.json`, and then pooling falls
-back to mean pooling with normalization, the common default for embedding models.
+back to mean pooling with normalization, the common default for embedding models (last-token
+pooling for a causal LM, as decoder embedders pool).
+
+Sizes come from the configuration transformers loads (`AutoConfig`), never from raw JSON keys:
+DistilBERT calls its width `dim`, GPT-2-style configs `n_embd`, T5 `d_model`, and each config
+class maps them to `hidden_size`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import Any
 
 from poolserve.errors import ModelLoadError, SettingError
 
+# BGE-M3's multi-vector and lexical heads, stored beside its encoder as torch state dicts.
+M3_HEAD_FILES = ("colbert_linear.pt", "sparse_linear.pt")
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' older boolean keys, in its concatenation order.
 _LEGACY_POOLING_KEYS = {
@@ -61,6 +68,28 @@ class ModelLayout:
     splade_activation: str = "relu"
     # Stanford ColBERT's artifact.metadata (markers, query_maxlen, ...), empty where absent.
     colbert_metadata: dict[str, Any] = field(default_factory=dict)
+    # The configuration transformers loaded (a PretrainedConfig), for what raw keys cannot say.
+    config: Any = field(default=None, compare=False, repr=False)
+    # BGE-M3's extra heads beside the encoder: colbert_linear.pt and sparse_linear.pt.
+    m3_heads: bool = False
+    # The Matryoshka dimension sentence-transformers truncates to (its truncate_dim), or None.
+    truncate_dim: int | None = None
+    # The length limit the model itself declares, before --max-model-len or a batch budget.
+    declared_max_len: int = 0
+
+    @property
+    def model_type(self) -> str:
+        return str(self.hf_config.get("model_type", ""))
+
+    @property
+    def is_causal_lm(self) -> bool:
+        """A decoder checkpoint saved with its language-model head (Qwen3ForCausalLM, ...)."""
+        return self.architecture.endswith(("ForCausalLM", "LMHeadModel"))
+
+    @property
+    def ships_code(self) -> bool:
+        """Whether config.json points at model code stored with the checkpoint (auto_map)."""
+        return bool(self.hf_config.get("auto_map"))
 
     @property
     def num_labels(self) -> int:
@@ -84,15 +113,56 @@ def _read_json(path: Path) -> Any:
         raise ModelLoadError(f"cannot read {path}: {exc}") from exc
 
 
-def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayout:
+TRUST_REMOTE_CODE = (
+    "--trust-remote-code (trust_remote_code=True in Python) runs it; that code runs with the "
+    "server's rights, so trust its source first"
+)
+
+
+def load_hf_config(directory: Path, hf_config: dict[str, Any], trust_remote_code: bool) -> Any:
+    """The model's configuration as transformers reads it (its own class, or the checkpoint's
+    code with `trust_remote_code`)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(directory), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        model_type = hf_config.get("model_type")
+        if hf_config.get("auto_map") and not trust_remote_code:
+            raise ModelLoadError(
+                f"{directory} ships its own model code (config.json auto_map, model_type "
+                f"{model_type!r}), which transformers has no class of its own for; "
+                + TRUST_REMOTE_CODE
+            ) from exc
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(
+            f"{directory}/config.json cannot be read by transformers (model_type "
+            f"{model_type!r}): {first_line}"
+        ) from exc
+
+
+def _text_config(config: Any) -> Any:
+    """The text model's part of a composite configuration (itself for most models)."""
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def read_layout(
+    directory: Path, max_model_len: int | None = None, *, trust_remote_code: bool = False
+) -> ModelLayout:
     """Read config.json and the sentence-transformers module files of a model directory."""
     hf_config = _read_json(directory / "config.json")
+    if not isinstance(hf_config, dict):
+        raise ModelLoadError(f"{directory}/config.json is not a JSON object")
     architectures = hf_config.get("architectures") or ["AutoModel"]
-    hidden_size = int(hf_config.get("hidden_size") or hf_config.get("d_model") or 0)
+    config = load_hf_config(directory, hf_config, trust_remote_code)
+    text_config = _text_config(config)
+    hidden_size = int(getattr(text_config, "hidden_size", 0) or 0)
     if hidden_size <= 0:
         raise ModelLoadError(f"{directory}/config.json does not give the hidden size")
 
-    pooling_modes: tuple[str, ...] = ("mean",)
+    causal = str(architectures[0]).endswith(("ForCausalLM", "LMHeadModel"))
+    pooling_modes: tuple[str, ...] = ("lasttoken",) if causal else ("mean",)
     dense: list[DenseSpec] = []
     normalize = True
     module_types: list[str] = []
@@ -117,12 +187,15 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
             elif kind == "SpladePooling":
                 splade = _read_json(module_dir / "config.json")
 
+    st_file = directory / "config_sentence_transformers.json"
+    st_config = _read_json(st_file) if st_file.is_file() else {}
     metadata_file = directory / "artifact.metadata"
     colbert_metadata = _read_json(metadata_file) if metadata_file.is_file() else {}
-    limit = _model_length_limit(directory, hf_config)
+    limit = _model_length_limit(directory, text_config)
     if colbert_metadata.get("doc_maxlen"):
         # Stanford ColBERT's doc_maxlen counts the marker token inserted after [CLS].
         limit = min(limit, int(colbert_metadata["doc_maxlen"]) - 1)
+    declared = limit
     if max_model_len is not None:
         if max_model_len > limit:
             raise SettingError(
@@ -143,9 +216,11 @@ def read_layout(directory: Path, max_model_len: int | None = None) -> ModelLayou
         splade_activation=str(splade.get("activation_function", "relu")),
         colbert_metadata=colbert_metadata,
         include_prompt=include_prompt,
-        st_config=_read_json(st_file)
-        if (st_file := directory / "config_sentence_transformers.json").is_file()
-        else {},
+        st_config=st_config,
+        config=config,
+        m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
+        truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
+        declared_max_len=declared,
     )
 
 
@@ -174,7 +249,7 @@ def _read_dense(directory: Path) -> DenseSpec:
     )
 
 
-def _model_length_limit(directory: Path, hf_config: dict[str, Any]) -> int:
+def _model_length_limit(directory: Path, config: Any) -> int:
     """sentence-transformers' max_seq_length, else the smaller of the model's and tokenizer's."""
     st_config = directory / "sentence_bert_config.json"
     if st_config.is_file():
@@ -182,7 +257,7 @@ def _model_length_limit(directory: Path, hf_config: dict[str, Any]) -> int:
         if max_seq_length:
             return int(max_seq_length)
     limits = []
-    positions = hf_config.get("max_position_embeddings")
+    positions = getattr(config, "max_position_embeddings", None)
     if positions:
         limits.append(int(positions))
     tokenizer_config = directory / "tokenizer_config.json"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +12,13 @@ from tokenizers import Tokenizer
 
 from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError, SettingError
-from poolserve.models.dense import build_dense, load_linear_head
+from poolserve.models.dense import build_dense, load_linear_head, load_m3_heads
 from poolserve.models.device import choose_device, choose_dtype
 from poolserve.models.kinds import HEADS, Head, Kind, describe, detect_kind
-from poolserve.models.layout import ModelLayout, read_layout
-from poolserve.models.module import PoolingModule
+from poolserve.models.layout import TRUST_REMOTE_CODE, ModelLayout, read_layout
+from poolserve.models.module import NextTokenScorer, PoolingModule
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
+from poolserve.models.score_template import ScoreTemplate, template_for, with_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +42,18 @@ class ModelSpec:
     forced_task: str | None = None
     # Prompts given at start-up (--prompt), over the model's own.
     prompts: tuple[tuple[str, str], ...] = ()
+    trust_remote_code: bool = False
+    attention: str = "auto"
+    # A causal LM served as a reranker: how it reads a pair and which logits score it.
+    score_template: ScoreTemplate | None = None
+    # The model's own length limit where a smaller batch budget capped it (see `prepare_model`).
+    capped_from: int | None = None
 
     @property
     def heads(self) -> tuple[Head, ...]:
+        if self.layout.m3_heads and self.kind == "embedding":
+            # BGE-M3: dense, lexical (sparse) and multi-vector outputs, and all three at once.
+            return ("embed", "token_embed", "sparse", "m3")
         return HEADS[self.kind]
 
     @property
@@ -57,6 +67,18 @@ class ModelSpec:
     @property
     def pad_token_id(self) -> int:
         return int(self.layout.hf_config.get("pad_token_id") or 0)
+
+    @property
+    def special_token_ids(self) -> tuple[int, ...]:
+        """The ids of the tokenizer's special tokens ([CLS], </s>, padding, unknown, ...)."""
+        tokenizer = Tokenizer.from_str(self.tokenizer_json)
+        return tuple(
+            sorted(
+                token_id
+                for token_id, token in tokenizer.get_added_tokens_decoder().items()
+                if token.special
+            )
+        )
 
 
 def _model_name(config: ModelConfig, directory: Path) -> str:
@@ -84,10 +106,24 @@ def load_tokenizer_json(directory: Path) -> str:
     return json_text
 
 
-def prepare_model(config: ModelConfig) -> ModelSpec:
-    """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason."""
+def prepare_model(config: ModelConfig, max_batch_tokens: int | None = None) -> ModelSpec:
+    """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason.
+
+    A model whose own length limit is more than `max_batch_tokens` (Qwen3-Embedding's 32,768
+    against the default 16,384) is served up to that budget, unless `--max-model-len` asked for
+    more (then the engine refuses to start): `capped_from` says so, for one log line."""
     directory = resolve_model_dir(config.model, config.revision)
-    layout = read_layout(directory, config.max_model_len)
+    layout = read_layout(
+        directory, config.max_model_len, trust_remote_code=config.trust_remote_code
+    )
+    capped_from = None
+    if (
+        max_batch_tokens is not None
+        and config.max_model_len is None
+        and layout.max_model_len > max_batch_tokens
+    ):
+        capped_from = layout.max_model_len
+        layout = replace(layout, max_model_len=max_batch_tokens)
     kind = detect_kind(layout, config.task)
     if config.prompts and kind != "embedding":
         raise SettingError(
@@ -96,11 +132,22 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
         )
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
+    if config.score_template is not None and not (kind == "cross_encoder" and layout.is_causal_lm):
+        raise SettingError(
+            "--score-template applies to a causal LM served as a reranker (--task "
+            f"cross_encoder); this is {describe(kind)} ({layout.architecture})"
+        )
     tokenizer_json = load_tokenizer_json(directory)
     try:
-        Tokenizer.from_str(tokenizer_json)  # fail at start-up, not on the first request
+        tokenizer = Tokenizer.from_str(tokenizer_json)  # fail at start-up, not at a request
     except Exception as exc:
         raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    template = None
+    if kind == "cross_encoder" and layout.is_causal_lm:
+        template = with_token_ids(
+            template_for(layout.model_type, config.score_template, directory),
+            lambda text: tokenizer.encode(text, add_special_tokens=False).ids,
+        )
     return ModelSpec(
         name=_model_name(config, directory),
         layout=layout,
@@ -110,19 +157,43 @@ def prepare_model(config: ModelConfig) -> ModelSpec:
         dtype=dtype,
         forced_task=config.task if config.task not in (None, "auto") else None,
         prompts=config.prompts,
+        trust_remote_code=config.trust_remote_code,
+        attention=config.attention,
+        score_template=template,
+        capped_from=capped_from,
     )
 
 
-def _backbone_class(kind: Kind) -> Any:
+# Encoder-decoder families whose sentence-transformers models run the encoder alone (as
+# sentence-transformers' Transformer module loads them): AutoModel would build the whole
+# encoder-decoder and find no decoder weights.
+_ENCODER_CLASSES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
+
+
+def _backbone_class(spec: ModelSpec) -> Any:
     import transformers
 
+    if spec.score_template is not None:
+        return transformers.AutoModelForCausalLM
     classes: dict[Kind, Any] = {
         "cross_encoder": transformers.AutoModelForSequenceClassification,
         "classifier": transformers.AutoModelForSequenceClassification,
         "sparse": transformers.AutoModelForMaskedLM,
         "token_classifier": transformers.AutoModelForTokenClassification,
     }
-    return classes.get(kind, transformers.AutoModel)
+    if spec.kind in classes:
+        return classes[spec.kind]
+    layout = spec.layout
+    encoder = _ENCODER_CLASSES.get(layout.model_type)
+    if encoder is None and layout.architecture.endswith("EncoderModel"):
+        encoder = layout.architecture
+    if (
+        encoder is not None
+        and hasattr(transformers, encoder)
+        and not (spec.trust_remote_code and layout.ships_code)
+    ):
+        return getattr(transformers, encoder)
+    return transformers.AutoModel
 
 
 # Weights a backbone may lack because nothing poolserve runs reads them: an embedding model's
@@ -148,6 +219,13 @@ def _refuse_untrained(spec: ModelSpec, loading_info: dict[str, Any]) -> None:
         f" and {len(missing) + len(mismatched) - 4} more" if len(missing + mismatched) > 4 else ""
     )
     what = "lacks" if missing else "has differently shaped"
+    if spec.layout.ships_code and not spec.trust_remote_code:
+        # Loaded with transformers' own class of its model_type, which its weights do not fit.
+        raise ModelLoadError(
+            f"{spec.layout.directory} ships its own model code (config.json auto_map), and "
+            f"transformers' own class for model_type {spec.layout.model_type!r} {what} weights "
+            f"it needs ({shown}); " + TRUST_REMOTE_CODE
+        )
     raise ModelLoadError(
         f"{spec.layout.directory} {what} the weights {describe(spec.kind)} needs ({shown}); "
         f"they would be random. It was read as {describe(spec.kind)}"
@@ -161,21 +239,39 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
     transformers' progress bar (a notebook would print it on every Engine())."""
     from transformers.utils import logging as transformers_logging
 
+    model_class = _backbone_class(spec)
     bar_was_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
-        backbone, loading_info = _backbone_class(spec.kind).from_pretrained(
+        backbone, loading_info = model_class.from_pretrained(
             str(spec.layout.directory),
             dtype=spec.dtype,
-            attn_implementation="sdpa",
+            attn_implementation=None if spec.attention == "auto" else spec.attention,
+            trust_remote_code=spec.trust_remote_code,
             output_loading_info=True,
         )
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the model from {spec.layout.directory}: {exc}") from exc
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if spec.attention != "auto" and "attention" in message.lower():
+            raise SettingError(
+                f"--attention {spec.attention}: {message}; use --attention auto (or eager)"
+            ) from exc
+        raise ModelLoadError(
+            f"cannot load the model from {spec.layout.directory}: {message}"
+        ) from exc
     finally:
         if bar_was_on:
             transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
     _refuse_untrained(spec, loading_info)
+    attention = getattr(backbone.config, "_attn_implementation", None)
+    if spec.attention == "auto" and attention not in (None, "sdpa"):
+        logger.info(
+            "%s: %s has no scaled-dot-product attention in transformers; running %s attention "
+            "(--attention to choose)",
+            spec.name,
+            type(backbone).__name__,
+            attention,
+        )
     return backbone  # type: ignore[no-any-return]
 
 
@@ -186,6 +282,10 @@ def load_module(spec: ModelSpec) -> PoolingModule:
     dense: list[torch.nn.Module] = [build_dense(dense_spec) for dense_spec in layout.dense]
     if spec.kind == "late_interaction" and not dense:
         dense = [load_linear_head(layout.directory)]
+    scorer = None
+    if spec.score_template is not None:
+        scorer = NextTokenScorer.of_causal_lm(backbone, spec.score_template.token_ids)
+        backbone = scorer.decoder
     module = PoolingModule(
         spec.kind,
         backbone,
@@ -193,6 +293,10 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         dense=dense,
         splade_strategy=layout.splade_strategy,
         splade_activation=layout.splade_activation,
+        next_token=scorer,
+        m3=load_m3_heads(layout.directory, spec.special_token_ids)
+        if spec.kind == "embedding" and layout.m3_heads
+        else None,
     )
     module = module.to(spec.device).eval()
     logger.info(

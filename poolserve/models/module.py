@@ -2,20 +2,102 @@
 
 `PoolingModule(head, ...)` returns float32 tensors: `[batch, dim]` for sequence heads
 (embed, classify, sparse) and `[batch, tokens, dim]` for token heads (token_embed,
-token_classify). Normalization and activations are left to post-processing, where each request
-says what it wants.
+token_classify, m3). Normalization and activations are left to post-processing, where each
+request says what it wants.
+
+Two heads sit on other backbones than transformers' own heads: an LLM reranker's score is read
+from the next-token logits of two vocabulary entries at the last position (`NextTokenScorer`,
+without computing the logits of the whole vocabulary), and BGE-M3's lexical and multi-vector
+outputs come from its two extra linear layers (`M3Heads`).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from poolserve.models.kinds import Head, Kind
 from poolserve.models.pooling import pool
 
-TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify"})
+TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify", "m3"})
+
+
+class NextTokenScorer(torch.nn.Module):
+    """The logit of "yes" (minus that of "no", where the template has one) as the next token
+    after the last real position: rows of the LM head's weight, applied to one hidden state."""
+
+    rows: torch.Tensor
+
+    def __init__(self, decoder: torch.nn.Module, rows: torch.Tensor, softcap: float | None) -> None:
+        super().__init__()
+        self.decoder = decoder
+        self.register_buffer("rows", rows)
+        self.softcap = softcap
+
+    @classmethod
+    def of_causal_lm(cls, model: Any, token_ids: Sequence[int]) -> NextTokenScorer:
+        head = model.get_output_embeddings()
+        if getattr(head, "bias", None) is not None:
+            raise ValueError("an LM head with a bias is not supported for reranking")
+        rows = head.weight[list(token_ids)].detach().clone()
+        softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+        return cls(model.get_decoder(), rows, float(softcap) if softcap else None)
+
+    def score(self, last_hidden: torch.Tensor) -> torch.Tensor:
+        """[batch, 1] float32 logits from the hidden states at each sequence's last token."""
+        logits = last_hidden.float() @ self.rows.float().T
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        if logits.shape[1] == 2:
+            logits = logits[:, :1] - logits[:, 1:]
+        return logits
+
+
+class M3Heads(torch.nn.Module):
+    """BGE-M3's `sparse_linear` (one weight per token) and `colbert_linear` (a vector per
+    token), over the encoder's last hidden states, as FlagEmbedding computes them."""
+
+    special_ids: torch.Tensor
+
+    def __init__(
+        self, sparse: torch.nn.Linear, colbert: torch.nn.Linear, special_ids: Sequence[int]
+    ) -> None:
+        super().__init__()
+        self.sparse = sparse
+        self.colbert = colbert
+        self.register_buffer("special_ids", torch.tensor(list(special_ids), dtype=torch.long))
+
+    def token_weights(self, hidden: torch.Tensor) -> torch.Tensor:
+        """relu(sparse_linear(h)) per token: [batch, tokens]."""
+        weights: torch.Tensor = torch.relu(self.sparse(hidden.float())).squeeze(-1)
+        return weights
+
+    def vectors(self, hidden: torch.Tensor) -> torch.Tensor:
+        """colbert_linear(h) per token: [batch, tokens, dim]."""
+        vectors: torch.Tensor = self.colbert(hidden.float())
+        return vectors
+
+    def lexical(
+        self, hidden: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor, vocab: int
+    ) -> torch.Tensor:
+        """Each token id's largest weight in the sequence, special tokens left out:
+        [batch, vocab]."""
+        weights = self.token_weights(hidden) * mask.to(torch.float32)
+        out = torch.zeros(hidden.shape[0], vocab, dtype=torch.float32, device=hidden.device)
+        out.scatter_reduce_(1, input_ids, weights, reduce="amax", include_self=True)
+        out[:, self.special_ids] = 0.0
+        return out
+
+    def combined(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Per token: its ColBERT vector and its lexical weight; row 0 holds the [CLS] hidden
+        state (the dense vector) instead of a ColBERT vector: [batch, tokens, hidden + 1]."""
+        hidden = hidden.float()
+        vectors = self.vectors(hidden)
+        vectors[:, 0] = hidden[:, 0]
+        return torch.cat([vectors, self.token_weights(hidden).unsqueeze(-1)], dim=-1)
 
 
 class PoolingModule(torch.nn.Module):
@@ -28,6 +110,8 @@ class PoolingModule(torch.nn.Module):
         dense: Sequence[torch.nn.Module] = (),
         splade_strategy: str = "max",
         splade_activation: str = "relu",
+        next_token: NextTokenScorer | None = None,
+        m3: M3Heads | None = None,
     ) -> None:
         super().__init__()
         self.kind = kind
@@ -36,6 +120,14 @@ class PoolingModule(torch.nn.Module):
         self.dense = torch.nn.Sequential(*dense)
         self.splade_strategy = splade_strategy
         self.splade_activation = splade_activation
+        self.next_token = next_token
+        self.m3 = m3
+        # DistilBERT, T5 encoders and decoders take no token type ids (a pair's types are
+        # dropped: their tokenizers mark the pair with separators alone).
+        self.takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
+        config: Any = getattr(backbone, "config", None)
+        text_config = config.get_text_config() if config is not None else None
+        self.vocab_size = int(getattr(text_config, "vocab_size", 0) or 0)
 
     def forward(
         self,
@@ -48,9 +140,19 @@ class PoolingModule(torch.nn.Module):
         """The head's output; `pool_mask` (default: the attention mask) says which tokens the
         pooling averages (a prompt left out, for include_prompt: false)."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
+        if token_type_ids is not None and self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
         output = self.backbone(**inputs)
+        if self.next_token is not None:
+            last = pool(output.last_hidden_state, attention_mask, ("lasttoken",))
+            return self.next_token.score(last)
+        if self.m3 is not None and head in ("sparse", "m3", "token_embed"):
+            hidden = output.last_hidden_state
+            if head == "sparse":
+                return self.m3.lexical(hidden, input_ids, attention_mask, self.vocab_size)
+            if head == "m3":
+                return self.m3.combined(hidden)
+            return self.m3.vectors(hidden)
         if head in ("classify", "token_classify"):
             return output.logits.float()  # type: ignore[no-any-return]
         if head == "sparse":

@@ -37,7 +37,9 @@ def serve_on_ray(
     """Serve until SIGTERM/SIGINT through Ray Serve's proxy on the server's host and port;
     raises ModelLoadError (or SettingError) for what cannot start."""
     # Settings and the model's files, before Ray starts and its replicas load.
-    server_config.check_limits(prepare_model(model_config).max_model_len)
+    server_config.check_limits(
+        prepare_model(model_config, engine_config.max_batch_tokens).max_model_len
+    )
     started = connect(address)
     # After Ray's start, which installs handlers of its own: a signal stops start-up too.
     _on_signals(_stop)

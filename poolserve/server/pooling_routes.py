@@ -98,6 +98,7 @@ async def _score(
     use_activation: bool | None,
     rerank: bool,
     timeout: float | None,
+    scorer: str | None = None,
 ) -> Response:
     state = state_of(request)
     service = state.model_for(request.scope, model)
@@ -111,6 +112,7 @@ async def _score(
         pairs=pair_up(len(queries), len(documents)),
         rerank=rerank,
         max_tokens_per_doc=max_tokens_per_doc,
+        scorer=scorer,
     )
     params = _params(
         service,
@@ -145,6 +147,7 @@ async def score(request: Request) -> Response:
         use_activation=wire.use_activation,
         rerank=False,
         timeout=wire.request_timeout,
+        scorer=wire.scorer,
     )
 
 
@@ -193,6 +196,7 @@ async def rerank(request: Request) -> Response:
         use_activation=wire.use_activation,
         rerank=True,
         timeout=wire.request_timeout,
+        scorer=wire.scorer,
     )
 
 

@@ -167,6 +167,11 @@ class ScoreRequest(WireModel):
     )
     max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
     use_activation: StrictBool | None = None
+    scorer: Literal["dense", "sparse", "colbert", "m3"] | None = Field(
+        None,
+        description="BGE-M3: score by its dense vectors (default), lexical weights, ColBERT "
+        "vectors, or M3's weighted sum of the three; other models score one way",
+    )
 
     def sides(self) -> tuple[list[str], list[str]]:
         first = self.queries if self.queries is not None else self.text_1
@@ -198,6 +203,11 @@ class RerankRequest(WireModel):
     )
     max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
     use_activation: StrictBool | None = None
+    scorer: Literal["dense", "sparse", "colbert", "m3"] | None = Field(
+        None,
+        description="BGE-M3: score by its dense vectors (default), lexical weights, ColBERT "
+        "vectors, or M3's weighted sum of the three; other models score one way",
+    )
 
     def document_texts(self) -> list[str]:
         return [doc if isinstance(doc, str) else doc.text for doc in self.documents]

@@ -24,6 +24,7 @@ def resolve_pooling_params(
     model_normalizes: bool = True,
     normalize: bool | None = None,
     dimensions: int | None = None,
+    default_dimensions: int | None = None,
     truncate_prompt_tokens: int | None = None,
     truncation_side: Side = "right",
     use_activation: bool = True,
@@ -31,13 +32,17 @@ def resolve_pooling_params(
     """Check the request's pooling options against the model and fill in their meaning.
 
     `normalize` None follows the model's configuration (a sentence-transformers Normalize module,
-    or normalization for a plain transformers directory), as sentence-transformers would.
+    or normalization for a plain transformers directory), as sentence-transformers would, except
+    that a Matryoshka slice (`dimensions`, or the model's `truncate_dim` by default) is
+    re-normalized: a slice of a unit vector is not one, and clients compare by dot product.
     """
     if dimensions is not None and not 1 <= dimensions <= embedding_dim:
         raise InvalidRequestError(
             f"dimensions must be between 1 and {embedding_dim} for this model, got {dimensions}",
             param="dimensions",
         )
+    if dimensions is None and default_dimensions is not None:
+        dimensions = min(default_dimensions, embedding_dim)
     truncate = truncate_prompt_tokens
     if truncate is not None:
         if truncate == -1:
@@ -55,7 +60,7 @@ def resolve_pooling_params(
                 param="truncate_prompt_tokens",
             )
     return PoolingParams(
-        normalize=model_normalizes if normalize is None else normalize,
+        normalize=(model_normalizes or dimensions is not None) if normalize is None else normalize,
         use_activation=use_activation,
         dimensions=dimensions,
         truncate_prompt_tokens=truncate,

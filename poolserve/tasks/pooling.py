@@ -35,9 +35,17 @@ def sparse_entries(weights: np.ndarray) -> list[dict[str, Any]]:
 class PoolingTask(InputsTask[PoolingRequest]):
     """Task processor for `/pooling` and `/embed_sparse`: any head, raw output per input."""
 
-    def __init__(self, *, max_model_len: int, classifier: ClassifierHead | None) -> None:
+    def __init__(
+        self,
+        *,
+        max_model_len: int,
+        classifier: ClassifierHead | None,
+        first_token_row: int = 0,
+    ) -> None:
         super().__init__(max_model_len=max_model_len)
         self.classifier = classifier
+        # token_embed rows before this one are not the model's token vectors (BGE-M3: [CLS]).
+        self.first_token_row = first_token_row
 
     def head_for(self, ctx: ServeContext[PoolingRequest]) -> Head:
         return ctx.request.head
@@ -47,6 +55,8 @@ class PoolingTask(InputsTask[PoolingRequest]):
     ) -> list[Any]:
         head = ctx.request.head
         params = ctx.pooling_params
+        if head == "token_embed" and self.first_token_row:
+            outputs = [output[self.first_token_row :] for output in outputs]
         if head in ("embed", "token_embed"):
             return [l2_normalize(output) if params.normalize else output for output in outputs]
         if head in ("classify", "token_classify"):

@@ -11,6 +11,7 @@ from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import EmbedTask
+from poolserve.tasks.m3_score import M3Scorer
 from poolserve.tasks.pooling import PoolingTask
 from poolserve.tasks.prompts import Prompts, read_prompts
 from poolserve.tasks.score import (
@@ -21,6 +22,7 @@ from poolserve.tasks.score import (
     Scorer,
     ScoreTask,
 )
+from poolserve.tasks.template_score import TemplateScorer
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,17 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         else None
     )
     scorer: Scorer | None = None
-    if kind == "cross_encoder":
+    m3 = kind == "embedding" and spec.layout.m3_heads
+    if kind == "cross_encoder" and spec.score_template is not None:
+        classifier = ClassifierHead(labels=("score",), activation="sigmoid")
+        scorer = TemplateScorer(
+            max_model_len=limit, template=spec.score_template, classifier=classifier
+        )
+    elif kind == "cross_encoder":
         assert classifier is not None
         scorer = CrossEncoderScorer(max_model_len=limit, classifier=classifier)
+    elif m3:
+        scorer = M3Scorer(max_model_len=limit, special_ids=frozenset(spec.special_token_ids))
     elif kind == "embedding":
         scorer = BiEncoderScorer(max_model_len=limit)
     elif kind == "late_interaction":
@@ -142,18 +152,20 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         scorer = LateInteractionScorer(max_model_len=limit, config=config)
     return TaskSet(
         heads=spec.heads,
-        pooling=PoolingTask(max_model_len=limit, classifier=classifier),
+        # BGE-M3's token vectors are those of every token after [CLS] (FlagEmbedding's).
+        pooling=PoolingTask(max_model_len=limit, classifier=classifier, first_token_row=int(m3)),
         embed=(
             EmbedTask(max_model_len=limit, include_prompt=spec.layout.include_prompt)
             if kind == "embedding"
             else None
         ),
+        # An LLM reranker reads pairs through its template: a lone text has no score.
         classify=(
             ClassifyTask(max_model_len=limit, classifier=classifier)
-            if classifier is not None and kind != "token_classifier"
+            if classifier is not None and kind != "token_classifier" and spec.score_template is None
             else None
         ),
         score=ScoreTask(scorer) if scorer is not None else None,
-        sparse=kind == "sparse",
+        sparse=kind == "sparse" or m3,
         prompts=read_prompts(spec.layout.st_config, spec.prompts),
     )

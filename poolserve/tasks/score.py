@@ -34,6 +34,9 @@ class ScoreRequest:
     rerank: bool = False
     # Documents are cut to this many tokens before anything else (Cohere's option).
     max_tokens_per_doc: int | None = None
+    # One of the model's ways of scoring (`Scorer.names`: BGE-M3's dense, sparse, colbert or
+    # m3); None: its default.
+    scorer: str | None = None
 
 
 def pair_up(queries: int, documents: int) -> list[tuple[int, int]]:
@@ -52,6 +55,9 @@ def pair_up(queries: int, documents: int) -> list[tuple[int, int]]:
 
 class Scorer(Protocol):
     """One way of scoring: what to run through the model and how outputs become scores."""
+
+    # The request's `scorer` values it takes, the default first; empty: it scores one way.
+    names: tuple[str, ...]
 
     def inputs(self, request: ScoreRequest) -> Sequence[Any]: ...
 
@@ -84,7 +90,7 @@ def text_namer(request: ScoreRequest) -> Callable[[int], str]:
     return name
 
 
-def _cut_documents(
+def cut_documents(
     request: ScoreRequest, tokenizer: TextTokenizer, start: int, texts: Sequence[str]
 ) -> list[str]:
     """Apply `max_tokens_per_doc` to the documents among `texts` (which begin at `start`)."""
@@ -99,6 +105,8 @@ def _cut_documents(
 
 
 class CrossEncoderScorer:
+    names: tuple[str, ...] = ()
+
     def __init__(self, *, max_model_len: int, classifier: ClassifierHead) -> None:
         self.max_model_len = max_model_len
         self.classifier = classifier
@@ -157,6 +165,8 @@ class CrossEncoderScorer:
 class _EachTextOnce:
     """Scorers that encode every query and document once, whatever it is scored against."""
 
+    names: tuple[str, ...] = ()
+
     def __init__(self, *, max_model_len: int) -> None:
         self.max_model_len = max_model_len
 
@@ -175,7 +185,7 @@ class BiEncoderScorer(_EachTextOnce):
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         return tokenize_inputs(
             tokenizer,
-            _cut_documents(request, tokenizer, start, inputs),
+            cut_documents(request, tokenizer, start, inputs),
             start,
             truncate=truncate,
             max_model_len=self.max_model_len,
@@ -226,7 +236,7 @@ class LateInteractionScorer(_EachTextOnce):
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         queries = len(request.queries)
         results = []
-        for offset, text in enumerate(_cut_documents(request, tokenizer, start, inputs)):
+        for offset, text in enumerate(cut_documents(request, tokenizer, start, inputs)):
             index = start + offset
             is_query = index < queries
             marker = self.config.query_marker if is_query else self.config.document_marker
@@ -290,6 +300,13 @@ class ScoreTask:
         self.scorer = scorer
 
     def inputs(self, ctx: ServeContext[ScoreRequest]) -> Sequence[Any]:
+        chosen, names = ctx.request.scorer, self.scorer.names
+        if chosen is not None and chosen not in names:
+            raise InvalidRequestError(
+                f"scorer {chosen!r} is not one of this model's: "
+                + (", ".join(names) if names else "it scores one way; leave `scorer` out"),
+                param="scorer",
+            )
         return self.scorer.inputs(ctx.request)
 
     def preprocess(

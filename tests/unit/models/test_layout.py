@@ -141,13 +141,41 @@ def test_dense_module_sets_the_embedding_dim(model_path: Path, tmp_path: Path) -
     assert layout.embedding_dim == 128
 
 
-def test_config_without_hidden_size_is_a_load_error(model_path: Path, tmp_path: Path) -> None:
+def test_sizes_come_from_the_config_class_not_raw_keys(tmp_path: Path) -> None:
+    """DistilBERT calls its width `dim`: transformers' config class maps it to hidden_size."""
+    from transformers import DistilBertConfig
+
+    directory = tmp_path / "distilbert"
+    config = DistilBertConfig(dim=48, hidden_dim=96, n_layers=1, n_heads=2)
+    config.architectures = ["DistilBertModel"]
+    config.save_pretrained(directory)
+    assert "hidden_size" not in json.loads((directory / "config.json").read_text())
+    layout = read_layout(directory)
+    assert (layout.hidden_size, layout.embedding_dim, layout.max_model_len) == (48, 48, 512)
+
+
+def test_a_model_type_transformers_does_not_know_is_a_one_line_load_error(
+    model_path: Path, tmp_path: Path
+) -> None:
     directory = copy_model(model_path, tmp_path / "model")
-    config = json.loads((directory / "config.json").read_text())
-    del config["hidden_size"]
-    (directory / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match="hidden size"):
+    edit_json(directory / "config.json", model_type="no_such_model")
+    with pytest.raises(ModelLoadError, match="no_such_model") as raised:
         read_layout(directory)
+    assert "\n" not in str(raised.value)
+
+
+def test_code_shipped_with_the_model_needs_trust_remote_code(
+    model_path: Path, tmp_path: Path
+) -> None:
+    directory = copy_model(model_path, tmp_path / "model")
+    edit_json(
+        directory / "config.json",
+        model_type="my_custom_bert",
+        auto_map={"AutoConfig": "configuration_x.XConfig", "AutoModel": "modeling_x.XModel"},
+    )
+    with pytest.raises(ModelLoadError, match="--trust-remote-code") as raised:
+        read_layout(directory)
+    assert "\n" not in str(raised.value)
 
 
 def test_unreadable_config_is_a_load_error(model_path: Path, tmp_path: Path) -> None:

@@ -79,16 +79,39 @@ def test_cuda_without_cuda_is_a_load_error() -> None:
         Engine(model_config=ModelConfig(device="cuda"))
 
 
-def test_batch_budget_below_model_length_is_a_load_error() -> None:
-    with pytest.raises(ModelLoadError, match=r"100.*256"):
-        Engine(engine_config=EngineConfig(max_batch_tokens=100))
+def test_batch_budget_below_the_model_length_caps_the_length_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        caplog.at_level("INFO"),
+        Engine(engine_config=EngineConfig(max_batch_tokens=100)) as engine,
+    ):
+        assert engine.service.max_model_len == 100
+        with pytest.raises(InputTooLongError, match="100"):
+            engine.embed(["word " * 150])
+    (line,) = [r.getMessage() for r in caplog.records if "length limit" in r.getMessage()]
+    assert "256" in line and "--max-batch-tokens 100" in line
+
+
+def test_max_model_len_above_the_batch_budget_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match=r"100.*200"):
+        Engine(
+            model_config=ModelConfig(max_model_len=200),
+            engine_config=EngineConfig(max_batch_tokens=100),
+        )
 
 
 @pytest.mark.parametrize(
     ("options", "python_words"),
     [
         ({"model_config": ModelConfig(max_model_len=600)}, "max_model_len=600 is more than"),
-        ({"engine_config": EngineConfig(max_batch_tokens=100)}, "max_batch_tokens=100 is less"),
+        (
+            {
+                "model_config": ModelConfig(max_model_len=200),
+                "engine_config": EngineConfig(max_batch_tokens=100),
+            },
+            "max_batch_tokens=100 is less",
+        ),
         (
             {"engine_config": EngineConfig(compile="on", runners=2)},
             "compile=on needs runners=1",

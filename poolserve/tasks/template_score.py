@@ -1,0 +1,103 @@
+"""Scoring pairs with an LLM reranker: each (query, document) pair written into the model's
+prompt template (models/score_template.py) and scored by its next-token logits.
+
+Cutting: `max_tokens_per_doc` cuts each document first; `truncate_prompt_tokens` then cuts the
+document's end until the whole prompt fits (the template's own text and the query are kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.errors import InputTooLongError
+from poolserve.models.score_template import ScoreTemplate
+from poolserve.tasks.base import ServeContext
+from poolserve.tasks.classify import ClassifierHead
+from poolserve.tasks.inputs import bound_text
+from poolserve.tasks.score import ScoreRequest, text_namer
+
+# Cutting the document by the overflow's token count leaves the prompt a token or two off where
+# tokens merge across the cut; a few more passes settle it.
+_CUT_PASSES = 4
+
+
+class TemplateScorer:
+    names: tuple[str, ...] = ()
+
+    def __init__(
+        self, *, max_model_len: int, template: ScoreTemplate, classifier: ClassifierHead
+    ) -> None:
+        self.max_model_len = max_model_len
+        self.template = template
+        self.classifier = classifier
+
+    def inputs(self, request: ScoreRequest) -> Sequence[Any]:
+        return request.pairs
+
+    def encode(self, tokenizer: TextTokenizer, query: str, document: str) -> list[int]:
+        """The prompt's token ids: each segment tokenized on its own, without special tokens."""
+        parts = tokenizer.encode_batch(
+            self.template.fill(query, document), truncate_to=None, add_special_tokens=False
+        )
+        return [token for part in parts for token in part]
+
+    def preprocess(
+        self,
+        ctx: ServeContext[ScoreRequest],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[Any],
+    ) -> list[TokenizedText]:
+        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
+        name, queries = text_namer(request), len(request.queries)
+        cutting = truncate is not None or request.max_tokens_per_doc is not None
+        limit = self.max_model_len if truncate is None else truncate
+        results = []
+        for offset, (query_index, doc_index) in enumerate(inputs):
+            query = bound_text(
+                tokenizer, request.queries[query_index], name(query_index), limit, cutting
+            )
+            document = bound_text(
+                tokenizer, request.documents[doc_index], name(queries + doc_index), limit, cutting
+            )
+            if request.max_tokens_per_doc is not None:
+                document = tokenizer.cut_text(document, request.max_tokens_per_doc)
+            ids = self.encode(tokenizer, query, document)
+            if truncate is not None:
+                ids = self._cut(tokenizer, query, document, ids, limit)
+            if len(ids) > limit:
+                raise InputTooLongError(
+                    f"pair {start + offset} (query and document in {self.template.name}'s "
+                    f"prompt) has {len(ids)} tokens, but the model accepts at most {limit}; "
+                    "pass `truncate_prompt_tokens` (-1 for the model's maximum) or "
+                    "`max_tokens_per_doc` to cut the document",
+                    param="documents",
+                )
+            results.append(TokenizedText(ids, None, "classify"))
+        return results
+
+    def _cut(
+        self, tokenizer: TextTokenizer, query: str, document: str, ids: list[int], limit: int
+    ) -> list[int]:
+        for _ in range(_CUT_PASSES):
+            over = len(ids) - limit
+            if over <= 0:
+                break
+            (document_ids,) = tokenizer.encode_batch(
+                [document], truncate_to=None, add_special_tokens=False
+            )
+            if len(document_ids) == 0:
+                break  # the query and the template alone are too long: refused by the caller
+            document = tokenizer.cut_text(document, max(len(document_ids) - over, 0))
+            ids = self.encode(tokenizer, query, document)
+        return ids
+
+    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
+        logits = np.stack(outputs)[:, 0].astype(np.float64)
+        if ctx.pooling_params.use_activation:
+            return self.classifier.activate(logits)
+        return logits
