@@ -249,6 +249,9 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
             attn_implementation=None if spec.attention == "auto" else spec.attention,
             trust_remote_code=spec.trust_remote_code,
             output_loading_info=True,
+            # Weights whose shapes do not fit come back in the loading info, refused below by
+            # name (transformers would raise a RuntimeError pointing at its log).
+            ignore_mismatched_sizes=True,
         )
     except (OSError, ValueError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -151,7 +151,8 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
         config = late_interaction_config(spec, tokenizer)
         scorer = LateInteractionScorer(max_model_len=limit, config=config)
     return TaskSet(
-        heads=spec.heads,
+        # The heads a request may name (`/pooling`); "m3" is BGE-M3's scorers' own.
+        heads=tuple(head for head in spec.heads if head != "m3"),
         # BGE-M3's token vectors are those of every token after [CLS] (FlagEmbedding's).
         pooling=PoolingTask(max_model_len=limit, classifier=classifier, first_token_row=int(m3)),
         embed=(
