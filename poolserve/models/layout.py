@@ -68,14 +68,10 @@ class ModelLayout:
     splade_activation: str = "relu"
     # Stanford ColBERT's artifact.metadata (markers, query_maxlen, ...), empty where absent.
     colbert_metadata: dict[str, Any] = field(default_factory=dict)
-    # The configuration transformers loaded (a PretrainedConfig), for what raw keys cannot say.
-    config: Any = field(default=None, compare=False, repr=False)
     # BGE-M3's extra heads beside the encoder: colbert_linear.pt and sparse_linear.pt.
     m3_heads: bool = False
     # The Matryoshka dimension sentence-transformers truncates to (its truncate_dim), or None.
     truncate_dim: int | None = None
-    # The length limit the model itself declares, before --max-model-len or a batch budget.
-    declared_max_len: int = 0
 
     @property
     def model_type(self) -> str:
@@ -195,7 +191,6 @@ def read_layout(
     if colbert_metadata.get("doc_maxlen"):
         # Stanford ColBERT's doc_maxlen counts the marker token inserted after [CLS].
         limit = min(limit, int(colbert_metadata["doc_maxlen"]) - 1)
-    declared = limit
     if max_model_len is not None:
         if max_model_len > limit:
             raise SettingError(
@@ -217,10 +212,8 @@ def read_layout(
         colbert_metadata=colbert_metadata,
         include_prompt=include_prompt,
         st_config=st_config,
-        config=config,
         m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
         truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
-        declared_max_len=declared,
     )
 
 

@@ -267,7 +267,8 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
             transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
     _refuse_untrained(spec, loading_info)
     attention = getattr(backbone.config, "_attn_implementation", None)
-    if spec.attention == "auto" and attention not in (None, "sdpa"):
+    own_code = spec.trust_remote_code and spec.layout.ships_code  # it chooses for itself
+    if spec.attention == "auto" and attention not in (None, "sdpa") and not own_code:
         logger.info(
             "%s: %s has no scaled-dot-product attention in transformers; running %s attention "
             "(--attention to choose)",
@@ -287,8 +288,10 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         dense = [load_linear_head(layout.directory)]
     scorer = None
     if spec.score_template is not None:
-        scorer = NextTokenScorer.of_causal_lm(backbone, spec.score_template.token_ids)
-        backbone = scorer.decoder
+        # The decoder alone runs; the score needs only two rows of the LM head.
+        causal_lm: Any = backbone
+        scorer = NextTokenScorer.of_causal_lm(causal_lm, spec.score_template.token_ids)
+        backbone = causal_lm.get_decoder()
     module = PoolingModule(
         spec.kind,
         backbone,

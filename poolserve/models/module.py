@@ -31,20 +31,20 @@ class NextTokenScorer(torch.nn.Module):
 
     rows: torch.Tensor
 
-    def __init__(self, decoder: torch.nn.Module, rows: torch.Tensor, softcap: float | None) -> None:
+    def __init__(self, rows: torch.Tensor, softcap: float | None) -> None:
         super().__init__()
-        self.decoder = decoder
         self.register_buffer("rows", rows)
         self.softcap = softcap
 
     @classmethod
     def of_causal_lm(cls, model: Any, token_ids: Sequence[int]) -> NextTokenScorer:
+        """The rows of `model`'s LM head for `token_ids` (and its logit soft-capping)."""
         head = model.get_output_embeddings()
         if getattr(head, "bias", None) is not None:
             raise ValueError("an LM head with a bias is not supported for reranking")
         rows = head.weight[list(token_ids)].detach().clone()
         softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-        return cls(model.get_decoder(), rows, float(softcap) if softcap else None)
+        return cls(rows, float(softcap) if softcap else None)
 
     def score(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """[batch, 1] float32 logits from the hidden states at each sequence's last token."""
