@@ -96,4 +96,11 @@ def load_m3_heads(directory: Path, special_ids: tuple[int, ...]) -> M3Heads:
         raise ModelLoadError(
             f"{sparse_file}: a weight per token needs 1 output, not {sparse.out_features}"
         )
-    return M3Heads(sparse, _linear_from_state(colbert_file), special_ids)
+    colbert = _linear_from_state(colbert_file)
+    if colbert.out_features != colbert.in_features:
+        # The combined head puts the dense vector where [CLS]'s ColBERT vector would be.
+        raise ModelLoadError(
+            f"{colbert_file}: ColBERT vectors of {colbert.out_features} dimensions from "
+            f"{colbert.in_features}; BGE-M3's keep the hidden size, and only that is supported"
+        )
+    return M3Heads(sparse, colbert, special_ids)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
-from poolserve.errors import InputTooLongError
+from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.score_template import ScoreTemplate
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
@@ -53,6 +53,12 @@ class TemplateScorer:
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
+        if truncate is not None and ctx.pooling_params.truncation_side == "left":
+            raise InvalidRequestError(
+                f"{self.template.name}'s prompt is cut at the document's end; leave "
+                "`truncation_side` out (or right)",
+                param="truncation_side",
+            )
         name, queries = text_namer(request), len(request.queries)
         cutting = truncate is not None or request.max_tokens_per_doc is not None
         limit = self.max_model_len if truncate is None else truncate
