@@ -18,8 +18,8 @@ import numpy as np
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.base import ServeContext
-from poolserve.tasks.inputs import l2_normalize, tokenize_inputs
-from poolserve.tasks.score import BiEncoderScorer, ScoreRequest, cut_documents, text_namer
+from poolserve.tasks.inputs import l2_normalize
+from poolserve.tasks.score import BiEncoderScorer, ScoreRequest
 
 M3_SCORERS = ("dense", "sparse", "colbert", "m3")
 M3_WEIGHTS = {"dense": 0.4, "sparse": 0.2, "colbert": 0.4}
@@ -62,20 +62,10 @@ class M3Scorer(BiEncoderScorer):
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
         if (ctx.request.scorer or "dense") == "dense":
-            return super().preprocess(ctx, tokenizer, start, inputs)
-        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
-        tokenized = tokenize_inputs(
-            tokenizer,
-            cut_documents(request, tokenizer, start, inputs),
-            start,
-            truncate=truncate,
-            max_model_len=self.max_model_len,
-            head="m3",
-            name=text_namer(request),
-            side=ctx.pooling_params.truncation_side,
-        )
+            return self.tokenize(ctx, tokenizer, start, inputs, "embed")
+        tokenized = self.tokenize(ctx, tokenizer, start, inputs, "m3")
         for offset, text in enumerate(tokenized):
-            ctx.item_data[start + offset] = text.input_ids
+            ctx.item_data[start + offset] = text.input_ids  # for the lexical weights
         return tokenized
 
     def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:

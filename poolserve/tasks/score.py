@@ -19,6 +19,7 @@ import numpy as np
 
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.models.kinds import Head
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
@@ -182,6 +183,17 @@ class BiEncoderScorer(_EachTextOnce):
         start: int,
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
+        return self.tokenize(ctx, tokenizer, start, inputs, "embed")
+
+    def tokenize(
+        self,
+        ctx: ServeContext[ScoreRequest],
+        tokenizer: TextTokenizer,
+        start: int,
+        inputs: Sequence[Any],
+        head: Head,
+    ) -> list[TokenizedText]:
+        """Each text of the chunk, for `head`."""
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         return tokenize_inputs(
             tokenizer,
@@ -189,7 +201,7 @@ class BiEncoderScorer(_EachTextOnce):
             start,
             truncate=truncate,
             max_model_len=self.max_model_len,
-            head="embed",
+            head=head,
             name=text_namer(request),
             side=ctx.pooling_params.truncation_side,
         )
