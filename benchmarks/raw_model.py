@@ -1,5 +1,8 @@
 """The raw model limit: the model called directly, no server, as a user of torch would call it.
 
+Over the benchmark's corpus (real prose by default) sorted by length, as sentence-transformers'
+`encode` sorts its input, so each batch pads little: the best a plain batch loop does.
+
 Run as its own process (`python -m benchmarks.raw_model`): torch is imported *before* poolserve
 so that poolserve's threading defaults (passive OpenMP waiting) do not apply and the model runs
 with torch's own defaults. Prints JSON: sentences/s per batch size for tokenize + forward + pool,
@@ -16,7 +19,7 @@ import time
 # Before poolserve (third-party imports sort first): torch's threading defaults stay in force.
 import torch
 
-from benchmarks.sentences import sentences
+from benchmarks.load import CORPORA, texts_of
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import collate
 from poolserve.engine.tokenizer import TextTokenizer
@@ -30,12 +33,16 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32, 64, 128])
     parser.add_argument("--seconds", type=float, default=4.0, help="per batch size")
+    parser.add_argument("--corpus", choices=CORPORA, default="real")
     args = parser.parse_args()
 
     spec = prepare_model(ModelConfig(model=args.model, dtype=args.dtype))
     module = load_module(spec)
     tokenizer = TextTokenizer(spec.tokenizer_json)
-    texts = sentences(256)
+    texts = sorted(
+        texts_of(args.corpus, 512),
+        key=lambda text: len(tokenizer.encode_batch([text], truncate_to=None)[0]),
+    )
 
     def encode(batch: list[str]) -> torch.Tensor:
         ids = tokenizer.encode_batch(batch, truncate_to=None)

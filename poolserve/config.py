@@ -79,6 +79,9 @@ class EngineConfig:
     tokenize_chunk_size: int = 64
     # How many waiting items the scheduler looks at when it sorts by length to cut padding.
     schedule_window: int = 1024
+    # A batch is cut into length buckets where its next-longer item would add more than this
+    # many padding tokens (see engine/scheduler.py); None: one batch, padded to its longest.
+    bucket_padding_tokens: int | None = 32
     # Runner threads, each running its own batches over the one copy of the weights; None: one
     # per core on CPU, one on CUDA.
     runners: int | None = None

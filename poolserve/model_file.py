@@ -67,6 +67,7 @@ def base_settings(model: ModelConfig, engine: EngineConfig) -> argparse.Namespac
         score_template=model.score_template,
         max_batch_tokens=engine.max_batch_tokens,
         max_batch_size=engine.max_batch_size,
+        bucket_padding_tokens=engine.bucket_padding_tokens,
         cpu_workers=engine.cpu_workers,
         runners=engine.runners,
         torch_threads=engine.torch_threads,

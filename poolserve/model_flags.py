@@ -99,6 +99,13 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         help="inputs one forward pass may hold",
     )
     parser.add_argument(
+        "--bucket-padding-tokens",
+        type=integer(0),
+        default=env_default("--bucket-padding-tokens", defaults.bucket_padding_tokens),
+        help="cut a batch into length buckets where its next-longer input would add more than "
+        "this many padding tokens in all (real text varies in length; 0: each length alone)",
+    )
+    parser.add_argument(
         "--cpu-workers",
         type=integer(1),
         default=env_default("--cpu-workers", defaults.cpu_workers),
@@ -151,6 +158,7 @@ def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineC
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,
         max_batch_size=args.max_batch_size,
+        bucket_padding_tokens=args.bucket_padding_tokens,
         cpu_workers=args.cpu_workers,
         runners=args.runners,
         torch_threads=args.torch_threads,

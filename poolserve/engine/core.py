@@ -133,6 +133,7 @@ class EngineCore:
             window=config.schedule_window,
             stats=self.stats,
             lend_tokens=config.single_thread_tokens if model.device.type == "cpu" else 0,
+            bucket_padding_tokens=config.bucket_padding_tokens,
         )
         self.backend = backend(model, config, self._collate)
         self._runners = [

@@ -21,7 +21,12 @@ WAIT = 5
 
 
 def make_scheduler(
-    *, max_batch_tokens: int, max_batch_size: int, window: int = 1024, lend_tokens: int = 0
+    *,
+    max_batch_tokens: int,
+    max_batch_size: int,
+    window: int = 1024,
+    lend_tokens: int = 0,
+    bucket_padding_tokens: int | None = None,
 ) -> tuple[Scheduler, EngineStats]:
     stats = EngineStats()
     scheduler = Scheduler(
@@ -30,6 +35,7 @@ def make_scheduler(
         window=window,
         stats=stats,
         lend_tokens=lend_tokens,
+        bucket_padding_tokens=bucket_padding_tokens,
     )
     return scheduler, stats
 
@@ -305,3 +311,33 @@ def test_a_request_still_being_submitted_counts_all_its_items() -> None:
     for _ in range(3):
         batch = take(scheduler)
         assert batch is not None and all(item.group is nearly_done[0].group for item in batch)
+
+
+def lengths_of(batches: list[list[WorkItem]]) -> list[list[int]]:
+    return [sorted(item.length for item in batch) for batch in batches]
+
+
+def test_a_batch_is_cut_into_length_buckets_where_padding_would_not_pay() -> None:
+    """One-sentence requests of real lengths: the seed's bucket goes first, each bucket padded
+    by little; without a tolerance, one batch padded to 60."""
+    lengths = [6, 60, 5, 58, 7, 20, 22, 5]
+    requests = [items_of_lengths([length]) for length in lengths]
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=32
+    )
+    batches = drain(scheduler, [item for request in requests for item in request])
+    # The seed is the oldest (length 6): 6 joins 5, 5 and 7 (padding 1 + 1 + 2); 20 would pad
+    # four items by 13 each, so it starts another bucket, and 58 would pad two by 36. The next
+    # seed is the oldest left, 60.
+    assert lengths_of(batches) == [[5, 5, 6, 7], [58, 60], [20, 22]]
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    one = drain(scheduler, [item for length in lengths for item in items_of_lengths([length])])
+    assert lengths_of(one) == [sorted(lengths)]
+
+
+def test_a_zero_tolerance_gives_each_length_its_own_batch() -> None:
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=0
+    )
+    batches = drain(scheduler, items_of_lengths([3, 3, 4, 4, 4, 9]))
+    assert sorted(lengths_of(batches)) == [[3, 3], [4, 4, 4], [9]]

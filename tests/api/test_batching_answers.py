@@ -1,0 +1,106 @@
+"""Batching never changes an answer: inputs of 3, 7 and 256 tokens (1, 5 and 254 of their own)
+in one request, cut into length buckets (the default) or run as one batch padded to 256, equal
+each input run alone and the independent reference, for every kind of output: vectors
+(sentence-transformers), cross-encoder pairs with token type ids, ColBERT token vectors and
+SPLADE weights (float64 transformers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolserve import Engine, EngineConfig, ModelConfig
+from tests.reference import FP32_COSINE, assert_close_vectors, st_encode, text_with_tokens
+from tests.tiny_models import (
+    colbert_reference_embeddings,
+    cross_encoder_reference_scores,
+    splade_reference,
+)
+
+# The scheduler's default tolerance, and none: one batch padded to its longest input.
+BUCKETS = {"buckets": 32, "one padded batch": None}
+
+
+@pytest.fixture(scope="module")
+def mixed(hf_tokenizer: Any) -> list[str]:
+    return [text_with_tokens(hf_tokenizer, n, seed) for seed, n in enumerate((3, 7, 256))]
+
+
+@pytest.fixture(scope="module", params=list(BUCKETS), ids=list(BUCKETS))
+def bucket_padding(request: pytest.FixtureRequest) -> int | None:
+    return BUCKETS[request.param]
+
+
+def engine_for(directory: Path | None, bucket_padding: int | None) -> Engine:
+    # One runner: a request's items are all waiting when it asks for a batch.
+    return Engine(
+        model_config=ModelConfig(
+            model=None if directory is None else str(directory), dtype="float32"
+        ),
+        engine_config=EngineConfig(runners=1, bucket_padding_tokens=bucket_padding),
+    )
+
+
+@pytest.fixture(scope="module")
+def minilm(bucket_padding: int | None) -> Iterator[Engine]:
+    with engine_for(None, bucket_padding) as engine:
+        yield engine
+
+
+def test_embeddings(minilm: Engine, mixed: list[str], st_model: Any) -> None:
+    together = minilm.embed(mixed)
+    alone = np.concatenate([minilm.embed([text]) for text in mixed])
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+    assert_close_vectors(together, st_encode(st_model, mixed), FP32_COSINE)
+
+
+def test_cross_encoder_pairs(
+    cross_encoder_dir: Path, mixed: list[str], bucket_padding: int | None
+) -> None:
+    query = mixed[1]
+    with engine_for(cross_encoder_dir, bucket_padding) as engine:
+        together = engine.score(query, mixed)
+        alone = np.array([engine.score(query, [document])[0] for document in mixed])
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+    expected = cross_encoder_reference_scores(cross_encoder_dir, [(query, d) for d in mixed])
+    np.testing.assert_allclose(together, expected, atol=1e-5)
+
+
+def test_colbert_token_vectors(
+    colbert_dir: Path, hf_tokenizer: Any, mixed: list[str], bucket_padding: int | None
+) -> None:
+    """Documents' token vectors, and MaxSim against PyLate's (its documents stop at 179
+    tokens, so the long one has 150)."""
+    documents = [*mixed[:2], text_with_tokens(hf_tokenizer, 150, 5)]
+    with engine_for(colbert_dir, bucket_padding) as engine:
+        together = engine.pool(documents, task="token_embed")
+        alone = [engine.pool([document], task="token_embed")[0] for document in documents]
+        scores = engine.score(documents[1], documents)
+    for got, single in zip(together, alone, strict=True):
+        np.testing.assert_allclose(got, single, atol=1e-6)
+    (query,) = colbert_reference_embeddings(colbert_dir, [documents[1]], is_query=True)
+    reference = colbert_reference_embeddings(colbert_dir, documents, is_query=False)
+    expected = [float((query @ document.T).max(axis=1).sum()) for document in reference]
+    np.testing.assert_allclose(scores, expected, rtol=1e-5)
+
+
+def test_splade_weights(splade_dir: Path, mixed: list[str], bucket_padding: int | None) -> None:
+    with engine_for(splade_dir, bucket_padding) as engine:
+        together = engine.embed_sparse(mixed)
+        alone = [engine.embed_sparse([text])[0] for text in mixed]
+    references = splade_reference(splade_dir, mixed)
+    for got, single, expected in zip(together, alone, references, strict=True):
+        # A weight this close to zero may be on either side of it: compare over every term.
+        keys = sorted(set(got) | set(single) | set(expected))
+        assert len(keys) > 10
+        for other in (single, expected):
+            np.testing.assert_allclose(
+                [got.get(k, 0.0) for k in keys],
+                [other.get(k, 0.0) for k in keys],
+                rtol=1e-4,
+                atol=1e-5,
+            )
