@@ -5,7 +5,8 @@ functions), so every machine has the same text offline.
 - `sentences()`: prose sentences of 5 to 60 tokens (all-MiniLM-L6-v2's tokenizer, special
   tokens included), in a natural length spread (about 25 tokens on average), deduplicated, in a
   fixed order;
-- `passages()`: runs of consecutive sentences of one docstring, 100 to 300 tokens each.
+- `passages()`: runs of consecutive sentences of one docstring, 100 to 256 tokens each (256:
+  the bundled model's limit, so no passage is refused or cut).
 
 Docstrings are technical prose with the long tail real text has (a 6-token heading next to a
 55-token sentence), unlike `benchmarks/sentences.py`'s templated sentences (8-20 tokens from a
@@ -39,7 +40,7 @@ MODULES = (
     "uuid", "warnings", "wave", "weakref", "xml.dom.minidom", "zipfile", "zoneinfo",
 )  # fmt: skip
 MIN_SENTENCE_TOKENS, MAX_SENTENCE_TOKENS = 5, 60
-MIN_PASSAGE_TOKENS, MAX_PASSAGE_TOKENS = 100, 300
+MIN_PASSAGE_TOKENS, MAX_PASSAGE_TOKENS = 100, 256
 
 # Sentence ends: ., ! or ? followed by a space and a capital (docstrings wrap lines anywhere).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -120,7 +121,7 @@ def sentences(count: int = 2000) -> list[str]:
 
 
 def passages(count: int = 200) -> list[str]:
-    """The first `count` passages of 100-300 tokens."""
+    """The first `count` passages of 100-256 tokens."""
     return [text for text, _ in _corpus()[1][:count]]
 
 

@@ -6,7 +6,7 @@ torchaudio and torchcodec are removed, since they break its import here). The ra
 (tokenize + forward + pool at the best batch size, sorted by length, no server) is measured on
 the same corpus in the same run.
 
-The text is real prose (benchmarks/corpus.py: sentences of 5-60 tokens, passages of 100-300);
+The text is real prose (benchmarks/corpus.py: sentences of 5-60 tokens, passages of 100-256);
 one row keeps the templated sentences of the results before issue 18, labelled. Each
 poolserve throughput is printed with the padding efficiency (tokens ÷ padded tokens, /stats)
 of the batches that served it; vLLM packs the tokens of a batch into one sequence (no padding).
@@ -225,7 +225,7 @@ def main() -> None:
             "c8x32",
         ),
         (
-            "c=8, 8 passages (100-300 tokens): passages/s",
+            "c=8, 8 passages (100-256 tokens): passages/s",
             "higher",
             lambda r: load(r, "c8x8p").throughput * 8,
             "c8x8p",
@@ -275,11 +275,15 @@ def main() -> None:
     if raw_limit is not None:
         c64 = load(results["poolserve"], "c64").throughput
         print(f"\npoolserve c=64 ÷ raw limit: {c64 / raw_limit:.2f}")
-    errors = {
-        label: sum(r.errors for r in result.values() if isinstance(r, LoadResult))
-        for label, result in results.items()
+    refused = {
+        label: {
+            key: result.statuses
+            for key, result in measured.items()
+            if isinstance(result, LoadResult) and result.errors
+        }
+        for label, measured in results.items()
     }
-    print(f"\nnon-200 responses: {errors}")
+    print(f"\nnon-200 responses, by load: {refused}")
 
 
 if __name__ == "__main__":
