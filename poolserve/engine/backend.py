@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -89,6 +90,7 @@ class TorchBackend:
         # Build every graph serving will need now (a batch of one and of more, which
         # torch.compile specializes, at each thread count), so no request waits on a compile.
         self._compiled = compiled
+        started = time.perf_counter()
         try:
             self._warm_up(self._new_executor(), heads=(compiled.head,))
         except Exception as exc:
@@ -96,10 +98,21 @@ class TorchBackend:
                 "torch.compile failed for %s (%r); serving it eagerly", self._spec.name, exc
             )
             self._compiled = None
+            return
+        logger.info(
+            "%s: compiled (and warmed up) in %.1f s", self._spec.name, time.perf_counter() - started
+        )
 
     def executor(self) -> Forward:
+        started = time.perf_counter()
         executor = self._new_executor()
         self._warm_up(executor, heads=self._spec.heads)
+        logger.info(
+            "%s: a runner warmed up in %.1f s (%s)",
+            self._spec.name,
+            time.perf_counter() - started,
+            "compiled" if self._compiled is not None else "eager",
+        )
         return executor
 
     def _new_executor(self) -> ModelExecutor:

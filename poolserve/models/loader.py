@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,7 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
 def load_module(spec: ModelSpec) -> PoolingModule:
     """Load the weights and build the module on the spec's device (call on the runner thread)."""
     layout = spec.layout
+    started = time.perf_counter()
     backbone = _from_pretrained(spec)
     dense: list[torch.nn.Module] = [build_dense(dense_spec) for dense_spec in layout.dense]
     if spec.kind == "late_interaction" and not dense:
@@ -306,7 +308,9 @@ def load_module(spec: ModelSpec) -> PoolingModule:
     )
     module = module.to(spec.device).eval()
     logger.info(
-        "loaded %s: %s (%s), %s on %s, max_model_len %d",
+        "%s: weights loaded in %.1f s from %s: %s (%s), %s on %s, max_model_len %d",
+        spec.name,
+        time.perf_counter() - started,
         layout.directory,
         spec.kind,
         layout.architecture,

@@ -269,3 +269,13 @@ def test_a_closed_engine_refuses_work(load_engine: Any) -> None:
     assert not engine.alive
     with pytest.raises(EngineUnavailableError):
         engine.embed(["too late"])
+
+
+def test_start_up_says_what_each_stage_took(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"), Engine(engine_config=EngineConfig(runners=2)):
+        pass
+    messages = [record.getMessage() for record in caplog.records]
+    (weights,) = [m for m in messages if "weights loaded in" in m]
+    warm_ups = [m for m in messages if "a runner warmed up in" in m]
+    assert weights.startswith("sentence-transformers/all-MiniLM-L6-v2: weights loaded in ")
+    assert len(warm_ups) == 2 and all(m.endswith("s (eager)") for m in warm_ups), warm_ups
