@@ -103,7 +103,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         type=integer(0),
         default=env_default("--bucket-padding-tokens", defaults.bucket_padding_tokens),
         help="cut a batch into length buckets where its next-longer input would add more than "
-        "this many padding tokens in all (real text varies in length; 0: each length alone)",
+        "this many padding tokens in all (real text varies in length; 32 measured best on "
+        "CPU; 0: each length alone; default: off, one batch padded to its longest)",
     )
     parser.add_argument(
         "--cpu-workers",
