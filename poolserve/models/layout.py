@@ -19,6 +19,8 @@ from typing import Any
 
 from poolserve.errors import ModelLoadError, SettingError
 
+# Class-name endings of decoder checkpoints saved with their language-model head.
+CAUSAL_LM_CLASSES = ("ForCausalLM", "LMHeadModel")
 # BGE-M3's multi-vector and lexical heads, stored beside its encoder as torch state dicts.
 M3_HEAD_FILES = ("colbert_linear.pt", "sparse_linear.pt")
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -80,7 +82,7 @@ class ModelLayout:
     @property
     def is_causal_lm(self) -> bool:
         """A decoder checkpoint saved with its language-model head (Qwen3ForCausalLM, ...)."""
-        return self.architecture.endswith(("ForCausalLM", "LMHeadModel"))
+        return self.architecture.endswith(CAUSAL_LM_CLASSES)
 
     @property
     def ships_code(self) -> bool:
@@ -157,7 +159,7 @@ def read_layout(
     if hidden_size <= 0:
         raise ModelLoadError(f"{directory}/config.json does not give the hidden size")
 
-    causal = str(architectures[0]).endswith(("ForCausalLM", "LMHeadModel"))
+    causal = str(architectures[0]).endswith(CAUSAL_LM_CLASSES)
     pooling_modes: tuple[str, ...] = ("lasttoken",) if causal else ("mean",)
     dense: list[DenseSpec] = []
     normalize = True
