@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_flags(serve)
     _add_ray_flags(serve, "serve the app as a Ray Serve application of --replicas engines")
     _add_embed_command(commands)
+    _add_compile_command(commands)
     return parser
 
 
@@ -200,6 +201,41 @@ output holds every record exactly once. A finished output is never overwritten w
 job with --on-error fail. A progress bar shows the rate and time left on a terminal; otherwise a
 log line every 10 seconds.
 """
+
+
+def _add_compile_command(commands: Any) -> None:
+    compile_command = commands.add_parser(
+        "compile",
+        help="compile models ahead of time into the cache, so that serving starts in seconds",
+        description="Compile each model's forward ahead of time into POOLSERVE_CACHE_DIR "
+        "(default ~/.cache/poolserve) for the thread counts `serve` runs it at with the same "
+        "flags on this machine; a later `serve` (or `embed`) loads it instead of compiling. "
+        "Run it where the server will run (the cache is keyed by the CPU's instruction set).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    compile_command.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="local model directories or hub ids (default: POOLSERVE_MODEL, else the bundled "
+        "all-MiniLM-L6-v2)",
+    )
+    compile_command.add_argument(
+        "--config",
+        default=env_default("--config", None),
+        help="the model file `serve --config` reads; compiles each of its models",
+    )
+    compile_command.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", "info"),
+        help="how much to log",
+    )
+    add_model_flags(compile_command)
+    add_engine_flags(compile_command)
+    compile_command.set_defaults(
+        ray=False, served_model_name=None, replicas=None, replica_cpus=None, ray_address=None
+    )
 
 
 def _add_embed_command(commands: Any) -> None:
@@ -322,6 +358,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     else:
         args.replicas = args.replicas or 1
         args.replica_cpus = args.replica_cpus or 1.0
+    if args.command == "compile":
+        _check_models(parser, args)
     if args.command == "serve":
         _check_models(parser, args)
         try:  # the limits that need no model; create_app checks the model's length too
@@ -604,7 +642,27 @@ def main(argv: Sequence[str] | None = None, *, backend: BackendFactory | None = 
         return serve(args, backend)
     if args.command == "embed":
         return embed(args)
+    if args.command == "compile":
+        return compile_command(args)
     return 2
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    """`poolserve compile`: exit 0 when every model is in the compiled cache, else 1."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from poolserve.precompile import compile_models
+
+    model_config, engine_config = model_engine_configs(args)
+    try:
+        served = served_models(args, model_config, engine_config)
+    except (ModelLoadError, ValueError) as exc:
+        logger.error(
+            "cannot compile: %s", exc.cli_message if isinstance(exc, SettingError) else exc
+        )
+        return 1
+    return compile_models(served)
 
 
 if __name__ == "__main__":

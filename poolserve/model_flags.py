@@ -137,8 +137,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         type=one_of(COMPILE_MODES),
         choices=COMPILE_MODES,
         default=env_default("--compile", "auto"),
-        help="torch.compile the model's forward (kernels cached under POOLSERVE_CACHE_DIR); "
-        "auto: on CPU where a C++ compiler is found",
+        help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
+        "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "
+        "where a C++ compiler is found",
     )
 
 

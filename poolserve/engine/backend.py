@@ -2,9 +2,11 @@
 
 `Backend.load()` runs once, on the first runner's thread, before any executor exists;
 `Backend.executor()` then runs on each runner's own thread and returns that runner's `Forward`,
-warmed up. `TorchBackend` is eager PyTorch or, with `compile`, a torch.compile'd module over the
-same weights. Tests wrap a backend to inject faults (a slow or failing forward) without touching
-the engine's internals.
+warmed up. `TorchBackend` is eager PyTorch or, with `compile`, the main head compiled: ahead of
+time by AOTInductor, from the on-disk cache when an earlier start (or `poolserve compile`) built
+it (engine/aot.py), else by torch.compile where the model does not export (engine/compiled.py).
+Tests wrap a backend to inject faults (a slow or failing forward) without touching the engine's
+internals.
 """
 
 from __future__ import annotations
@@ -13,19 +15,22 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
 from poolserve.config import CompileMode
+from poolserve.engine import aot
 from poolserve.engine.collate import Batch
-from poolserve.engine.compiled import compile_module
+from poolserve.engine.compiled import cache_dir, can_compile, compile_module
 from poolserve.engine.executor import CompiledForward, ModelExecutor
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec, load_module
+from poolserve.models.module import PoolingModule
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +50,27 @@ class Backend(Protocol):
         ...
 
 
+# How the main head's forward was obtained: compiled ahead of time at this start ("built"), from
+# the cache ("cached"), by torch.compile ("jit"), or not compiled ("eager").
+CompileSource = Literal["built", "cached", "jit", "eager"]
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    source: CompileSource
+    seconds: float = 0.0
+
+
 class TorchBackend:
-    """Eager PyTorch, or with `compile` on/auto the model's main head through torch.compile
-    (its other heads, such as an embedding model's `token_embed`, stay eager: they are rare,
-    and each compiled head costs start-up time). The compiled graphs are built at start-up for
-    the thread counts a runner uses on its own (1 for small batches, and `threads`); a batch on
-    cores lent by idle runners runs eagerly, since any other count would recompile."""
+    """Eager PyTorch, or with `compile` on/auto the model's main head compiled (its other heads,
+    such as an embedding model's `token_embed`, stay eager: they are rare, and each compiled
+    head costs start-up time), for the thread counts a runner uses on its own (1 for small
+    batches, and `threads`); a batch on cores lent by idle runners runs eagerly, since the
+    compiled kernels fix their thread count.
+
+    Ahead of time (AOTInductor) first: one library per thread count, cached on disk, which
+    `runners` threads may run at once. Where the model does not export, torch.compile with one
+    runner (its guards misfire from several threads: `COMPILE_NEEDS_ONE_RUNNER`), else eager."""
 
     def __init__(
         self,
@@ -60,14 +80,19 @@ class TorchBackend:
         single_thread_tokens: int,
         threads: int = 1,
         compile: CompileMode = "off",
+        runners: int = 1,
+        max_batch_size: int = 256,
     ) -> None:
         self._spec = spec
         self._collate = collate
         self._single_thread_tokens = single_thread_tokens
         self._threads = threads
         self._compile = compile
+        self._runners = runners
+        self._max_batch_size = max_batch_size
         self._module: Callable[..., torch.Tensor] | None = None
         self._compiled: CompiledForward | None = None
+        self.report = CompileReport("eager")
 
     @property
     def compile_mode(self) -> CompileMode:
@@ -81,27 +106,84 @@ class TorchBackend:
     def load(self) -> None:
         module = load_module(self._spec)
         self._module = module
-        if self._compile == "off":
+        if self._compile == "off" or not can_compile(self._spec, self._compile):
             return
-        run = compile_module(module, self._spec, self._compile)
-        if run is None:
-            return
-        compiled = CompiledForward(run, self._spec.heads[0], frozenset({1, self._threads}))
-        # Build every graph serving will need now (a batch of one and of more, which
-        # torch.compile specializes, at each thread count), so no request waits on a compile.
-        self._compiled = compiled
         started = time.perf_counter()
+        head = self._spec.heads[0]
         try:
-            self._warm_up(self._new_executor(), heads=(compiled.head,))
+            self._compiled = self._compile_ahead_of_time(module, head)
+        except aot.AotUnavailableError as exc:
+            self._compiled = self._compile_just_in_time(module, head, str(exc))
         except Exception as exc:
             logger.warning(
-                "torch.compile failed for %s (%r); serving it eagerly", self._spec.name, exc
+                "%s: compiling ahead of time failed (%r); serving it eagerly", self._spec.name, exc
             )
-            self._compiled = None
             return
+        if self._compiled is None:
+            return
+        try:
+            # Run every graph serving will need now (torch.compile builds a graph for a batch
+            # of one and one for more, at each thread count), so no request waits on a compile.
+            self._warm_up(self._new_executor(), heads=(head,))
+        except Exception as exc:
+            logger.warning("compiling %s failed (%r); serving it eagerly", self._spec.name, exc)
+            self._compiled = None
+            self.report = CompileReport("eager")
+            return
+        self.report = replace(self.report, seconds=time.perf_counter() - started)
         logger.info(
-            "%s: compiled (and warmed up) in %.1f s", self._spec.name, time.perf_counter() - started
+            "%s: %s and warmed up in %.1f s",
+            self._spec.name,
+            {
+                "built": "compiled ahead of time",
+                "cached": "compiled forward loaded from the cache",
+                "jit": "compiled with torch.compile",
+            }[self.report.source],
+            self.report.seconds,
         )
+
+    def _compile_ahead_of_time(self, module: PoolingModule, head: Head) -> CompiledForward:
+        if self._spec.device.type != "cpu":
+            raise aot.AotUnavailableError("ahead-of-time compiling is for the CPU only")
+        with_types = self._spec.kind == "cross_encoder" and module.takes_token_types
+        targets = [
+            aot.AotTarget(head, threads, with_types, self._max_batch_size)
+            for threads in sorted({1, self._threads})
+        ]
+        loaded = aot.load_or_build(cache_dir(), module, self._spec, targets, self._runners)
+        self.report = CompileReport("built" if loaded.built else "cached")
+        return CompiledForward(
+            {threads: _AotRun(model, with_types) for threads, model in loaded.runs.items()},
+            head,
+        )
+
+    def _compile_just_in_time(
+        self, module: PoolingModule, head: Head, why: str
+    ) -> CompiledForward | None:
+        if self._runners > 1:
+            logger.info(
+                "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
+                "(torch.compile takes --runners 1)",
+                self._spec.name,
+                why,
+                self._runners,
+            )
+            return None
+        logger.info(
+            "%s cannot be compiled ahead of time (%s); compiling it with torch.compile, "
+            "which is not cached and runs again on every start",
+            self._spec.name,
+            why,
+        )
+        jit = compile_module(module)
+        self.report = CompileReport("jit")
+
+        def run(
+            input_ids: torch.Tensor, attention_mask: torch.Tensor, types: torch.Tensor | None
+        ) -> torch.Tensor:
+            return jit(head, input_ids, attention_mask, types)
+
+        return CompiledForward({1: run, self._threads: run}, head)
 
     def executor(self) -> Forward:
         started = time.perf_counter()
@@ -122,6 +204,14 @@ class TorchBackend:
             self._module, self._spec.device, self._single_thread_tokens, self._compiled
         )
 
+    def close(self) -> None:
+        """Free the compiled libraries' model instances (their weights)."""
+        for run in self._compiled.runs.values() if self._compiled is not None else ():
+            close = getattr(run, "close", None)
+            if close is not None:
+                close()
+        self._compiled = None
+
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
         """Run batches of one and of eight, short and long, at each thread count the runner
         uses on its own; for a cross-encoder also with token type ids (its query-document
@@ -138,3 +228,24 @@ class TorchBackend:
                     batch = self._collate([item] * size)
                     if executor.threads_for(batch, threads) == threads:
                         executor(batch, threads)
+
+
+class _AotRun:
+    """A compiled library as a `CompiledRun`: a model compiled with token type ids gets zeros
+    where a batch has none (what the backbone assumes without them)."""
+
+    def __init__(self, model: aot.AotModel, with_types: bool) -> None:
+        self._model = model
+        self._with_types = with_types
+
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, types: torch.Tensor | None
+    ) -> torch.Tensor:
+        if not self._with_types:
+            return self._model(input_ids, attention_mask)
+        return self._model(
+            input_ids, attention_mask, torch.zeros_like(input_ids) if types is None else types
+        )
+
+    def close(self) -> None:
+        self._model.close()

@@ -1,4 +1,5 @@
-"""`--compile`: the model's forward through torch.compile, with its compile cache on disk.
+"""`--compile`: whether compiling can work here, and torch.compile for the models AOTInductor
+cannot export (engine/aot.py compiles the others ahead of time, cached on disk).
 
 Shapes are dynamic (`dynamic=True`): one graph serves every batch size above one and every
 length (a batch of one gets its own), so serving never waits on a recompile once the warm-up has
@@ -52,25 +53,28 @@ def will_compile(mode: CompileMode, device_type: str) -> bool:
     return mode == "on" or (mode == "auto" and device_type == "cpu" and _cpu_compiler() is not None)
 
 
-def compile_module(
-    module: PoolingModule, spec: ModelSpec, mode: CompileMode
-) -> Callable[..., torch.Tensor] | None:
-    """The compiled module, or None when `auto` finds that compiling cannot work here."""
-    if mode == "auto" and spec.device.type != "cpu":
+def can_compile(spec: ModelSpec, mode: CompileMode) -> bool:
+    """Whether `mode` compiles this model here: False (with a log line) where `auto` finds that
+    compiling cannot work; `on` then refuses to start instead. On other devices than the CPU,
+    only `on` compiles, with torch.compile."""
+    if spec.device.type != "cpu":
+        if mode == "on":  # torch.compile (not measured here)
+            return True
         logger.info("--compile auto compiles on CPU only; serving eagerly on %s", spec.device)
-        return None
-    if spec.device.type == "cpu" and _cpu_compiler() is None:
-        message = "torch.compile needs a C++ compiler (g++) for CPU kernels and none was found"
+        return False
+    if _cpu_compiler() is None:
+        message = "compiling needs a C++ compiler (g++) for CPU kernels and none was found"
         if mode == "on":
             raise SettingError(f"--compile on: {message}; install g++ or use --compile off")
         logger.info("%s; serving eagerly", message)
-        return None
+        return False
+    # Inductor's kernel caches, shared by the ahead-of-time compiles and torch.compile.
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
-    logger.info(
-        "compiling %s with torch.compile (cache: %s); the first start takes a while",
-        spec.name,
-        os.environ["TORCHINDUCTOR_CACHE_DIR"],
-    )
+    return True
+
+
+def compile_module(module: PoolingModule) -> Callable[..., torch.Tensor]:
+    """The module through torch.compile (graphs are built lazily, at each shape's first call)."""
     # Freezing treats the weights as constants, which lets inductor pre-pack them for oneDNN:
     # measured on a 2-core AVX512-BF16 machine (all-MiniLM-L6-v2, bf16, one thread), one
     # sentence took 3.5 ms frozen, 5.8 ms compiled without freezing and 7.2 ms eager.

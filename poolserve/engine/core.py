@@ -37,32 +37,18 @@ logger = logging.getLogger(__name__)
 BackendFactory = Callable[[ModelSpec, EngineConfig, Callable[[list[WorkItem]], Batch]], Backend]
 
 
-# Why a compiled forward takes one runner only.
-COMPILE_NEEDS_ONE_RUNNER = (
-    "torch.compile checks its guards on every call, and from several threads at once they fail "
-    "spuriously (pytorch/pytorch#123177): measured here, a compiled graph recompiled mid-serving, "
-    "stalling every runner for about 15 s"
-)
-
-
 def torch_backend(
     model: ModelSpec, config: EngineConfig, collate: Callable[[list[WorkItem]], Batch]
 ) -> Backend:
     runners, threads = runner_layout(config, model.device.type)
-    compile = config.compile
-    if compile == "auto" and runners > 1:
-        logger.info(
-            "--compile auto: serving eagerly with %d runners (%s)",
-            runners,
-            COMPILE_NEEDS_ONE_RUNNER,
-        )
-        compile = "off"
     return TorchBackend(
         model,
         collate,
         single_thread_tokens=config.single_thread_tokens,
         threads=threads or 1,
-        compile=compile,
+        compile=config.compile,
+        runners=runners,
+        max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
     )
 
 
@@ -76,10 +62,11 @@ def available_cores() -> int:
 def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | None]:
     """(runners, torch threads per runner; None: torch's default).
 
-    On CPU, by default: one runner on every core when the forward is compiled (a compiled graph
-    takes one runner: `COMPILE_NEEDS_ONE_RUNNER`), else one runner per core. Measured on 2 cores
-    (docs/benchmarks.md), the compiled runner on two threads beat two eager runners on every
-    load; two eager runners beat one eager runner on two threads by 1.3-1.4x."""
+    On CPU, by default: one runner on every core when the forward is compiled, else one runner
+    per core. Measured on 2 cores (docs/benchmarks.md): compiled, two runners on one thread each
+    served as many tokens per second as one runner on two threads, and the one runner serves a
+    lone large batch in about half the time; eager, two runners beat one on two threads by
+    1.3-1.4x."""
     if device_type != "cpu":
         return config.runners or 1, config.torch_threads
     cores = config.cores or available_cores()
@@ -113,11 +100,6 @@ class EngineCore:
                 raise SettingError(f"{flag} must be at least 1, got {value}")
         if config.compile not in ("off", "on", "auto"):
             raise SettingError(f"--compile must be off, on or auto, got {config.compile!r}")
-        if config.compile == "on" and runner_layout(config, model.device.type)[0] > 1:
-            raise SettingError(
-                f"--compile on needs --runners 1: {COMPILE_NEEDS_ONE_RUNNER}; use --runners 1 "
-                "(with --torch-threads for the cores) or --compile off"
-            )
         self.model = model
         self.config = config
         runners, self._threads = runner_layout(config, model.device.type)
@@ -191,6 +173,11 @@ class EngineCore:
             error = EngineUnavailableError("the server shut down before this request finished")
             for item in self._scheduler.abort():
                 item.group.fail(error)
+        else:
+            # No runner runs a forward any more: the compiled models' memory can go.
+            release = getattr(self.backend, "close", None)
+            if release is not None:
+                release()
         if self._owns_cpu:
             self.cpu.shutdown(wait=not stuck)
         return not stuck
@@ -256,6 +243,13 @@ class EngineCore:
     def peak_tokens_in_work(self) -> int:
         """The most tokens ever in work at once (admission control's bound, measured)."""
         return self._scheduler.peak_tokens_in_work
+
+    @property
+    def compiled(self) -> str:
+        """How the main head's forward was obtained (backend.CompileSource; "eager" for a
+        backend that does not say)."""
+        report = getattr(self.backend, "report", None)
+        return str(report.source) if report is not None else "eager"
 
     # -- runner threads ---------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ on two. Batches below `single_thread_tokens` padded tokens therefore always run 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,15 +34,18 @@ def use_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+# A compiled head's forward: (input ids, attention mask, token type ids or None) -> output.
+CompiledRun = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
 @dataclass(frozen=True)
 class CompiledForward:
-    """A compiled module, for one head, valid at the intra-op thread counts it was compiled for
-    (torch.compile guards on the thread count: any other count would recompile, for seconds,
-    in the middle of serving)."""
+    """A compiled forward of one head, by the intra-op thread count it was compiled for (the
+    compiled kernels fix their thread count: another count would need another compile, for
+    seconds, in the middle of serving)."""
 
-    run: Callable[..., torch.Tensor]
+    runs: Mapping[int, CompiledRun]
     head: Head
-    threads: frozenset[int]
 
 
 class ModelExecutor:
@@ -68,30 +71,32 @@ class ModelExecutor:
 
     def __call__(self, batch: Batch, threads: int) -> list[np.ndarray]:
         """One float32 array per item: a vector, or one row per real token for token heads."""
-        run = self._module
         if self._device.type == "cpu":
             threads = self.threads_for(batch, threads)
             use_threads(threads)
-        compiled = self._compiled
-        if (
-            compiled is not None
-            and batch.head == compiled.head
-            and threads in compiled.threads
-            and batch.pool_mask is None  # the compiled graph takes no pooling mask
-        ):
-            run = compiled.run
         device = self._device
-        extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask.to(device)}
+        input_ids = batch.input_ids.to(device, non_blocking=True)
+        attention_mask = batch.attention_mask.to(device, non_blocking=True)
+        token_type_ids = (
+            None
+            if batch.token_type_ids is None
+            else batch.token_type_ids.to(device, non_blocking=True)
+        )
+        compiled = self._compiled
+        compiled_run = (
+            compiled.runs.get(threads)
+            # The compiled graph takes no pooling mask.
+            if compiled is not None and batch.head == compiled.head and batch.pool_mask is None
+            else None
+        )
         with torch.inference_mode():
-            output = run(
-                batch.head,
-                batch.input_ids.to(device, non_blocking=True),
-                batch.attention_mask.to(device, non_blocking=True),
-                None
-                if batch.token_type_ids is None
-                else batch.token_type_ids.to(device, non_blocking=True),
-                **extra,
-            )
+            if compiled_run is not None:
+                output = compiled_run(input_ids, attention_mask, token_type_ids)
+            else:
+                extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask.to(device)}
+                output = self._module(
+                    batch.head, input_ids, attention_mask, token_type_ids, **extra
+                )
         result: np.ndarray = output.cpu().numpy()
         if batch.head in TOKEN_HEADS:
             return [result[row, : item.length] for row, item in enumerate(batch.items)]

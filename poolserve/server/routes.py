@@ -211,4 +211,5 @@ def _engine_stats(service: ModelService) -> dict[str, object]:
         "queued_items": core.queued_items,
         "tokens_in_work": core.tokens_in_work,
         "peak_tokens_in_work": core.peak_tokens_in_work,
+        "compiled": core.compiled,
     }

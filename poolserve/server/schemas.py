@@ -287,6 +287,10 @@ class EngineStatsBody(Documented):
     queued_items: int
     tokens_in_work: int = Field(description="tokens waiting or in a running batch")
     peak_tokens_in_work: int
+    compiled: str = Field(
+        description="the main head's forward: built (compiled ahead of time at this start), "
+        "cached (loaded from the compile cache), jit (torch.compile) or eager"
+    )
 
 
 class StatsBody(EngineStatsBody):

@@ -1,28 +1,37 @@
-"""`--compile`: the compiled forward matches eager on varied lengths and batch sizes and never
-recompiles while serving (not even for a batch on borrowed cores); where compiling cannot work,
-`on` refuses to start and `auto` serves eagerly; an architecture that fails to compile is served
-eagerly with one log line."""
+"""`--compile`: the forward compiled ahead of time matches eager on varied lengths and batch
+sizes (a cross-encoder's pairs with token type ids too), a restart loads it from the cache
+without compiling, a changed model file, dtype or thread count misses the cache, a truncated
+entry is rebuilt, and serving never compiles. Where compiling cannot work, `on` refuses to
+start and `auto` serves eagerly; a model that does not export falls back to torch.compile (one
+runner) or eager (several), and a failing compile is served eagerly with one log line."""
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+import shutil
+from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from poolserve import cli
 from poolserve.config import ModelConfig
+from poolserve.engine import aot
+from poolserve.engine import backend as backend_module
 from poolserve.engine.backend import TorchBackend
 from poolserve.engine.collate import collate
 from poolserve.engine.executor import use_threads
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import ModelLoadError
+from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec, prepare_model
 from tests.reference import FP32_COSINE, assert_close_vectors
+from tests.tiny_models import make_cross_encoder, minilm_path
 
 # Lengths from 2 tokens ([CLS] [SEP]) to the model's 256, in batches of 1 to 32.
 SHAPES = [(1, 2), (1, 9), (1, 256), (3, 17), (8, 64), (17, 5), (32, 31), (5, 256), (2, 130)]
@@ -33,59 +42,180 @@ def spec() -> ModelSpec:
     return prepare_model(ModelConfig(dtype="float32"))
 
 
-def batch_of(size: int, length: int, seed: int) -> list[WorkItem]:
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def batch_of(
+    size: int, length: int, seed: int, *, pairs: bool = False, head: Head = "embed"
+) -> list[WorkItem]:
     rng = random.Random(seed)
     group = RequestGroup(size)
     items = []
     for index in range(size):
         real = length if index == 0 else rng.randint(2, length)  # padded to `length`
         middle = [rng.randint(1000, 29000) for _ in range(real - 2)]
-        items.append(WorkItem(group, index, [101, *middle, 102]))
+        ids = [101, *middle, 102]
+        types = [0] * (len(ids) // 2) + [1] * (len(ids) - len(ids) // 2) if pairs else None
+        items.append(WorkItem(group, index, ids, types, head=head))
     return items
 
 
-def make_backend(spec: ModelSpec, compile: Any) -> TorchBackend:
+def make_backend(spec: ModelSpec, compile: Any, **options: Any) -> TorchBackend:
     return TorchBackend(
-        spec, partial(collate, pad_token_id=0), single_thread_tokens=256, compile=compile
+        spec, partial(collate, pad_token_id=0), single_thread_tokens=256, compile=compile, **options
     )
+
+
+def _no_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("compiled while it should only load or serve")
+
+    monkeypatch.setattr(aot, "build", refuse)
+    monkeypatch.setattr(torch, "compile", refuse)
 
 
 @pytest.mark.slow
-def test_compiled_forward_matches_eager_without_recompiling(spec: ModelSpec) -> None:
+def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
+    spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     use_threads(1)
     eager = make_backend(spec, "off")
     eager.load()
-    compiled = make_backend(spec, "on")
-    compiled.load()
-    assert compiled.compiled
-    eager_forward, compiled_forward = eager.executor(), compiled.executor()
-    from torch._dynamo.utils import counters
+    eager_forward = eager.executor()
+    built = make_backend(spec, "on")
+    built.load()
+    assert built.report.source == "built"
+    built.close()
 
-    graphs_after_warm_up = counters["stats"]["unique_graphs"]
-    for seed, (size, length) in enumerate(SHAPES):
-        batch = collate(batch_of(size, length, seed), pad_token_id=0)
-        expected = np.stack(eager_forward(batch, 1))
-        actual = np.stack(compiled_forward(batch, 1))
-        assert actual.shape == expected.shape == (size, spec.embedding_dim)
-        assert_close_vectors(actual, expected, FP32_COSINE, [f"{size}x{length}"] * size)
-    # A large batch on cores lent by an idle runner (two threads) runs eagerly: compiling it
-    # for another thread count would stall serving for seconds.
-    lent = collate(batch_of(4, 256, 77), pad_token_id=0)
+    with monkeypatch.context() as patched:
+        _no_compiling(patched)
+        restarted = make_backend(spec, "on")
+        restarted.load()
+        assert restarted.report.source == "cached"
+        forward = restarted.executor()
+        for seed, (size, length) in enumerate(SHAPES):
+            batch = collate(batch_of(size, length, seed), pad_token_id=0)
+            expected = np.stack(eager_forward(batch, 1))
+            actual = np.stack(forward(batch, 1))
+            assert actual.shape == expected.shape == (size, spec.embedding_dim)
+            assert_close_vectors(actual, expected, FP32_COSINE, [f"{size}x{length}"] * size)
+        # A large batch on cores lent by an idle runner (two threads) runs eagerly: the
+        # compiled kernels fix their thread count.
+        lent = collate(batch_of(4, 256, 77), pad_token_id=0)
+        assert_close_vectors(
+            np.stack(forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
+        )
+        # The other head (token_embed) stays eager and still works.
+        batch = collate(batch_of(2, 12, 99), pad_token_id=0)
+        token_batch = collate(
+            [
+                WorkItem(item.group, item.index, item.input_ids, head="token_embed")
+                for item in batch.items
+            ],
+            pad_token_id=0,
+        )
+        rows = forward(token_batch, 1)
+        assert [row.shape[0] for row in rows] == [item.length for item in batch.items]
+        restarted.close()
+
+    # A truncated library is never run: the entry is rebuilt, with one warning. (Truncated as
+    # a new file: this process still maps the old one, which a write in place would corrupt.)
+    (library,) = cache.glob("aot/*/*.so")
+    truncated = library.with_suffix(".part")
+    truncated.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
+    truncated.replace(library)
+    with caplog.at_level(logging.WARNING, logger="poolserve.engine.aot"):
+        rebuilt = make_backend(spec, "on")
+        rebuilt.load()
+    assert rebuilt.report.source == "built"
+    assert any("stale or corrupt" in record.getMessage() for record in caplog.records)
+    batch = collate(batch_of(3, 40, 5), pad_token_id=0)
     assert_close_vectors(
-        np.stack(compiled_forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
+        np.stack(rebuilt.executor()(batch, 1)), np.stack(eager_forward(batch, 1)), FP32_COSINE
     )
-    assert counters["stats"]["unique_graphs"] == graphs_after_warm_up, "serving recompiled"
-    # The other head (token_embed) stays eager and still works.
-    batch = collate(batch_of(2, 12, 99), pad_token_id=0)
-    token_batch = collate(
-        [
-            WorkItem(item.group, item.index, item.input_ids, head="token_embed")
-            for item in batch.items
-        ],
-        pad_token_id=0,
-    )
-    rows = compiled_forward(token_batch, 1)
-    assert [row.shape[0] for row in rows] == [item.length for item in batch.items]
+    rebuilt.close()
+
+
+@pytest.mark.slow
+def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = make_cross_encoder(tmp_path / "reranker")
+    flags = ["--dtype", "float32", "--runners", "1", "--torch-threads", "1"]
+    assert cli.main(["compile", str(model), *flags, "--log-level", "warning"]) == 0
+    assert len(list(cache.glob("aot/*/*.so"))) == 1
+    reranker = prepare_model(ModelConfig(model=str(model), dtype="float32"))
+    use_threads(1)
+    eager = make_backend(reranker, "off")
+    eager.load()
+    with monkeypatch.context() as patched:
+        _no_compiling(patched)
+        compiled = make_backend(reranker, "on")
+        compiled.load()
+    assert compiled.report.source == "cached"
+    forward, eager_forward = compiled.executor(), eager.executor()
+    for seed, (size, length, pairs) in enumerate([(1, 9, True), (5, 30, True), (3, 12, False)]):
+        items = batch_of(size, length, seed, pairs=pairs, head=reranker.heads[0])
+        batch = collate(items, pad_token_id=0)
+        np.testing.assert_allclose(
+            np.stack(forward(batch, 1)), np.stack(eager_forward(batch, 1)), atol=1e-5
+        )
+    compiled.close()
+
+
+def test_the_cache_key_follows_the_model_files_dtype_and_threads(
+    spec: ModelSpec, tmp_path: Path
+) -> None:
+    target = aot.AotTarget("embed", 1, False, 256)
+
+    def key(model: ModelSpec, of: aot.AotTarget = target) -> str:
+        return aot.entry_for(tmp_path, model, of)[0].key
+
+    copy = tmp_path / "model"
+    shutil.copytree(minilm_path(), copy)
+    copied = prepare_model(ModelConfig(model=str(copy), dtype="float32"))
+    assert key(copied) == key(copied)
+    (copy / "README.md").write_text("notes that no forward reads")
+    unchanged = key(copied)
+    assert unchanged == key(prepare_model(ModelConfig(model=str(copy), dtype="float32")))
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert key(copied) != unchanged
+    assert key(spec) != key(replace(spec, dtype=torch.bfloat16))
+    assert key(spec) != key(spec, replace(target, threads=2))
+    assert key(spec) != key(spec, replace(target, with_token_types=True))
+
+
+def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> None:
+    import hashlib
+    import json
+
+    entry = aot.CacheEntry("k" * 40, tmp_path / "entry")
+    entry.directory.mkdir()
+    library = entry.directory / "model-0123.so"
+    library.write_bytes(b"library bytes")
+    assert aot.valid_library(entry) is None  # no manifest
+    manifest = {
+        "key": entry.key,
+        "library": library.name,
+        "library_bytes": len(b"library bytes"),
+        "library_sha256": hashlib.sha256(b"library bytes").hexdigest(),
+    }
+    entry.manifest.write_text(json.dumps(manifest))
+    assert aot.valid_library(entry) == library
+    library.write_bytes(b"library")  # truncated
+    assert aot.valid_library(entry) is None
+    library.write_bytes(b"library BYTES")  # same size, other bytes
+    assert aot.valid_library(entry) is None
+    entry.manifest.write_text(json.dumps({**manifest, "library": "../elsewhere.so"}))
+    assert aot.valid_library(entry) is None
+    entry.manifest.write_text("{")  # a manifest cut short
+    assert aot.valid_library(entry) is None
 
 
 def test_on_without_a_cpu_compiler_refuses_to_start(
@@ -109,16 +239,56 @@ def test_auto_without_a_cpu_compiler_serves_eagerly(
     assert len(backend.executor()(batch, 1)) == 2
 
 
-def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(
-    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def _unexportable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """torch.export refuses the model; torch.compile is recorded and returns the module."""
+    compiled: list[Any] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise torch._dynamo.exc.UserError(
+            torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION, "Constraints violated (length)!"
+        )
+
+    def record(module: Any, **options: Any) -> Any:
+        compiled.append(module)
+        return module
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+    monkeypatch.setattr(torch, "compile", record)
+    return compiled
+
+
+def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runner(
+    spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def failing_compile(module: Any, **options: Any) -> Callable[..., Any]:
-        def run(*args: Any) -> Any:
-            raise torch._dynamo.exc.Unsupported("this architecture does not trace")
+    compiled = _unexportable(monkeypatch)
+    backend = make_backend(spec, "auto")
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+        backend.load()
+    assert backend.report.source == "jit" and len(compiled) == 1
+    assert any("Constraints violated" in record.getMessage() for record in caplog.records)
+    batch = collate(batch_of(3, 20, 2), pad_token_id=0)
+    assert len(backend.executor()(batch, 1)) == 3
+    assert not list(cache.glob("aot/*"))
 
-        return run
 
-    monkeypatch.setattr(torch, "compile", failing_compile)
+def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
+    spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    compiled = _unexportable(monkeypatch)
+    backend = make_backend(spec, "auto", runners=2)
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+        backend.load()
+    assert backend.report.source == "eager" and not backend.compiled and not compiled
+    assert any("eagerly with 2 runners" in record.getMessage() for record in caplog.records)
+
+
+def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(
+    spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def failing_build(*args: Any) -> None:
+        raise RuntimeError("C++ compile error: this architecture's kernels do not build")
+
+    monkeypatch.setattr(backend_module.aot, "build", failing_build)
     backend = make_backend(spec, "on")
     with caplog.at_level(logging.WARNING, logger="poolserve.engine.backend"):
         backend.load()

@@ -112,10 +112,7 @@ def test_max_model_len_above_the_batch_budget_is_a_load_error() -> None:
             },
             "max_batch_tokens=100 is less",
         ),
-        (
-            {"engine_config": EngineConfig(compile="on", runners=2)},
-            "compile=on needs runners=1",
-        ),
+        ({"engine_config": EngineConfig(runners=0)}, "runners must be at least 1"),
     ],
 )
 def test_a_setting_that_cannot_work_speaks_python_in_python(

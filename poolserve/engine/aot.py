@@ -1,0 +1,398 @@
+"""Ahead-of-time compiled forwards (AOTInductor), kept in a cache on disk across restarts.
+
+A model's main head is exported once (`torch.export`, batch size and length dynamic) and compiled
+by AOTInductor into a shared library that holds the frozen weights (pre-packed for oneDNN), one
+per intra-op thread count (inductor writes the count into its parallel loops). The library is
+kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on:
+the model files' contents, the served kind and head, dtype and device, the length limit, the
+torch and transformers versions, poolserve's model code, the CPU's instruction set and the
+thread count. A restart finds the entry and loads it in a fraction of a second instead of
+compiling again; an entry whose library does not match the digest its manifest recorded
+(truncated, overwritten) is rebuilt, never run.
+
+The library is run through AOTInductor's C interface (`AOTInductorModelContainerRun`, the
+interface its C++ runners use) by ctypes, which releases the GIL for the call: torch's own
+Python runner (`aoti_load_package`) holds the GIL for the whole forward, which would stop the
+event loop and the tokenizer threads for every batch. The container holds one model instance
+per runner, so several runners run the one library at once, with no guards to check.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poolserve.models.kinds import Head
+from poolserve.models.loader import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+# Bumped when what an entry holds, or how it is built, changes.
+FORMAT = 1
+MANIFEST = "entry.json"
+# Files of a model directory that no forward reads: other runtimes' weights and documentation.
+_UNREAD_DIRECTORIES = frozenset({"onnx", "openvino", ".git", ".cache"})
+_UNREAD_SUFFIXES = frozenset({".onnx", ".h5", ".msgpack", ".ot", ".md", ".gitattributes"})
+_HASH_CHUNK = 1 << 22
+
+# One forward of the compiled head: input ids, attention mask and (for models compiled with
+# them) token type ids, each [batch, length] int64 on the CPU; returns the head's output.
+AotRun = Callable[..., torch.Tensor]
+
+
+class AotUnavailableError(RuntimeError):
+    """The model cannot be compiled ahead of time (export failed, or the C interface is missing)."""
+
+
+@dataclass(frozen=True)
+class AotTarget:
+    """What one library is compiled for."""
+
+    head: Head
+    threads: int
+    with_token_types: bool
+    max_batch_size: int
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    directory: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / MANIFEST
+
+
+def _files_digest(directory: Path) -> str:
+    """The contents (and relative names) of the model files a forward depends on."""
+    digest = hashlib.sha256()
+    for path in sorted(_model_files(directory)):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0")
+        with path.open("rb") as file:
+            while chunk := file.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _model_files(directory: Path) -> Iterable[Path]:
+    for root, directories, files in os.walk(directory):
+        directories[:] = [name for name in directories if name not in _UNREAD_DIRECTORIES]
+        for name in files:
+            path = Path(root) / name
+            if path.suffix not in _UNREAD_SUFFIXES and name not in _UNREAD_SUFFIXES:
+                yield path
+
+
+def _code_digest() -> str:
+    """poolserve's model code (the modules the exported graph is traced from)."""
+    digest = hashlib.sha256()
+    models = Path(__file__).resolve().parent.parent / "models"
+    for path in sorted(models.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cpu_identity() -> str:
+    """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        pass
+    words = " ".join(sorted(set(flags.split(":", 1)[-1].split())))
+    return (
+        f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} "
+        + hashlib.sha256(words.encode()).hexdigest()[:16]
+    )
+
+
+def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
+    """Everything an entry's code depends on; its hash names the entry."""
+    import transformers
+
+    template = spec.score_template
+    return {
+        "format": FORMAT,
+        "model_files": _files_digest(spec.layout.directory),
+        "poolserve_models": _code_digest(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu": _cpu_identity(),
+        "kind": spec.kind,
+        "head": target.head,
+        "dtype": str(spec.dtype),
+        "device": str(spec.device),
+        "max_model_len": spec.max_model_len,
+        "max_batch_size": target.max_batch_size,
+        "threads": target.threads,
+        "with_token_types": target.with_token_types,
+        "attention": spec.attention,
+        "trust_remote_code": spec.trust_remote_code,
+        "score_template": None if template is None else repr(template),
+    }
+
+
+def entry_for(root: Path, spec: ModelSpec, target: AotTarget) -> tuple[CacheEntry, dict[str, Any]]:
+    parts = key_parts(spec, target)
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+    return CacheEntry(key, root / "aot" / key), parts
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def valid_library(entry: CacheEntry) -> Path | None:
+    """The entry's library if it is the one its manifest recorded; None for a truncated or
+    replaced library, or a missing or unreadable manifest."""
+    try:
+        manifest = json.loads(entry.manifest.read_text(encoding="utf-8"))
+        library = entry.directory / str(manifest["library"])
+        if (
+            manifest.get("key") == entry.key
+            and library.parent == entry.directory
+            and library.stat().st_size == manifest["library_bytes"]
+            and _sha256(library) == manifest["library_sha256"]
+        ):
+            return library
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+class _HeadForward(torch.nn.Module):
+    """The module's forward for one head, with tensors only (what torch.export traces)."""
+
+    def __init__(self, module: Callable[..., torch.Tensor], head: Head) -> None:
+        super().__init__()
+        self.module = module
+        self.head = head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.module(self.head, input_ids, attention_mask, token_type_ids)
+
+
+def build(
+    entry: CacheEntry,
+    parts: dict[str, Any],
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    target: AotTarget,
+) -> None:
+    """Export the head, compile it for `target.threads`, and write the entry (atomically: a
+    staging directory renamed into place, so a crash leaves no half-written entry)."""
+    forward = _HeadForward(module, target.head).eval()
+    batch = torch.export.Dim("batch", min=1, max=max(2, target.max_batch_size))
+    length = torch.export.Dim("length", min=1, max=max(2, spec.max_model_len))
+    example_length = min(16, spec.max_model_len)
+    ids = torch.full((2, example_length), 5, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    args: tuple[torch.Tensor, ...] = (ids, mask)
+    if target.with_token_types:
+        args += (torch.zeros_like(ids),)
+    try:
+        with torch.inference_mode():
+            exported = torch.export.export(
+                forward, args, dynamic_shapes=({0: batch, 1: length},) * len(args)
+            )
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AotUnavailableError(f"torch.export failed: {first_line[:300]}") from exc
+    entry.directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=entry.directory.parent))
+    try:
+        with torch.no_grad():  # inductor freezes the weights only outside autograd
+            package = torch._inductor.aoti_compile_and_package(
+                exported,
+                package_path=str(staging / "model.pt2"),
+                inductor_configs={"freezing": True, "cpp.threads": target.threads},
+            )
+        extracted = staging / "model.so"
+        _extract_library(Path(package), extracted)
+        Path(package).unlink()
+        # Named by its contents: the dynamic loader reuses a library already loaded from the
+        # same path, so a rebuilt library must not take the name of the one it replaces.
+        digest = _sha256(extracted)
+        library = extracted.rename(staging / f"model-{digest[:16]}.so")
+        manifest = {
+            "key": entry.key,
+            "model": spec.name,
+            "library": library.name,
+            "library_bytes": library.stat().st_size,
+            "library_sha256": digest,
+            "parts": parts,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if entry.directory.exists():  # stale or corrupt: replaced as a whole
+            shutil.rmtree(entry.directory)
+        try:
+            staging.rename(entry.directory)
+        except OSError:
+            if valid_library(entry) is None:  # not another process that built it first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extract_library(package: Path, destination: Path) -> None:
+    """The compiled model's shared library (weights included) from AOTInductor's package."""
+    with zipfile.ZipFile(package) as archive:
+        libraries = [name for name in archive.namelist() if name.endswith(".so")]
+        if len(libraries) != 1:
+            raise AotUnavailableError(f"expected one library in {package}, found {libraries}")
+        with archive.open(libraries[0]) as source, destination.open("wb") as target:
+            shutil.copyfileobj(source, target)
+
+
+class AotModel:
+    """One compiled library behind AOTInductor's C interface, callable from `instances` threads
+    at once (each call holds one of the container's model instances, without the GIL)."""
+
+    def __init__(self, library: Path, instances: int) -> None:
+        aoti: Any = getattr(torch._C, "_aoti", None)
+        if aoti is None or not hasattr(aoti, "unsafe_alloc_void_ptrs_from_tensors"):
+            raise AotUnavailableError("this torch build has no AOTInductor runtime")
+        self._aoti = aoti
+        self._library = ctypes.CDLL(str(library))
+        self._run = self._library.AOTInductorModelContainerRun
+        self._run.restype = ctypes.c_int32
+        self._handle = ctypes.c_void_p()
+        _check(
+            self._library.AOTInductorModelContainerCreateWithDevice(
+                ctypes.byref(self._handle), ctypes.c_size_t(instances), b"cpu", None
+            ),
+            "create the model container",
+        )
+        outputs = ctypes.c_size_t()
+        _check(
+            self._library.AOTInductorModelContainerGetNumOutputs(
+                self._handle, ctypes.byref(outputs)
+            ),
+            "read the number of outputs",
+        )
+        self._outputs = outputs.value
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        # The container steals the input handles (fresh references to our tensors) and hands
+        # back new ones for the outputs, which become ordinary tensors again.
+        handles = self._aoti.unsafe_alloc_void_ptrs_from_tensors([t.contiguous() for t in tensors])
+        inputs = (ctypes.c_void_p * len(handles))(*[_pointer(handle) for handle in handles])
+        outputs = (ctypes.c_void_p * self._outputs)()
+        _check(
+            self._run(
+                self._handle,
+                inputs,
+                ctypes.c_size_t(len(handles)),
+                outputs,
+                ctypes.c_size_t(self._outputs),
+                None,
+                None,
+            ),
+            "run the model",
+        )
+        results = self._aoti.alloc_tensors_by_stealing_from_void_ptrs(
+            [_capsule(pointer) for pointer in outputs]
+        )
+        result: torch.Tensor = results[0]
+        return result
+
+    def close(self) -> None:
+        if self._handle:
+            self._library.AOTInductorModelContainerDelete(self._handle)
+            self._handle = ctypes.c_void_p()
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"AOTInductor could not {what} (error {code})")
+
+
+_capsule_api = ctypes.pythonapi
+_capsule_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_capsule_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_api.PyCapsule_New.restype = ctypes.py_object
+_capsule_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _pointer(capsule: object) -> int | None:
+    pointer: int | None = _capsule_api.PyCapsule_GetPointer(capsule, None)
+    return pointer
+
+
+def _capsule(pointer: int | None) -> object:
+    return _capsule_api.PyCapsule_New(pointer, None, None)
+
+
+@dataclass(frozen=True)
+class AotLoad:
+    """The compiled forwards of one head, by thread count, and how they were obtained."""
+
+    runs: dict[int, AotModel]
+    built: int  # libraries compiled by this start
+    loaded: int  # libraries found in the cache
+    seconds: float
+
+
+def load_or_build(
+    root: Path,
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    targets: Iterable[AotTarget],
+    instances: int,
+) -> AotLoad:
+    """Each target's library from the cache, compiled first where it is missing or invalid."""
+    started = time.perf_counter()
+    runs: dict[int, AotModel] = {}
+    built = loaded = 0
+    for target in targets:
+        entry, parts = entry_for(root, spec, target)
+        library = valid_library(entry)
+        if library is not None:
+            loaded += 1
+        else:
+            if entry.directory.exists():
+                logger.warning(
+                    "%s: compiled cache entry %s is stale or corrupt; rebuilding it",
+                    spec.name,
+                    entry.directory,
+                )
+            compile_started = time.perf_counter()
+            build(entry, parts, module, spec, target)
+            library = valid_library(entry)
+            if library is None:
+                raise RuntimeError(f"the compiled entry {entry.directory} did not verify")
+            built += 1
+            logger.info(
+                "%s: compiled ahead of time for %d thread(s) in %.1f s (cache: %s)",
+                spec.name,
+                target.threads,
+                time.perf_counter() - compile_started,
+                entry.directory,
+            )
+        runs[target.threads] = AotModel(library, instances)
+    return AotLoad(runs, built, loaded, time.perf_counter() - started)

@@ -1,0 +1,72 @@
+"""`poolserve compile`: fill the compiled-forward cache before serving (say, in a container image).
+
+Each model is loaded and its main head compiled ahead of time for the thread counts `serve`
+would run it at with the same flags on this machine (engine/aot.py keys the cache by them, and
+by the CPU's instruction set: run it where the server will run, or on the same kind of CPU).
+A model already in the cache is only checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from functools import partial
+
+from poolserve.config import ServedModel
+from poolserve.errors import ModelLoadError, SettingError
+
+logger = logging.getLogger(__name__)
+
+
+def compile_models(served: Sequence[ServedModel]) -> int:
+    """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
+    from poolserve.engine.backend import TorchBackend
+    from poolserve.engine.collate import collate
+    from poolserve.engine.compiled import cache_dir
+    from poolserve.engine.core import runner_layout
+    from poolserve.engine.executor import use_threads
+    from poolserve.models.loader import prepare_model
+
+    failed = 0
+    for each in served:
+        engine = each.engine
+        try:
+            spec = prepare_model(each.model, engine.max_batch_tokens)
+            runners, threads = runner_layout(engine, spec.device.type)
+            use_threads(threads or 1)
+            backend = TorchBackend(
+                spec,
+                partial(collate, pad_token_id=spec.pad_token_id),
+                single_thread_tokens=engine.single_thread_tokens,
+                threads=threads or 1,
+                compile="on" if engine.compile == "off" else engine.compile,
+                runners=runners,
+                max_batch_size=min(engine.max_batch_size, engine.max_batch_tokens),
+            )
+            backend.load()
+        except ModelLoadError as exc:
+            message = exc.cli_message if isinstance(exc, SettingError) else str(exc)
+            logger.error("%s: %s", each.model.model or "the bundled default model", message)
+            failed += 1
+            continue
+        report = backend.report
+        backend.close()
+        if report.source in ("built", "cached"):
+            logger.info(
+                "%s: %s (%.1f s), in %s",
+                spec.name,
+                "compiled" if report.source == "built" else "already in the cache",
+                report.seconds,
+                cache_dir() / "aot",
+            )
+        else:
+            logger.error(
+                "%s: not compiled ahead of time (%s); `serve` %s",
+                spec.name,
+                report.source,
+                "compiles it with torch.compile at every start"
+                if report.source == "jit"
+                else "serves it eagerly",
+            )
+            failed += 1
+    return 1 if failed else 0
