@@ -203,6 +203,19 @@ log line every 10 seconds.
 """
 
 
+def _add_command_flags(parser: argparse.ArgumentParser) -> None:
+    """What a command that loads models without serving them takes: the log level and the
+    model and engine flags `serve` has."""
+    parser.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", "info"),
+        help="how much to log",
+    )
+    add_model_flags(parser)
+    add_engine_flags(parser)
+
+
 def _add_compile_command(commands: Any) -> None:
     compile_command = commands.add_parser(
         "compile",
@@ -225,14 +238,7 @@ def _add_compile_command(commands: Any) -> None:
         default=env_default("--config", None),
         help="the model file `serve --config` reads; compiles each of its models",
     )
-    compile_command.add_argument(
-        "--log-level",
-        type=one_of(LOG_LEVELS),
-        default=env_default("--log-level", "info"),
-        help="how much to log",
-    )
-    add_model_flags(compile_command)
-    add_engine_flags(compile_command)
+    _add_command_flags(compile_command)
     compile_command.set_defaults(
         ray=False, served_model_name=None, replicas=None, replica_cpus=None, ray_address=None
     )
@@ -291,14 +297,7 @@ def _add_embed_command(commands: Any) -> None:
     embed.add_argument(
         "--overwrite", action="store_true", help="start again over an existing output"
     )
-    embed.add_argument(
-        "--log-level",
-        type=one_of(LOG_LEVELS),
-        default=env_default("--log-level", "info"),
-        help="how much to log",
-    )
-    add_model_flags(embed)
-    add_engine_flags(embed)
+    _add_command_flags(embed)
     _add_ray_flags(embed, "embed the parts on --replicas engine actors of a Ray cluster")
 
 

@@ -81,8 +81,7 @@ class EngineConfig:
     schedule_window: int = 1024
     # A batch is cut into length buckets where its next-longer item would add more than this
     # many padding tokens (see engine/scheduler.py); None: one batch, padded to its longest.
-    # Off by default until two models in one process stay isolated with it (issue 18's note).
-    bucket_padding_tokens: int | None = None
+    bucket_padding_tokens: int | None = 32
     # Runner threads, each running its own batches over the one copy of the weights; None: one
     # per core on CPU, one on CUDA.
     runners: int | None = None

@@ -71,6 +71,21 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     return convert
 
 
+def integer_or_off(low: int) -> Callable[[str], int | None]:
+    """An integer from `low` up, or `off` (None)."""
+    as_integer = integer(low)
+
+    def convert(text: str) -> int | None:
+        if str(text).strip().lower() == "off":
+            return None
+        try:
+            return as_integer(text)
+        except argparse.ArgumentTypeError:
+            raise _refuse(text, f"an integer from {low} up, or off") from None
+
+    return convert
+
+
 def positive_number(accepted: str) -> Callable[[str], float]:
     """A finite number above 0 (`accepted` says which, in the refusal)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.flags import boolean, env_default, integer, name_and_text, one_of
+from poolserve.flags import boolean, env_default, integer, integer_or_off, name_and_text, one_of
 from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -100,11 +100,11 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bucket-padding-tokens",
-        type=integer(0),
+        type=integer_or_off(0),
         default=env_default("--bucket-padding-tokens", defaults.bucket_padding_tokens),
         help="cut a batch into length buckets where its next-longer input would add more than "
         "this many padding tokens in all (real text varies in length; 32 measured best on "
-        "CPU; 0: each length alone; default: off, one batch padded to its longest)",
+        "CPU; 0: each length alone; off: one batch padded to its longest)",
     )
     parser.add_argument(
         "--cpu-workers",

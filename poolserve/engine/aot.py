@@ -298,6 +298,8 @@ class AotModel:
         self._outputs = outputs.value
 
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        if not self._handle:
+            raise RuntimeError("this compiled model was closed")
         # The container steals the input handles (fresh references to our tensors) and hands
         # back new ones for the outputs, which become ordinary tensors again.
         handles = self._aoti.unsafe_alloc_void_ptrs_from_tensors([t.contiguous() for t in tensors])

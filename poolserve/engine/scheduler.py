@@ -23,9 +23,8 @@ sentence), so the items picked are cut, by length, into buckets wherever the nex
 would add more than `bucket_padding_tokens` of padding (its length above the bucket's longest,
 times the bucket's items); the runner takes the seed's bucket and the rest wait for the next
 free runner, a moment later. Measured on real prose (all-MiniLM-L6-v2, bf16, one thread): 64
-sentences took 284 ms as one padded batch and 110 ms as buckets (padding tolerance 32 tokens;
-16 to 64 were within 3 %). Off by default for now: with it, a tiny model beside a flooded one
-in the same process waited up to twice as long (eager runners; see docs/benchmarks.md).
+sentences took 284 ms as one padded batch and 110 ms as buckets (padding tolerance 32 tokens,
+the default; 16 to 64 were within 3 %).
 
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.

@@ -91,6 +91,18 @@ ENV = {
 }
 
 
+def test_length_buckets_are_on_by_default_and_off_turns_them_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert configs()[1].bucket_padding_tokens == 32
+    assert configs("--bucket-padding-tokens", "0")[1].bucket_padding_tokens == 0
+    assert configs("--bucket-padding-tokens", "off")[1].bucket_padding_tokens is None
+    monkeypatch.setenv("POOLSERVE_BUCKET_PADDING_TOKENS", "off")
+    assert configs()[1].bucket_padding_tokens is None
+    with pytest.raises(SystemExit):
+        configs("--bucket-padding-tokens", "never")
+
+
 def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)

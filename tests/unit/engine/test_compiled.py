@@ -69,12 +69,19 @@ def make_backend(spec: ModelSpec, compile: Any, **options: Any) -> TorchBackend:
     )
 
 
-def _no_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+def loaded_from_the_cache(spec: ModelSpec, monkeypatch: pytest.MonkeyPatch) -> TorchBackend:
+    """A compiled backend that starts, and serves while `monkeypatch` lasts, without
+    compiling anything (a compile would fail the test)."""
+
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("compiled while it should only load or serve")
 
     monkeypatch.setattr(aot, "build", refuse)
     monkeypatch.setattr(torch, "compile", refuse)
+    backend = make_backend(spec, "on")
+    backend.load()
+    assert backend.report.source == "cached"
+    return backend
 
 
 @pytest.mark.slow
@@ -91,10 +98,7 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
     built.close()
 
     with monkeypatch.context() as patched:
-        _no_compiling(patched)
-        restarted = make_backend(spec, "on")
-        restarted.load()
-        assert restarted.report.source == "cached"
+        restarted = loaded_from_the_cache(spec, patched)
         forward = restarted.executor()
         for seed, (size, length) in enumerate(SHAPES):
             batch = collate(batch_of(size, length, seed), pad_token_id=0)
@@ -152,10 +156,7 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
     eager = make_backend(reranker, "off")
     eager.load()
     with monkeypatch.context() as patched:
-        _no_compiling(patched)
-        compiled = make_backend(reranker, "on")
-        compiled.load()
-    assert compiled.report.source == "cached"
+        compiled = loaded_from_the_cache(reranker, patched)
     forward, eager_forward = compiled.executor(), eager.executor()
     for seed, (size, length, pairs) in enumerate([(1, 9, True), (5, 30, True), (3, 12, False)]):
         items = batch_of(size, length, seed, pairs=pairs, head=reranker.heads[0])
