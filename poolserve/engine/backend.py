@@ -64,9 +64,10 @@ class CompileReport:
 class TorchBackend:
     """Eager PyTorch, or with `compile` on/auto the model's main head compiled (its other heads,
     such as an embedding model's `token_embed`, stay eager: they are rare, and each compiled
-    head costs start-up time), for the thread counts a runner uses on its own (1 for small
-    batches, and `threads`); a batch on cores lent by idle runners runs eagerly, since the
-    compiled kernels fix their thread count.
+    head costs start-up time), for the thread counts a runner uses (1 for small batches,
+    `threads`, and every runner's threads for a large batch on cores lent by all the idle
+    runners); a batch at any other count runs eagerly, since the compiled kernels fix their
+    thread count.
 
     Ahead of time (AOTInductor) first: one library per thread count, cached on disk, which
     `runners` threads may run at once. Where the model does not export, torch.compile with one
@@ -104,6 +105,11 @@ class TorchBackend:
         """True once `load` has compiled (and warmed) the main head's graphs."""
         return self._compiled is not None
 
+    @property
+    def compiled_threads(self) -> tuple[int, ...]:
+        """The intra-op thread counts the main head runs compiled at (others run eagerly)."""
+        return tuple(sorted(self._compiled.runs)) if self._compiled is not None else ()
+
     def load(self) -> None:
         module = load_module(self._spec)
         self._module = module
@@ -133,7 +139,7 @@ class TorchBackend:
             return
         self.report = replace(self.report, seconds=time.perf_counter() - started)
         logger.info(
-            "%s: %s and warmed up in %.1f s",
+            "%s: %s and warmed up in %.1f s (thread counts %s)",
             self._spec.name,
             {
                 "built": "compiled ahead of time",
@@ -141,15 +147,19 @@ class TorchBackend:
                 "jit": "compiled with torch.compile",
             }[self.report.source],
             self.report.seconds,
+            ", ".join(map(str, self.compiled_threads)),
         )
 
     def _compile_ahead_of_time(self, module: PoolingModule, head: Head) -> CompiledForward:
         if self._spec.device.type != "cpu":
             raise aot.AotUnavailableError("ahead-of-time compiling is for the CPU only")
         with_types = self._spec.kind == "cross_encoder" and module.takes_token_types
+        # One thread for small batches, the runner's own threads, and every runner's for a
+        # large batch that borrows the idle runners' cores.
+        thread_counts = sorted({1, self._threads, self._threads * self._runners})
         targets = [
             aot.AotTarget(head, threads, with_types, self._max_batch_size)
-            for threads in sorted({1, self._threads})
+            for threads in thread_counts
         ]
         loaded = aot.load_or_build(cache_dir(), module, self._spec, targets, self._runners)
         self.report = CompileReport("built" if loaded.built else "cached")
@@ -222,7 +232,8 @@ class TorchBackend:
         short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
         typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
         for head in heads:
-            for threads in sorted({1, self._threads}):
+            compiled_counts = self._compiled.runs.keys() if self._compiled is not None else ()
+            for threads in sorted({1, self._threads, *compiled_counts}):
                 for ids, with_types, size in itertools.product((short, long), typed, (1, 8)):
                     types = [0] * len(ids) if with_types else None
                     item = WorkItem(RequestGroup(size), 0, ids, types, head=head)

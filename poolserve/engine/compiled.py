@@ -47,12 +47,6 @@ def _cpu_compiler() -> str | None:
     return None
 
 
-def will_compile(mode: CompileMode, device_type: str) -> bool:
-    """Whether `mode` compiles on this device (`on` always tries; `auto` on CPU with a C++
-    compiler)."""
-    return mode == "on" or (mode == "auto" and device_type == "cpu" and _cpu_compiler() is not None)
-
-
 def can_compile(spec: ModelSpec, mode: CompileMode) -> bool:
     """Whether `mode` compiles this model here: False (with a log line) where `auto` finds that
     compiling cannot work; `on` then refuses to start instead. On other devices than the CPU,

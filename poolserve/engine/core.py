@@ -20,7 +20,6 @@ from functools import partial
 from poolserve.config import EngineConfig
 from poolserve.engine.backend import Backend, Forward, TorchBackend
 from poolserve.engine.collate import Batch, collate
-from poolserve.engine.compiled import will_compile
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.executor import use_threads
 from poolserve.engine.runner import Runner
@@ -62,15 +61,15 @@ def available_cores() -> int:
 def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | None]:
     """(runners, torch threads per runner; None: torch's default).
 
-    On CPU, by default: one runner on every core when the forward is compiled, else one runner
-    per core. Measured on 2 cores (docs/benchmarks.md): compiled, two runners on one thread each
-    served as many tokens per second as one runner on two threads, and the one runner serves a
-    lone large batch in about half the time; eager, two runners beat one on two threads by
-    1.3-1.4x."""
+    On CPU, by default: one runner per core, compiled or eager. Measured on 2 cores with real
+    prose and length buckets (docs/benchmarks.md): compiled ahead of time, two runners on one
+    thread each served 1.30-1.51x the c=64 requests of one runner on two threads, at about
+    half the p99; eager, two runners beat one on two threads by 1.3-1.4x. A large batch that
+    finds the other runners idle still runs on every core (it borrows them)."""
     if device_type != "cpu":
         return config.runners or 1, config.torch_threads
     cores = config.cores or available_cores()
-    runners = config.runners or (1 if will_compile(config.compile, device_type) else cores)
+    runners = config.runners or cores
     threads = config.torch_threads or max(1, cores // runners)
     return runners, threads
 

@@ -69,7 +69,9 @@ def make_backend(spec: ModelSpec, compile: Any, **options: Any) -> TorchBackend:
     )
 
 
-def loaded_from_the_cache(spec: ModelSpec, monkeypatch: pytest.MonkeyPatch) -> TorchBackend:
+def loaded_from_the_cache(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> TorchBackend:
     """A compiled backend that starts, and serves while `monkeypatch` lasts, without
     compiling anything (a compile would fail the test)."""
 
@@ -78,7 +80,7 @@ def loaded_from_the_cache(spec: ModelSpec, monkeypatch: pytest.MonkeyPatch) -> T
 
     monkeypatch.setattr(aot, "build", refuse)
     monkeypatch.setattr(torch, "compile", refuse)
-    backend = make_backend(spec, "on")
+    backend = make_backend(spec, "on", **options)
     backend.load()
     assert backend.report.source == "cached"
     return backend
@@ -147,23 +149,27 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
 def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two runners on one thread each: a library for one thread, and one for a large batch
+    that borrows the other runner's core."""
     model = make_cross_encoder(tmp_path / "reranker")
-    flags = ["--dtype", "float32", "--runners", "1", "--torch-threads", "1"]
+    flags = ["--dtype", "float32", "--runners", "2", "--torch-threads", "1"]
     assert cli.main(["compile", str(model), *flags, "--log-level", "warning"]) == 0
-    assert len(list(cache.glob("aot/*/*.so"))) == 1
+    assert len(list(cache.glob("aot/*/*.so"))) == 2
     reranker = prepare_model(ModelConfig(model=str(model), dtype="float32"))
     use_threads(1)
     eager = make_backend(reranker, "off")
     eager.load()
     with monkeypatch.context() as patched:
-        compiled = loaded_from_the_cache(reranker, patched)
-    forward, eager_forward = compiled.executor(), eager.executor()
-    for seed, (size, length, pairs) in enumerate([(1, 9, True), (5, 30, True), (3, 12, False)]):
-        items = batch_of(size, length, seed, pairs=pairs, head=reranker.heads[0])
-        batch = collate(items, pad_token_id=0)
-        np.testing.assert_allclose(
-            np.stack(forward(batch, 1)), np.stack(eager_forward(batch, 1)), atol=1e-5
-        )
+        compiled = loaded_from_the_cache(reranker, patched, runners=2)
+        assert compiled.compiled_threads == (1, 2)
+        forward, eager_forward = compiled.executor(), eager.executor()
+        shapes = [(1, 9, True, 1), (5, 30, True, 1), (3, 12, False, 1), (4, 120, True, 2)]
+        for seed, (size, length, pairs, threads) in enumerate(shapes):
+            items = batch_of(size, length, seed, pairs=pairs, head=reranker.heads[0])
+            batch = collate(items, pad_token_id=0)
+            np.testing.assert_allclose(
+                np.stack(forward(batch, threads)), np.stack(eager_forward(batch, 1)), atol=1e-5
+            )
     compiled.close()
 
 

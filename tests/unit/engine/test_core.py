@@ -245,10 +245,10 @@ def test_runner_layout_divides_the_cores() -> None:
     assert runner_layout(EngineConfig(), "cuda") == (1, None)
     _, threads = runner_layout(EngineConfig(runners=1), "cpu")
     assert threads is not None and threads >= 1
-    # By default: a runner per core when eager, one runner on every core when compiled.
+    # By default: a runner per core, compiled or eager.
     cores = available_cores()
     assert runner_layout(EngineConfig(compile="off"), "cpu") == (cores, 1)
-    assert runner_layout(EngineConfig(compile="on"), "cpu") == (1, cores)
+    assert runner_layout(EngineConfig(compile="on"), "cpu") == (cores, 1)
 
 
 @pytest.mark.parametrize(
