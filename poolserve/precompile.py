@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from poolserve.config import ServedModel
-from poolserve.errors import ModelLoadError, SettingError
+from poolserve.errors import SettingError
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,8 @@ def compile_models(served: Sequence[ServedModel]) -> int:
                 max_batch_size=min(engine.max_batch_size, engine.max_batch_tokens),
             )
             backend.load()
-        except ModelLoadError as exc:
-            message = exc.cli_message if isinstance(exc, SettingError) else str(exc)
+        except Exception as exc:  # one line per model, whatever went wrong
+            message = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
             logger.error("%s: %s", each.model.model or "the bundled default model", message)
             failed += 1
             continue

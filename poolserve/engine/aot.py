@@ -8,7 +8,8 @@ the model files' contents, the served kind and head, dtype and device, the lengt
 torch and transformers versions, poolserve's model code, the CPU's instruction set and the
 thread count. A restart finds the entry and loads it in a fraction of a second instead of
 compiling again; an entry whose library does not match the digest its manifest recorded
-(truncated, overwritten) is rebuilt, never run.
+(truncated, overwritten) is rebuilt, never run. Checking and building an entry hold a lock file
+of its own, so processes that start together build it once.
 
 The library is run through AOTInductor's C interface (`AOTInductorModelContainerRun`, the
 interface its C++ runners use) by ctypes, which releases the GIL for the call: torch's own
@@ -20,6 +21,7 @@ per runner, so several runners run the one library at once, with no guards to ch
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import json
 import logging
@@ -29,7 +31,8 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,10 +102,11 @@ def _model_files(directory: Path) -> Iterable[Path]:
 
 
 def _code_digest() -> str:
-    """poolserve's model code (the modules the exported graph is traced from)."""
+    """poolserve's model code (the modules the exported graph is traced from) and this module
+    (how it is exported and compiled)."""
     digest = hashlib.sha256()
     models = Path(__file__).resolve().parent.parent / "models"
-    for path in sorted(models.glob("*.py")):
+    for path in [*sorted(models.glob("*.py")), Path(__file__).resolve()]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -225,6 +229,8 @@ def build(
         raise AotUnavailableError(f"torch.export failed: {first_line[:300]}") from exc
     entry.directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=entry.directory.parent))
+    # mkdtemp makes it private; an entry built by one user (an image build) is served by another.
+    staging.chmod(0o755)
     try:
         with torch.no_grad():  # inductor freezes the weights only outside autograd
             package = torch._inductor.aoti_compile_and_package(
@@ -248,23 +254,43 @@ def build(
             "parts": parts,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        if entry.directory.exists():  # stale or corrupt: replaced as a whole
+        if entry.directory.exists():  # stale or corrupt (checked under the entry's lock)
             shutil.rmtree(entry.directory)
-        try:
-            staging.rename(entry.directory)
-        except OSError:
-            if valid_library(entry) is None:  # not another process that built it first
-                raise
+        staging.rename(entry.directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def _locked(entry: CacheEntry) -> Iterator[None]:
+    """The entry to this process alone while it is checked and (re)built: processes starting
+    together (Ray replicas on one host) build it once, and none deletes it under another."""
+    entry.directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.directory.parent / f"{entry.key}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _extract_library(package: Path, destination: Path) -> None:
     """The compiled model's shared library (weights included) from AOTInductor's package."""
     with zipfile.ZipFile(package) as archive:
-        libraries = [name for name in archive.namelist() if name.endswith(".so")]
+        names = archive.namelist()
+        libraries = [name for name in names if name.endswith(".so")]
         if len(libraries) != 1:
             raise AotUnavailableError(f"expected one library in {package}, found {libraries}")
+        # Operators without a C shim are called back through a proxy executor that inductor
+        # describes in a JSON file beside the library; this runner has none to give it.
+        extern = [
+            name for name in names if name.endswith(".json") and not name.endswith("metadata.json")
+        ]
+        if extern:
+            raise AotUnavailableError(
+                "the compiled model calls operators through a proxy executor "
+                f"({Path(extern[0]).name})"
+            )
         with archive.open(libraries[0]) as source, destination.open("wb") as target:
             shutil.copyfileobj(source, target)
 
@@ -302,7 +328,9 @@ class AotModel:
             raise RuntimeError("this compiled model was closed")
         # The container steals the input handles (fresh references to our tensors) and hands
         # back new ones for the outputs, which become ordinary tensors again.
-        handles = self._aoti.unsafe_alloc_void_ptrs_from_tensors([t.contiguous() for t in tensors])
+        # The library reads raw memory as it was exported: int64, contiguous, on the CPU.
+        inputs_checked = [t.to("cpu", torch.long).contiguous() for t in tensors]
+        handles = self._aoti.unsafe_alloc_void_ptrs_from_tensors(inputs_checked)
         inputs = (ctypes.c_void_p * len(handles))(*[_pointer(handle) for handle in handles])
         outputs = (ctypes.c_void_p * self._outputs)()
         _check(
@@ -371,30 +399,49 @@ def load_or_build(
     started = time.perf_counter()
     runs: dict[int, AotModel] = {}
     built = loaded = 0
-    for target in targets:
-        entry, parts = entry_for(root, spec, target)
-        library = valid_library(entry)
-        if library is not None:
-            loaded += 1
-        else:
-            if entry.directory.exists():
-                logger.warning(
-                    "%s: compiled cache entry %s is stale or corrupt; rebuilding it",
-                    spec.name,
-                    entry.directory,
-                )
-            compile_started = time.perf_counter()
-            build(entry, parts, module, spec, target)
-            library = valid_library(entry)
-            if library is None:
-                raise RuntimeError(f"the compiled entry {entry.directory} did not verify")
-            built += 1
-            logger.info(
-                "%s: compiled ahead of time for %d thread(s) in %.1f s (cache: %s)",
-                spec.name,
-                target.threads,
-                time.perf_counter() - compile_started,
-                entry.directory,
-            )
-        runs[target.threads] = AotModel(library, instances)
+    try:
+        for target in targets:
+            entry, parts = entry_for(root, spec, target)
+            with _locked(entry):
+                library = valid_library(entry)
+                if library is not None:
+                    loaded += 1
+                else:
+                    library = _rebuild(entry, parts, module, spec, target)
+                    built += 1
+            runs[target.threads] = AotModel(library, instances)
+    except BaseException:
+        for model in runs.values():
+            model.close()
+        raise
     return AotLoad(runs, built, loaded, time.perf_counter() - started)
+
+
+def _rebuild(
+    entry: CacheEntry,
+    parts: dict[str, Any],
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    target: AotTarget,
+) -> Path:
+    if entry.directory.exists():
+        logger.warning(
+            "%s: compiled cache entry %s is stale or corrupt; rebuilding it",
+            spec.name,
+            entry.directory,
+        )
+    for abandoned in entry.directory.parent.glob(f".{entry.key}.*"):  # builds killed midway
+        shutil.rmtree(abandoned, ignore_errors=True)
+    started = time.perf_counter()
+    build(entry, parts, module, spec, target)
+    library = valid_library(entry)
+    if library is None:
+        raise RuntimeError(f"the compiled entry {entry.directory} did not verify")
+    logger.info(
+        "%s: compiled ahead of time for %d thread(s) in %.1f s (cache: %s)",
+        spec.name,
+        target.threads,
+        time.perf_counter() - started,
+        entry.directory,
+    )
+    return library

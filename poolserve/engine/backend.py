@@ -134,7 +134,7 @@ class TorchBackend:
             self._warm_up(self._new_executor(), heads=(head,))
         except Exception as exc:
             logger.warning("compiling %s failed (%r); serving it eagerly", self._spec.name, exc)
-            self._compiled = None
+            self.close()
             self.report = CompileReport("eager")
             return
         self.report = replace(self.report, seconds=time.perf_counter() - started)
@@ -234,7 +234,8 @@ class TorchBackend:
         for head in heads:
             compiled_counts = self._compiled.runs.keys() if self._compiled is not None else ()
             for threads in sorted({1, self._threads, *compiled_counts}):
-                for ids, with_types, size in itertools.product((short, long), typed, (1, 8)):
+                sizes = (1, min(8, self._max_batch_size))
+                for ids, with_types, size in itertools.product((short, long), typed, sizes):
                     types = [0] * len(ids) if with_types else None
                     item = WorkItem(RequestGroup(size), 0, ids, types, head=head)
                     batch = self._collate([item] * size)

@@ -66,6 +66,16 @@ class ModelExecutor:
         self._device = device
         self._single_thread_tokens = single_thread_tokens if device.type == "cpu" else 0
 
+    def _compiled_run(self, batch: Batch, threads: int) -> CompiledRun | None:
+        """The compiled forward for the batch: of its head, without a pooling mask (the
+        compiled graph takes none), at the most threads compiled for that the batch may use
+        (a batch on cores lent by some of the idle runners, not all, uses fewer)."""
+        compiled = self._compiled
+        if compiled is None or batch.head != compiled.head or batch.pool_mask is not None:
+            return None
+        counts = [count for count in compiled.runs if count <= threads]
+        return compiled.runs[max(counts)] if counts else None
+
     def threads_for(self, batch: Batch, threads: int) -> int:
         return 1 if batch.padded_tokens < self._single_thread_tokens else threads
 
@@ -82,13 +92,7 @@ class ModelExecutor:
             if batch.token_type_ids is None
             else batch.token_type_ids.to(device, non_blocking=True)
         )
-        compiled = self._compiled
-        compiled_run = (
-            compiled.runs.get(threads)
-            # The compiled graph takes no pooling mask.
-            if compiled is not None and batch.head == compiled.head and batch.pool_mask is None
-            else None
-        )
+        compiled_run = self._compiled_run(batch, threads)
         with torch.inference_mode():
             if compiled_run is not None:
                 output = compiled_run(input_ids, attention_mask, token_type_ids)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -108,8 +110,8 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
             actual = np.stack(forward(batch, 1))
             assert actual.shape == expected.shape == (size, spec.embedding_dim)
             assert_close_vectors(actual, expected, FP32_COSINE, [f"{size}x{length}"] * size)
-        # A large batch on cores lent by an idle runner (two threads) runs eagerly: the
-        # compiled kernels fix their thread count.
+        # A large batch on cores lent by an idle runner (two threads) runs the library
+        # compiled for the most threads at or below that (here the only one, one thread).
         lent = collate(batch_of(4, 256, 77), pad_token_id=0)
         assert_close_vectors(
             np.stack(forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
@@ -170,6 +172,24 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
             np.testing.assert_allclose(
                 np.stack(forward(batch, threads)), np.stack(eager_forward(batch, 1)), atol=1e-5
             )
+        # Both runners run the one library at once, each on its own thread and model instance.
+        batches = [
+            collate(batch_of(6, 40, seed, pairs=True, head=reranker.heads[0]), pad_token_id=0)
+            for seed in range(8)
+        ]
+        expected = [np.stack(eager_forward(batch, 1)) for batch in batches]
+        start = threading.Barrier(2)
+
+        def runner() -> list[np.ndarray]:
+            own = compiled.executor()
+            start.wait()
+            return [np.stack(own(batch, 1)) for batch in batches * 4]
+
+        with ThreadPoolExecutor(2) as pool:
+            results = [future.result() for future in [pool.submit(runner) for _ in range(2)]]
+        for result in results:
+            for got, want in zip(result, expected * 4, strict=True):
+                np.testing.assert_allclose(got, want, atol=1e-5)
     compiled.close()
 
 
@@ -275,7 +295,7 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
     assert any("Constraints violated" in record.getMessage() for record in caplog.records)
     batch = collate(batch_of(3, 20, 2), pad_token_id=0)
     assert len(backend.executor()(batch, 1)) == 3
-    assert not list(cache.glob("aot/*"))
+    assert not list(cache.glob("aot/*/*.so"))
 
 
 def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
