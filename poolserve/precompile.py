@@ -23,7 +23,7 @@ def compile_models(served: Sequence[ServedModel]) -> int:
     from poolserve.engine.backend import TorchBackend
     from poolserve.engine.collate import collate
     from poolserve.engine.compiled import cache_dir
-    from poolserve.engine.core import runner_layout
+    from poolserve.engine.core import runner_layout, torch_backend
     from poolserve.engine.executor import use_threads
     from poolserve.models.loader import prepare_model
 
@@ -31,18 +31,16 @@ def compile_models(served: Sequence[ServedModel]) -> int:
     for each in served:
         engine = each.engine
         try:
+            if engine.compile == "off":
+                raise SettingError(
+                    "--compile off compiles nothing: leave it out (auto) or pass --compile on"
+                )
             spec = prepare_model(each.model, engine.max_batch_tokens)
-            runners, threads = runner_layout(engine, spec.device.type)
-            use_threads(threads or 1)
-            backend = TorchBackend(
-                spec,
-                partial(collate, pad_token_id=spec.pad_token_id),
-                single_thread_tokens=engine.single_thread_tokens,
-                threads=threads or 1,
-                compile="on" if engine.compile == "off" else engine.compile,
-                runners=runners,
-                max_batch_size=min(engine.max_batch_size, engine.max_batch_tokens),
-            )
+            use_threads(runner_layout(engine, spec.device.type)[1] or 1)
+            # The backend `serve` builds with these settings, loaded without its runners.
+            backend = torch_backend(spec, engine, partial(collate, pad_token_id=spec.pad_token_id))
+            if not isinstance(backend, TorchBackend):
+                raise TypeError(f"not a compiling backend: {backend!r}")
             backend.load()
         except Exception as exc:  # one line per model, whatever went wrong
             message = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
