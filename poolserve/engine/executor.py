@@ -12,7 +12,7 @@ on two. Batches below `single_thread_tokens` padded tokens therefore always run 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -34,25 +34,73 @@ def use_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-# A compiled head's forward: (input ids, attention mask, token type ids or None) -> output.
-CompiledRun = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+# A compiled head's forward over a batch (its tensors on the model's device).
+CompiledRun = Callable[[Batch], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class CompiledForward:
-    """A compiled forward of one head, by the intra-op thread count it was compiled for (the
-    compiled kernels fix their thread count: another count would need another compile, for
-    seconds, in the middle of serving)."""
+    """A compiled forward of one head, padded or packed, by the intra-op thread count it was
+    compiled for (the compiled kernels fix their thread count: another count would need
+    another compile, for seconds, in the middle of serving)."""
 
     runs: Mapping[int, CompiledRun]
     head: Head
+    packed: bool = False
+
+
+def on_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch with its tensors on `device` (the same batch on the CPU)."""
+    if device.type == "cpu":
+        return batch
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(device, non_blocking=True)
+
+    packed = batch.packed
+    return replace(
+        batch,
+        input_ids=move(batch.input_ids),
+        attention_mask=move(batch.attention_mask),
+        token_type_ids=None if batch.token_type_ids is None else move(batch.token_type_ids),
+        pool_mask=None if batch.pool_mask is None else move(batch.pool_mask),
+        packed=None
+        if packed is None
+        else replace(
+            packed,
+            positions=move(packed.positions),
+            segments=move(packed.segments),
+            pool_weights=move(packed.pool_weights),
+            first=move(packed.first),
+            last=move(packed.last),
+        ),
+    )
+
+
+def run_eagerly(module: Callable[..., torch.Tensor], batch: Batch) -> torch.Tensor:
+    """The module's forward over a padded or a packed batch."""
+    packed = batch.packed
+    if packed is not None:
+        forward_packed: Callable[..., torch.Tensor] = module.forward_packed  # type: ignore[attr-defined]
+        return forward_packed(
+            batch.head,
+            batch.input_ids,
+            packed.positions,
+            packed.segments,
+            packed.pool_weights,
+            packed.first,
+            packed.last,
+            batch.token_type_ids,
+        )
+    extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask}
+    return module(batch.head, batch.input_ids, batch.attention_mask, batch.token_type_ids, **extra)
 
 
 class ModelExecutor:
     """Callable that runs a batch; create and call it on one runner thread only.
 
-    Batches run through `compiled` when it covers their head and thread count, else through the
-    eager module (other heads; a batch running on cores lent by idle runners)."""
+    Batches run through `compiled` when it covers their head, layout and thread count, else
+    through the eager module (other heads; a batch running on cores lent by idle runners)."""
 
     def __init__(
         self,
@@ -67,11 +115,13 @@ class ModelExecutor:
         self._single_thread_tokens = single_thread_tokens if device.type == "cpu" else 0
 
     def _compiled_run(self, batch: Batch, threads: int) -> CompiledRun | None:
-        """The compiled forward for the batch: of its head, without a pooling mask (the
-        compiled graph takes none), at the most threads compiled for that the batch may use
-        (a batch on cores lent by some of the idle runners, not all, uses fewer)."""
+        """The compiled forward for the batch: of its head and layout (a padded graph takes no
+        pooling mask), at the most threads compiled for that the batch may use (a batch on
+        cores lent by some of the idle runners, not all, uses fewer)."""
         compiled = self._compiled
-        if compiled is None or batch.head != compiled.head or batch.pool_mask is not None:
+        if compiled is None or batch.head != compiled.head:
+            return None
+        if (batch.packed is not None) != compiled.packed or batch.pool_mask is not None:
             return None
         counts = [count for count in compiled.runs if count <= threads]
         return compiled.runs[max(counts)] if counts else None
@@ -84,24 +134,19 @@ class ModelExecutor:
         if self._device.type == "cpu":
             threads = self.threads_for(batch, threads)
             use_threads(threads)
-        device = self._device
-        input_ids = batch.input_ids.to(device, non_blocking=True)
-        attention_mask = batch.attention_mask.to(device, non_blocking=True)
-        token_type_ids = (
-            None
-            if batch.token_type_ids is None
-            else batch.token_type_ids.to(device, non_blocking=True)
-        )
+        on_model = on_device(batch, self._device)
         compiled_run = self._compiled_run(batch, threads)
         with torch.inference_mode():
             if compiled_run is not None:
-                output = compiled_run(input_ids, attention_mask, token_type_ids)
+                output = compiled_run(on_model)
             else:
-                extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask.to(device)}
-                output = self._module(
-                    batch.head, input_ids, attention_mask, token_type_ids, **extra
-                )
+                output = run_eagerly(self._module, on_model)
         result: np.ndarray = output.cpu().numpy()
-        if batch.head in TOKEN_HEADS:
-            return [result[row, : item.length] for row, item in enumerate(batch.items)]
-        return list(result)
+        if batch.head not in TOKEN_HEADS:
+            return list(result)
+        if batch.packed is not None:
+            return [
+                result[row, offset : offset + item.length]
+                for (row, offset), item in zip(batch.packed.places, batch.items, strict=True)
+            ]
+        return [result[row, : item.length] for row, item in enumerate(batch.items)]

@@ -29,6 +29,10 @@ the default; 16 to 64 were within 3 %).
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
 
+A model that runs packed batches (several inputs to a row, models/packing.py) pads nothing to
+cut: its batches take the items in the order above, as many as the token budget holds, counted
+in real tokens.
+
 One condition variable wakes the runners; nothing polls.
 """
 
@@ -38,11 +42,12 @@ import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
+from poolserve.models.kinds import Head
 
 
 class SchedulerClosedError(Exception):
@@ -82,10 +87,14 @@ class Scheduler:
         stats: EngineStats,
         lend_tokens: int = 0,
         bucket_padding_tokens: int | None = None,
+        packs: Callable[[Head], bool] = lambda head: False,
     ) -> None:
         self._max_batch_tokens = max_batch_tokens
         # Padding one item may add to a batch before the batch is cut there; None: never cut.
         self._bucket_padding = bucket_padding_tokens
+        # Whether a head's batches run packed: then no padding to cut, and a batch's tokens are
+        # its items' own.
+        self._packs = packs
         self._max_batch_size = max_batch_size
         self._window = window
         self._stats = stats
@@ -253,6 +262,10 @@ class Scheduler:
             if looked_at >= self._window:
                 break
         limit = min(self._max_batch_size, math.ceil(looked_at / share))
+        if self._packs(seed.head):
+            chosen = self._fill_packed(seed, window, limit)
+            self._take(chosen)
+            return chosen
         first = sorted(window[0], key=lambda item: item.length)
         chosen = self._pick_around(first, first.index(seed), limit)
         for others in window[1:]:
@@ -283,6 +296,22 @@ class Scheduler:
                     return bucket
                 start = index
         return chosen  # unreachable: the seed is in one of the buckets
+
+    def _fill_packed(
+        self, seed: WorkItem, window: list[list[WorkItem]], limit: int
+    ) -> list[WorkItem]:
+        """For a packed batch: the seed, then the window's items in order (the requests with
+        the fewest items left first) while their tokens fit the budget, up to `limit` items."""
+        chosen = [seed]
+        tokens = seed.length
+        for item in itertools.chain.from_iterable(window):
+            if len(chosen) >= limit:
+                break
+            if item is seed or tokens + item.length > self._max_batch_tokens:
+                continue
+            chosen.append(item)
+            tokens += item.length
+        return chosen
 
     def _fill(self, chosen: list[WorkItem], others: list[WorkItem], limit: int) -> list[WorkItem]:
         """Items of `others` (one request's) to add to `chosen`: those nearest in length to it

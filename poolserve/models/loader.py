@@ -18,6 +18,12 @@ from poolserve.models.device import choose_device, choose_dtype
 from poolserve.models.kinds import HEADS, Head, Kind, describe, detect_kind
 from poolserve.models.layout import TRUST_REMOTE_CODE, ModelLayout, read_layout
 from poolserve.models.module import NextTokenScorer, PoolingModule
+from poolserve.models.packing import (
+    packing_of,
+    required_similarity,
+    similarity_packed_to_alone,
+    why_not_packable,
+)
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 from poolserve.models.score_template import ScoreTemplate, template_for, with_token_ids
 
@@ -319,3 +325,21 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         layout.max_model_len,
     )
     return module
+
+
+def enable_packing(module: PoolingModule, spec: ModelSpec) -> str | None:
+    """Let `module` run packed batches if its backbone gives each packed sequence the outputs it
+    has alone (checked now, on two sequences); else say why not."""
+    if not any(head != "classify" or module.next_token is not None for head in spec.heads):
+        return "its classifier head reads the first position of each row"
+    backbone = module.backbone
+    own_code = spec.trust_remote_code and spec.layout.ships_code
+    why = why_not_packable(backbone, spec.max_model_len, own_code)
+    if why is not None:
+        return why
+    packing = packing_of(backbone)
+    similarity = similarity_packed_to_alone(backbone, packing, module.vocab_size, spec.device)
+    if similarity < required_similarity(spec.dtype):
+        return f"a packed row's outputs differ from its sequences' alone (cosine {similarity:.5f})"
+    module.packing = packing
+    return None

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from poolserve.models.kinds import Head, Kind
-from poolserve.models.pooling import pool
+from poolserve.models.packing import Packing
+from poolserve.models.pooling import pool, pool_segments
 
 TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify", "m3"})
 
@@ -99,6 +100,31 @@ class M3Heads(torch.nn.Module):
         vectors[:, 0] = hidden[:, 0]
         return torch.cat([vectors, self.token_weights(hidden).unsqueeze(-1)], dim=-1)
 
+    def lexical_packed(
+        self,
+        hidden: torch.Tensor,
+        input_ids: torch.Tensor,
+        segments: torch.Tensor,
+        count: int,
+        vocab: int,
+    ) -> torch.Tensor:
+        """`lexical` of each segment of a packed batch: [segments, vocab]."""
+        weights = (self.token_weights(hidden) * (segments >= 0).to(torch.float32)).reshape(-1)
+        flat = segments.reshape(-1).clamp(min=0) * vocab + input_ids.reshape(-1)
+        out = hidden.new_zeros(count * vocab, dtype=torch.float32)
+        out = out.scatter_reduce(0, flat, weights, reduce="amax", include_self=True)
+        out = out.reshape(count, vocab)
+        out[:, self.special_ids] = 0.0
+        return out
+
+    def combined_packed(self, hidden: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        """`combined` over a packed batch: each segment's first token holds its [CLS] state."""
+        hidden = hidden.float()
+        vectors = self.vectors(hidden)
+        flat = vectors.reshape(-1, vectors.shape[-1])
+        flat[first] = hidden.reshape(-1, hidden.shape[-1])[first]
+        return torch.cat([vectors, self.token_weights(hidden).unsqueeze(-1)], dim=-1)
+
 
 class PoolingModule(torch.nn.Module):
     def __init__(
@@ -128,6 +154,14 @@ class PoolingModule(torch.nn.Module):
         config: Any = getattr(backbone, "config", None)
         text_config = config.get_text_config() if config is not None else None
         self.vocab_size = int(getattr(text_config, "vocab_size", 0) or 0)
+        # How the backbone reads packed batches, once checked (models/packing.py); None: it
+        # runs padded batches only.
+        self.packing: Packing | None = None
+
+    def packs(self, head: Head) -> bool:
+        """Whether `head` runs packed batches: every head of a packable backbone but a sequence
+        classifier's, whose own head reads the first position of each row."""
+        return self.packing is not None and (head != "classify" or self.next_token is not None)
 
     def forward(
         self,
@@ -167,6 +201,70 @@ class PoolingModule(torch.nn.Module):
         )
         return self.dense(pooled).float()  # type: ignore[no-any-return]
 
+    def forward_packed(
+        self,
+        head: Head,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        segments: torch.Tensor,
+        pool_weights: torch.Tensor,
+        first: torch.Tensor,
+        last: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`forward` over a packed batch (engine/collate.py): sequence heads give one row per
+        segment, [segments, dim]; token heads one per token, [rows, length, dim]."""
+        if self.packing is None or not self.packs(head):
+            raise ValueError(f"the {head} head does not run packed batches")
+        inputs = {"input_ids": input_ids, **self.packing.inputs(self.backbone, segments, positions)}
+        if token_type_ids is not None and self.takes_token_types:
+            inputs["token_type_ids"] = token_type_ids
+        output = self.backbone(**inputs)
+        count = first.shape[0]  # not int(): torch.export keeps it symbolic
+        if self.next_token is not None:
+            hidden = output.last_hidden_state
+            return self.next_token.score(hidden.reshape(-1, hidden.shape[-1])[last])
+        if self.m3 is not None and head in ("sparse", "m3", "token_embed"):
+            hidden = output.last_hidden_state
+            if head == "sparse":
+                return self.m3.lexical_packed(hidden, input_ids, segments, count, self.vocab_size)
+            if head == "m3":
+                return self.m3.combined_packed(hidden, first)
+            return self.m3.vectors(hidden)
+        if head == "token_classify":
+            return output.logits.float()  # type: ignore[no-any-return]
+        if head == "sparse":
+            return splade_pool_segments(
+                output.logits, segments, count, self.splade_strategy, self.splade_activation
+            )
+        hidden = output.last_hidden_state
+        if head == "token_embed":
+            return self.dense(hidden.float())  # type: ignore[no-any-return]
+        pooled = pool_segments(
+            hidden, segments, pool_weights, positions, first, last, self.pooling_modes
+        )
+        return self.dense(pooled).float()  # type: ignore[no-any-return]
+
+
+def splade_weights(logits: torch.Tensor, activation: str) -> torch.Tensor:
+    weights = torch.log1p(torch.relu(logits.float()))
+    return torch.log1p(weights) if activation == "log1p_relu" else weights
+
+
+def splade_pool_segments(
+    logits: torch.Tensor, segments: torch.Tensor, count: int, strategy: str, activation: str
+) -> torch.Tensor:
+    """`splade_pool` of each segment of a packed batch: [segments, vocab]."""
+    weights = splade_weights(logits, activation)
+    weights = weights * (segments >= 0).unsqueeze(-1).to(weights.dtype)
+    flat = weights.reshape(-1, weights.shape[-1])
+    index = segments.reshape(-1).clamp(min=0)
+    out = flat.new_zeros(count, flat.shape[1])
+    if strategy == "sum":
+        return out.index_add(0, index, flat)
+    gather = index.unsqueeze(-1).expand(-1, flat.shape[1])
+    return out.scatter_reduce(0, gather, flat, reduce="amax", include_self=True)
+
 
 def splade_pool(
     logits: torch.Tensor,
@@ -176,8 +274,6 @@ def splade_pool(
 ) -> torch.Tensor:
     """SPLADE: log(1 + relu(logits)) per token (twice log1p for "log1p_relu", as OpenSearch's
     models), then max (or sum) over the sequence's tokens, padding excluded."""
-    weights = torch.log1p(torch.relu(logits.float()))
-    if activation == "log1p_relu":
-        weights = torch.log1p(weights)
+    weights = splade_weights(logits, activation)
     weights = weights * attention_mask.unsqueeze(-1).to(weights.dtype)
     return weights.sum(dim=1) if strategy == "sum" else weights.max(dim=1).values

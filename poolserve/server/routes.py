@@ -212,4 +212,5 @@ def _engine_stats(service: ModelService) -> dict[str, object]:
         "tokens_in_work": core.tokens_in_work,
         "peak_tokens_in_work": core.peak_tokens_in_work,
         "compiled": core.compiled,
+        "packed_heads": sorted(core.packed_heads),
     }

@@ -291,6 +291,10 @@ class EngineStatsBody(Documented):
         description="the main head's forward: built (compiled ahead of time at this start), "
         "cached (loaded from the compile cache), jit (torch.compile) or eager"
     )
+    packed_heads: list[str] = Field(
+        description="the outputs whose batches run packed (several inputs to a row, no "
+        "padding to the longest); the others run padded, in length buckets"
+    )
 
 
 class StatsBody(EngineStatsBody):

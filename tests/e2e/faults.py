@@ -67,6 +67,10 @@ class FaultyBackend:
         time.sleep(float(self.faults.get("load_delay", 0.0)))
         self.inner.load()
 
+    @property
+    def packed_heads(self) -> Any:
+        return self.inner.packed_heads
+
     def executor(self) -> Callable[[Any, int], Sequence[Any]]:
         return wrap_forward(self.inner.executor(), self.faults)
 

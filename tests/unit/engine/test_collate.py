@@ -1,8 +1,8 @@
-"""Collating work items into right-padded tensors."""
+"""Collating work items into right-padded tensors, and into packed rows."""
 
 from __future__ import annotations
 
-from poolserve.engine.collate import collate
+from poolserve.engine.collate import collate, packed_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 
 
@@ -31,3 +31,52 @@ def test_no_token_types_when_no_item_has_them() -> None:
     batch = collate([WorkItem(group, 0, [1, 2])], pad_token_id=0)
     assert batch.token_type_ids is None
     assert batch.padded_tokens == 2
+
+
+def test_packed_rows_lay_items_end_to_end_longest_first() -> None:
+    group = RequestGroup(4)
+    items = [
+        WorkItem(group, 0, [11, 12]),
+        WorkItem(group, 1, [21, 22, 23, 24, 25]),
+        WorkItem(group, 2, [31, 32, 33], token_type_ids=[0, 1, 1]),
+        WorkItem(group, 3, [41, 42, 43, 44], pool_from=1),
+    ]
+    batch = collate(items, True, pad_token_id=9, max_row_length=5)
+    packed = batch.packed
+    assert packed is not None
+    # Rows of 5 (the longest): 5 | 4 | 3 + 2 (first fit, longest first).
+    assert batch.input_ids.tolist() == [
+        [21, 22, 23, 24, 25],
+        [41, 42, 43, 44, 9],
+        [31, 32, 33, 11, 12],
+    ]
+    assert packed.segments.tolist() == [[1] * 5, [3, 3, 3, 3, -1], [2, 2, 2, 0, 0]]
+    assert packed.positions.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
+    assert packed.pool_weights.tolist() == [[1] * 5, [0, 1, 1, 1, 0], [1] * 5]
+    assert batch.attention_mask.tolist() == [[1] * 5, [1, 1, 1, 1, 0], [1] * 5]
+    assert batch.token_type_ids is not None
+    assert batch.token_type_ids.tolist() == [[0] * 5, [0] * 5, [0, 1, 1, 0, 0]]
+    assert packed.places == ((2, 3), (0, 0), (2, 0), (1, 0))
+    assert packed.first.tolist() == [13, 0, 10, 5]
+    assert packed.last.tolist() == [14, 4, 12, 8]
+    assert batch.padded_tokens == 15
+
+
+def test_the_row_length_is_the_cheapest_of_the_candidates() -> None:
+    """Lengths of 33 and 31: rows of the longest (33) hold one each; rows of 64 hold two."""
+    length, rows = packed_layout([33, 31, 33, 31], hidden_size=384, max_row_length=256)
+    assert length == 64 and sorted(map(sorted, rows)) == [[0, 1], [2, 3]]
+    # Equal lengths pack no tighter in longer rows: the longest's length, one row each.
+    length, rows = packed_layout([20, 20, 20], hidden_size=384, max_row_length=256)
+    assert length == 20 and len(rows) == 3
+    # Never longer than the model's length limit.
+    length, _ = packed_layout([33, 31], hidden_size=384, max_row_length=40)
+    assert length == 33
+
+
+def test_an_item_with_its_own_attention_mask_is_collated_padded() -> None:
+    group = RequestGroup(2)
+    items = [WorkItem(group, 0, [1, 2, 3], attention_mask=[1, 1, 0]), WorkItem(group, 1, [4])]
+    batch = collate(items, True, pad_token_id=0)
+    assert batch.packed is None
+    assert batch.attention_mask.tolist() == [[1, 1, 0], [1, 0, 0]]

@@ -1,9 +1,11 @@
 """`--compile`: the forward compiled ahead of time matches eager on varied lengths and batch
-sizes (a cross-encoder's pairs with token type ids too), a restart loads it from the cache
+sizes, packed (an embedding model) and padded (a cross-encoder's pairs with token type ids),
+and serves without running eagerly; a restart loads it from the cache
 without compiling, a changed model file, dtype or thread count misses the cache, a truncated
 entry is rebuilt, and serving never compiles. Where compiling cannot work, `on` refuses to
-start and `auto` serves eagerly; a model that does not export falls back to torch.compile (one
-runner) or eager (several), and a failing compile is served eagerly with one log line."""
+start and `auto` serves eagerly; a padded model that does not export falls back to torch.compile
+(one runner) or eager (several), a packed one to packed eager batches, and a failing compile is
+served eagerly with one log line."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from poolserve import cli
 from poolserve.config import ModelConfig
 from poolserve.engine import aot
 from poolserve.engine import backend as backend_module
+from poolserve.engine import executor as executor_module
 from poolserve.engine.backend import TorchBackend
-from poolserve.engine.collate import collate
+from poolserve.engine.collate import Batch, collate
 from poolserve.engine.executor import use_threads
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import ModelLoadError
@@ -71,6 +74,24 @@ def make_backend(spec: ModelSpec, compile: Any, **options: Any) -> TorchBackend:
     )
 
 
+def packed_batch(items: list[WorkItem]) -> Batch:
+    batch = collate(items, True, pad_token_id=0)
+    assert batch.packed is not None
+    return batch
+
+
+def compiled_only(monkeypatch: pytest.MonkeyPatch, backend: TorchBackend, head: Head) -> None:
+    """Fail any batch of `head` that `backend` would run eagerly (its library runs no Python
+    module); other backends' batches run as before."""
+    eagerly = executor_module.run_eagerly
+
+    def refuse(module: Any, batch: Batch) -> Any:
+        assert module is not backend._module or batch.head != head, "ran eagerly"
+        return eagerly(module, batch)
+
+    monkeypatch.setattr(executor_module, "run_eagerly", refuse)
+
+
 def loaded_from_the_cache(
     spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, **options: Any
 ) -> TorchBackend:
@@ -103,16 +124,18 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
 
     with monkeypatch.context() as patched:
         restarted = loaded_from_the_cache(spec, patched)
+        assert restarted.packed_heads == {"embed", "token_embed"}
         forward = restarted.executor()
+        compiled_only(patched, restarted, "embed")
         for seed, (size, length) in enumerate(SHAPES):
-            batch = collate(batch_of(size, length, seed), pad_token_id=0)
-            expected = np.stack(eager_forward(batch, 1))
-            actual = np.stack(forward(batch, 1))
+            items = batch_of(size, length, seed)
+            expected = np.stack(eager_forward(collate(items, pad_token_id=0), 1))
+            actual = np.stack(forward(packed_batch(items), 1))
             assert actual.shape == expected.shape == (size, spec.embedding_dim)
             assert_close_vectors(actual, expected, FP32_COSINE, [f"{size}x{length}"] * size)
         # A large batch on cores lent by an idle runner (two threads) runs the library
         # compiled for the most threads at or below that (here the only one, one thread).
-        lent = collate(batch_of(4, 256, 77), pad_token_id=0)
+        lent = packed_batch(batch_of(4, 256, 77))
         assert_close_vectors(
             np.stack(forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
         )
@@ -140,7 +163,7 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
         rebuilt.load()
     assert rebuilt.report.source == "built"
     assert any("stale or corrupt" in record.getMessage() for record in caplog.records)
-    batch = collate(batch_of(3, 40, 5), pad_token_id=0)
+    batch = packed_batch(batch_of(3, 40, 5))
     assert_close_vectors(
         np.stack(rebuilt.executor()(batch, 1)), np.stack(eager_forward(batch, 1)), FP32_COSINE
     )
@@ -163,7 +186,8 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
     eager.load()
     with monkeypatch.context() as patched:
         compiled = loaded_from_the_cache(reranker, patched, runners=2)
-        assert compiled.compiled_threads == (1, 2)
+        assert compiled.compiled_threads == (1, 2) and not compiled.packed_heads
+        compiled_only(patched, compiled, reranker.heads[0])
         forward, eager_forward = compiled.executor(), eager.executor()
         shapes = [(1, 9, True, 1), (5, 30, True, 1), (3, 12, False, 1), (4, 120, True, 2)]
         for seed, (size, length, pairs, threads) in enumerate(shapes):
@@ -288,7 +312,7 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
     spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiled = _unexportable(monkeypatch)
-    backend = make_backend(spec, "auto")
+    backend = make_backend(spec, "auto", packing="off")
     with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
         backend.load()
     assert backend.report.source == "jit" and len(compiled) == 1
@@ -302,11 +326,23 @@ def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
     spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiled = _unexportable(monkeypatch)
-    backend = make_backend(spec, "auto", runners=2)
+    backend = make_backend(spec, "auto", runners=2, packing="off")
     with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
         backend.load()
     assert backend.report.source == "eager" and not backend.compiled and not compiled
     assert any("eagerly with 2 runners" in record.getMessage() for record in caplog.records)
+
+
+def test_a_packed_model_that_does_not_export_serves_packed_batches_eagerly(
+    spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    compiled = _unexportable(monkeypatch)
+    backend = make_backend(spec, "auto")
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+        backend.load()
+    assert backend.report.source == "eager" and not compiled and backend.packed_heads
+    assert any("packed batches eagerly" in record.getMessage() for record in caplog.records)
+    assert len(backend.executor()(packed_batch(batch_of(3, 20, 2)), 1)) == 3
 
 
 def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(

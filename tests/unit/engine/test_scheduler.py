@@ -27,6 +27,7 @@ def make_scheduler(
     window: int = 1024,
     lend_tokens: int = 0,
     bucket_padding_tokens: int | None = None,
+    packed: bool = False,
 ) -> tuple[Scheduler, EngineStats]:
     stats = EngineStats()
     scheduler = Scheduler(
@@ -36,6 +37,7 @@ def make_scheduler(
         stats=stats,
         lend_tokens=lend_tokens,
         bucket_padding_tokens=bucket_padding_tokens,
+        packs=lambda head: packed and head == "embed",
     )
     return scheduler, stats
 
@@ -341,3 +343,27 @@ def test_a_zero_tolerance_gives_each_length_its_own_batch() -> None:
     )
     batches = drain(scheduler, items_of_lengths([3, 3, 4, 4, 4, 9]))
     assert sorted(lengths_of(batches)) == [[3, 3], [4, 4, 4], [9]]
+
+
+def test_a_packed_head_is_not_cut_into_buckets_and_counts_real_tokens() -> None:
+    """The lengths that buckets cut in three go in one packed batch; the budget counts real
+    tokens (183 here; padded to 60, 8 items would count 480); another head is still cut."""
+    lengths = [6, 60, 5, 58, 7, 20, 22, 5]
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=183, max_batch_size=256, bucket_padding_tokens=32, packed=True
+    )
+    requests = [items_of_lengths([length]) for length in lengths]
+    batches = drain(scheduler, [item for request in requests for item in request])
+    assert lengths_of(batches) == [sorted(lengths)]
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=100, max_batch_size=256, bucket_padding_tokens=32, packed=True
+    )
+    batches = drain(scheduler, [item for request in requests for item in request])
+    assert all(sum(item.length for item in batch) <= 100 for batch in batches)
+    assert sorted(length for batch in lengths_of(batches) for length in batch) == sorted(lengths)
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=32, packed=True
+    )
+    group = RequestGroup(len(lengths))
+    tokens = [WorkItem(group, i, [1] * n, head="token_embed") for i, n in enumerate(lengths)]
+    assert len(drain(scheduler, tokens)) == 3

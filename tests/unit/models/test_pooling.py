@@ -1,4 +1,4 @@
-"""Pooling modes against float64 numpy references on right-padded batches.
+"""Pooling modes against float64 numpy references on right-padded and packed batches.
 
 Padded positions hold large garbage, so a mode that lets padding leak in fails loudly.
 """
@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from poolserve.engine.collate import PackedRows, collate
+from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.models.layout import POOLING_MODES
-from poolserve.models.pooling import pool
+from poolserve.models.pooling import pool, pool_segments
 
 LENGTHS = [9, 1, 4, 7, 2]
 SEQ, DIM = 9, 6
@@ -94,3 +96,51 @@ def test_unknown_mode_is_an_error() -> None:
     hidden, mask = batch()
     with pytest.raises(ValueError, match="unknown pooling mode"):
         run_pool(hidden, mask, ("median",))
+
+
+def packed(
+    hidden: np.ndarray, pool_from: list[int] | None = None
+) -> tuple[torch.Tensor, PackedRows]:
+    """The batch's real tokens packed as collate packs them, large garbage in the padding."""
+    starts = pool_from or [0] * len(LENGTHS)
+    items = [
+        WorkItem(RequestGroup(1), 0, [5] * length, pool_from=start)
+        for length, start in zip(LENGTHS, starts, strict=True)
+    ]
+    batch = collate(items, True, pad_token_id=0, max_row_length=SEQ)
+    assert batch.packed is not None
+    rows, length = batch.input_ids.shape
+    assert rows < len(LENGTHS)  # some rows hold several sequences
+    out = np.random.default_rng(9).uniform(-1e3, 1e3, size=(rows, length, DIM))
+    for index, (row, offset) in enumerate(batch.packed.places):
+        out[row, offset : offset + LENGTHS[index]] = hidden[index, : LENGTHS[index]]
+    return torch.from_numpy(out.astype(np.float32)), batch.packed
+
+
+def run_pool_segments(hidden: torch.Tensor, rows: PackedRows, modes: tuple[str, ...]) -> np.ndarray:
+    pooled = pool_segments(
+        hidden, rows.segments, rows.pool_weights, rows.positions, rows.first, rows.last, modes
+    )
+    return pooled.numpy()
+
+
+@pytest.mark.parametrize("mode", POOLING_MODES)
+def test_each_mode_over_a_packed_batch_matches_the_reference(mode: str) -> None:
+    hidden, mask = batch(3)
+    tokens, rows = packed(hidden)
+    actual = run_pool_segments(tokens, rows, (mode,))
+    np.testing.assert_allclose(actual, reference(hidden, mask, mode), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", POOLING_MODES)
+def test_a_packed_batch_leaves_out_the_prompt_as_a_padded_one(mode: str) -> None:
+    """Tokens before `pool_from` (a prompt, include_prompt: false) are not pooled."""
+    hidden, mask = batch(4)
+    starts = [3, 0, 2, 1, 1]
+    pool_mask = mask.copy()
+    for row, start in enumerate(starts):
+        pool_mask[row, :start] = 0
+    expected = pool(torch.from_numpy(hidden), torch.from_numpy(pool_mask), (mode,)).numpy()
+    tokens, rows = packed(hidden, starts)
+    actual = run_pool_segments(tokens, rows, (mode,))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,146 @@
+"""Packed batches: several sequences in one row of the batch, attention kept within each.
+
+A batch padded to its longest input spends most of its tokens on padding when inputs vary in
+length (real sentences run from 5 to 60 tokens). A packed batch lays the inputs end to end in
+rows of one length (first fit, longest first), with each token's position counted from the start
+of its own sequence and a block-diagonal attention mask (for a decoder also causal) built from
+the tokens' segment numbers, so every sequence sees only itself. The linear layers, most of the
+work, then run on real tokens; the attention of a row costs its length squared, so rows are kept
+short (a few of the batch's longest inputs, see engine/collate.py).
+
+This rests on the backbone taking a 4D attention mask as it is (transformers' masking utilities
+pass one through unchanged) and explicit position ids. `packing_of` says whether a model can be
+packed: not one with its own modeling code, a sliding-window or local attention (a 4D mask
+replaces the window), or an attention implementation that takes no mask; and then checks it
+on the loaded model: a packed row of two sequences must give each sequence's outputs alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How a model reads a packed row."""
+
+    # Added to positions counted from 0 (RoBERTa-style embeddings count from padding_idx + 1).
+    position_offset: int = 0
+    # A decoder: a token attends to the earlier tokens of its sequence only.
+    causal: bool = False
+    # The attention adds the mask to its scores (eager attention) instead of taking booleans.
+    additive: bool = False
+
+    def attention_mask(
+        self, segments: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """[rows, 1, length, length]: each token attends to the tokens of its own segment
+        (padding, segment -1, to the padding of its row, so that no row of the mask is empty)."""
+        allowed = segments.unsqueeze(2) == segments.unsqueeze(1)
+        if self.causal:
+            allowed = allowed & (positions.unsqueeze(2) >= positions.unsqueeze(1))
+        allowed = allowed.unsqueeze(1)
+        if not self.additive:
+            return allowed
+        blocked = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return blocked.masked_fill(~allowed, torch.finfo(dtype).min)
+
+    def inputs(
+        self, backbone: torch.nn.Module, segments: torch.Tensor, positions: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The backbone's mask and position ids for a packed batch."""
+        return {
+            "attention_mask": self.attention_mask(segments, positions, _dtype(backbone)),
+            "position_ids": positions + self.position_offset,
+        }
+
+
+def _dtype(module: torch.nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
+
+
+def _config(backbone: torch.nn.Module) -> Any:
+    config: Any = getattr(backbone, "config", None)
+    return config.get_text_config() if config is not None else None
+
+
+def why_not_packable(backbone: torch.nn.Module, max_model_len: int, own_code: bool) -> str | None:
+    """Why the model cannot run packed batches (before checking it), or None."""
+    config = _config(backbone)
+    if config is None:
+        return "it has no transformers config"
+    if own_code:
+        return "it runs its own modeling code"
+    if "position_ids" not in inspect.signature(backbone.forward).parameters:
+        return f"{type(backbone).__name__} takes no position ids"
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in ("sdpa", "eager"):
+        return f"its {attention} attention takes no attention mask"
+    window = getattr(config, "sliding_window", None)
+    if not getattr(config, "use_sliding_window", True):
+        window = None
+    layer_types = getattr(config, "layer_types", None) or ()
+    if (window and window < max_model_len) or "sliding_attention" in layer_types:
+        return "its sliding-window attention would be replaced by the packed mask"
+    if getattr(config, "local_attention", None):
+        return "its local attention would be replaced by the packed mask"
+    return None
+
+
+def packing_of(backbone: torch.nn.Module) -> Packing:
+    """The packing a backbone would take (to be checked with `matches_unpacked`)."""
+    config = _config(backbone)
+    base = getattr(backbone, "base_model", backbone)
+    padding_idx = getattr(getattr(base, "embeddings", None), "padding_idx", None)
+    # A decoder's attention layers say they are causal; a config may turn that off
+    # (gte-Qwen2's `"is_causal": false`, which transformers' mask functions honour).
+    layers_causal = any(getattr(module, "is_causal", False) is True for module in base.modules())
+    return Packing(
+        position_offset=padding_idx + 1 if isinstance(padding_idx, int) else 0,
+        causal=layers_causal and getattr(config, "is_causal", True) is not False,
+        additive=getattr(config, "_attn_implementation", None) == "eager",
+    )
+
+
+def _token_outputs(output: Any) -> torch.Tensor:
+    logits = getattr(output, "logits", None)
+    outputs: torch.Tensor = logits if logits is not None else output.last_hidden_state
+    return outputs.float()
+
+
+def similarity_packed_to_alone(
+    backbone: torch.nn.Module, packing: Packing, vocab_size: int, device: torch.device
+) -> float:
+    """The smallest cosine between a token's outputs in a packed row (two sequences, then
+    padding) and in its sequence alone: about 1 where the packing is right, far less where a
+    sequence sees the other or its positions are off."""
+    low = min(100, max(1, vocab_size // 4))
+    span = max(1, min(vocab_size - low, 2000))
+    first = [low + (7 * index) % span for index in range(7)]
+    second = [low + (11 * index + 3) % span for index in range(12)]
+    alone = []
+    with torch.inference_mode():
+        for sequence in (first, second):
+            ids = torch.tensor([sequence], device=device)
+            outputs = backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+            alone.append(_token_outputs(outputs)[0])
+        row = first + second
+        padding = 5
+        ids = torch.tensor([row + [low] * padding], device=device)
+        segments = torch.tensor([[0] * len(first) + [1] * len(second) + [-1] * padding])
+        positions = torch.tensor(
+            [list(range(len(first))) + list(range(len(second))) + [0] * padding]
+        )
+        inputs = packing.inputs(backbone, segments.to(device), positions.to(device))
+        packed = _token_outputs(backbone(input_ids=ids, **inputs))[0]
+    expected = torch.cat(alone)
+    got = packed[: len(row)]
+    return float(torch.nn.functional.cosine_similarity(got, expected, dim=-1).min())
+
+
+def required_similarity(dtype: torch.dtype) -> float:
+    return 0.99999 if dtype == torch.float32 else 0.999
