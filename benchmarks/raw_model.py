@@ -47,7 +47,7 @@ def main() -> None:
     def encode(batch: list[str]) -> torch.Tensor:
         ids = tokenizer.encode_batch(batch, truncate_to=None)
         group = RequestGroup(len(ids))
-        collated = collate([WorkItem(group, i, row) for i, row in enumerate(ids)], 0)
+        collated = collate([WorkItem(group, i, row) for i, row in enumerate(ids)], pad_token_id=0)
         with torch.inference_mode():
             return module("embed", collated.input_ids, collated.attention_mask, None)
 
@@ -64,7 +64,8 @@ def main() -> None:
         rates[size] = done / (time.perf_counter() - started)
 
     one = collate(
-        [WorkItem(RequestGroup(1), 0, tokenizer.encode_batch(texts[:1], truncate_to=None)[0])], 0
+        [WorkItem(RequestGroup(1), 0, tokenizer.encode_batch(texts[:1], truncate_to=None)[0])],
+        pad_token_id=0,
     )
     timings = []
     with torch.inference_mode():

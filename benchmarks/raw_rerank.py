@@ -45,7 +45,7 @@ def main() -> None:
             encoded = [(ids, None) for ids in tokenizer.encode_batch(batch, truncate_to=None)]
         group = RequestGroup(len(encoded))
         items = [WorkItem(group, i, ids, types, head) for i, (ids, types) in enumerate(encoded)]
-        collated = collate(items, spec.pad_token_id)
+        collated = collate(items, pad_token_id=spec.pad_token_id)
         with torch.inference_mode():
             module(head, collated.input_ids, collated.attention_mask, collated.token_type_ids)
 

@@ -206,15 +206,10 @@ class _HeadForward(torch.nn.Module):
         return self.module(self.head, input_ids, attention_mask, token_type_ids)
 
 
-class _PackedHeadForward(torch.nn.Module):
+class _PackedHeadForward(_HeadForward):
     """The module's packed forward for one head, with tensors only."""
 
-    def __init__(self, module: Any, head: Head) -> None:
-        super().__init__()
-        self.module = module
-        self.head = head
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
@@ -224,7 +219,7 @@ class _PackedHeadForward(torch.nn.Module):
         last: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        forward_packed: Callable[..., torch.Tensor] = self.module.forward_packed
+        forward_packed: Callable[..., torch.Tensor] = self.module.forward_packed  # type: ignore[attr-defined]
         return forward_packed(
             self.head, input_ids, positions, segments, pool_weights, first, last, token_type_ids
         )

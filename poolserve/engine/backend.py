@@ -290,14 +290,7 @@ class _AotRun:
         inputs: tuple[torch.Tensor, ...] = (
             (batch.input_ids, batch.attention_mask)
             if packed is None
-            else (
-                batch.input_ids,
-                packed.positions,
-                packed.segments,
-                packed.pool_weights,
-                packed.first,
-                packed.last,
-            )
+            else (batch.input_ids, *packed.tensors())
         )
         if self._with_types:
             types = batch.token_type_ids

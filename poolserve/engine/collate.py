@@ -57,6 +57,10 @@ class PackedRows:
     last: torch.Tensor
     places: tuple[tuple[int, int], ...]  # (row, offset) of each item
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """In the order a packed forward takes them, after the input ids."""
+        return (self.positions, self.segments, self.pool_weights, self.first, self.last)
+
 
 # Row lengths tried above the longest item's.
 ROUND_ROW_LENGTHS = (64, 128, 256)
@@ -128,8 +132,7 @@ def collate(
             pool_mask[row, : item.pool_from] = 0
 
     def tensor(array: np.ndarray) -> torch.Tensor:
-        result = torch.from_numpy(array)
-        return result.pin_memory() if pin_memory else result
+        return _tensor(array, pin_memory)
 
     return Batch(
         items=items,
@@ -177,8 +180,7 @@ def _pack(
             offset = end
 
     def tensor(array: np.ndarray) -> torch.Tensor:
-        result = torch.from_numpy(array)
-        return result.pin_memory() if pin_memory else result
+        return _tensor(array, pin_memory)
 
     return Batch(
         items=items,
@@ -195,3 +197,8 @@ def _pack(
             places=tuple(places),
         ),
     )
+
+
+def _tensor(array: np.ndarray, pin_memory: bool) -> torch.Tensor:
+    result = torch.from_numpy(array)
+    return result.pin_memory() if pin_memory else result

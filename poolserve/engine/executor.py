@@ -82,16 +82,7 @@ def run_eagerly(module: Callable[..., torch.Tensor], batch: Batch) -> torch.Tens
     packed = batch.packed
     if packed is not None:
         forward_packed: Callable[..., torch.Tensor] = module.forward_packed  # type: ignore[attr-defined]
-        return forward_packed(
-            batch.head,
-            batch.input_ids,
-            packed.positions,
-            packed.segments,
-            packed.pool_weights,
-            packed.first,
-            packed.last,
-            batch.token_type_ids,
-        )
+        return forward_packed(batch.head, batch.input_ids, *packed.tensors(), batch.token_type_ids)
     extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask}
     return module(batch.head, batch.input_ids, batch.attention_mask, batch.token_type_ids, **extra)
 

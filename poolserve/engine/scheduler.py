@@ -29,9 +29,13 @@ the default; 16 to 64 were within 3 %).
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
 
-A model that runs packed batches (several inputs to a row, models/packing.py) pads nothing to
-cut: its batches take the items in the order above, as many as the token budget holds, counted
-in real tokens.
+A model that runs packed batches (several inputs to a row, models/packing.py) has nothing to
+cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes the
+short items in the order above, whatever their lengths, as many as the token budget holds
+(counted in real tokens). Longer inputs share few rows (a row's attention costs its length
+squared, so rows stay short), and go in length buckets as padded batches do: measured on real
+passages (all-MiniLM-L6-v2, bf16, compiled, one thread, 64 passages of 100-205 tokens), packed
+rows of 256 took 785 ms and length buckets 645 ms; 64 sentences took 71 ms packed.
 
 One condition variable wakes the runners; nothing polls.
 """
@@ -48,6 +52,9 @@ from dataclasses import dataclass
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
 from poolserve.models.kinds import Head
+
+# Inputs up to this many tokens are packed together whatever their lengths (see above).
+PACK_FREELY_TOKENS = 64
 
 
 class SchedulerClosedError(Exception):
@@ -262,7 +269,7 @@ class Scheduler:
             if looked_at >= self._window:
                 break
         limit = min(self._max_batch_size, math.ceil(looked_at / share))
-        if self._packs(seed.head):
+        if self._packs(seed.head) and seed.length <= PACK_FREELY_TOKENS:
             chosen = self._fill_packed(seed, window, limit)
             self._take(chosen)
             return chosen
@@ -300,14 +307,17 @@ class Scheduler:
     def _fill_packed(
         self, seed: WorkItem, window: list[list[WorkItem]], limit: int
     ) -> list[WorkItem]:
-        """For a packed batch: the seed, then the window's items in order (the requests with
-        the fewest items left first) while their tokens fit the budget, up to `limit` items."""
+        """For a packed batch of short items: the seed, then the window's short items in order
+        (the requests with the fewest items left first) while their tokens fit the budget, up
+        to `limit` items."""
         chosen = [seed]
         tokens = seed.length
         for item in itertools.chain.from_iterable(window):
             if len(chosen) >= limit:
                 break
-            if item is seed or tokens + item.length > self._max_batch_tokens:
+            if item is seed or item.length > PACK_FREELY_TOKENS:
+                continue
+            if tokens + item.length > self._max_batch_tokens:
                 continue
             chosen.append(item)
             tokens += item.length

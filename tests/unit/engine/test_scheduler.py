@@ -347,7 +347,8 @@ def test_a_zero_tolerance_gives_each_length_its_own_batch() -> None:
 
 def test_a_packed_head_is_not_cut_into_buckets_and_counts_real_tokens() -> None:
     """The lengths that buckets cut in three go in one packed batch; the budget counts real
-    tokens (183 here; padded to 60, 8 items would count 480); another head is still cut."""
+    tokens (183 here; padded to 60, 8 items would count 480); another head is still cut, and
+    so are long inputs."""
     lengths = [6, 60, 5, 58, 7, 20, 22, 5]
     scheduler, _ = make_scheduler(
         max_batch_tokens=183, max_batch_size=256, bucket_padding_tokens=32, packed=True
@@ -367,3 +368,10 @@ def test_a_packed_head_is_not_cut_into_buckets_and_counts_real_tokens() -> None:
     group = RequestGroup(len(lengths))
     tokens = [WorkItem(group, i, [1] * n, head="token_embed") for i, n in enumerate(lengths)]
     assert len(drain(scheduler, tokens)) == 3
+    scheduler, _ = make_scheduler(
+        max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=32, packed=True
+    )
+    mixed = [10, 200, 64, 100, 190, 5, 65]
+    batches = drain(scheduler, items_of_lengths(mixed))
+    # Short ones (at most 64 tokens) together; the long ones in buckets of their own.
+    assert lengths_of(batches) == [[5, 10, 64], [190, 200], [100], [65]]
