@@ -5,6 +5,8 @@
 warmed up. `TorchBackend` is eager PyTorch or, with `compile`, the main head compiled: ahead of
 time by AOTInductor, from the on-disk cache when an earlier start (or `poolserve compile`) built
 it (engine/aot.py), else by torch.compile where the model does not export (engine/compiled.py).
+At load it also decides, by checking the loaded model, which heads run packed batches
+(models/packing.py); the engine collates those heads' batches packed.
 Tests wrap a backend to inject faults (a slow or failing forward) without touching the engine's
 internals.
 """

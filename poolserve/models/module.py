@@ -9,6 +9,9 @@ Two heads sit on other backbones than transformers' own heads: an LLM reranker's
 from the next-token logits of two vocabulary entries at the last position (`NextTokenScorer`,
 without computing the logits of the whole vocabulary), and BGE-M3's lexical and multi-vector
 outputs come from its two extra linear layers (`M3Heads`).
+
+`forward_packed` is the same over a packed batch (several inputs to a row, models/packing.py),
+for a backbone whose packing was checked at load.
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ rows of one length (first fit, longest first), with each token's position counte
 of its own sequence and a block-diagonal attention mask (for a decoder also causal) built from
 the tokens' segment numbers, so every sequence sees only itself. The linear layers, most of the
 work, then run on real tokens; the attention of a row costs its length squared, so rows are kept
-short (a few of the batch's longest inputs, see engine/collate.py).
+short (engine/collate.py) and only short inputs are packed (engine/scheduler.py).
 
 This rests on the backbone taking a 4D attention mask as it is (transformers' masking utilities
-pass one through unchanged) and explicit position ids. `packing_of` says whether a model can be
-packed: not one with its own modeling code, a sliding-window or local attention (a 4D mask
-replaces the window), or an attention implementation that takes no mask; and then checks it
-on the loaded model: a packed row of two sequences must give each sequence's outputs alone.
+pass one through unchanged) and explicit position ids. `why_not_packable` refuses a model with
+its own modeling code, a sliding-window or local attention (a 4D mask replaces the window), no
+position ids, or an attention implementation that takes no mask; `packing_of` reads how the
+model counts positions and whether it is causal; `similarity_packed_to_alone` checks that on
+the loaded model: a packed row of two sequences must give each sequence its outputs alone.
 """
 
 from __future__ import annotations

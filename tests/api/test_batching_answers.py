@@ -72,9 +72,8 @@ def test_embeddings(minilm: Engine, mixed: list[str], st_model: Any) -> None:
     assert_close_vectors(together, st_encode(st_model, mixed), FP32_COSINE)
 
 
+@pytest.mark.parametrize("layout", ["packed", "buckets"])
 def test_bfloat16_embeddings(layout: str, mixed: list[str], st_model: Any) -> None:
-    if layout == "one padded batch":
-        pytest.skip("bfloat16 is checked packed and in buckets")
     with engine_for(None, layout, dtype="bfloat16") as engine:
         together = engine.embed(mixed)
         alone = np.concatenate([engine.embed([text]) for text in mixed])
