@@ -20,7 +20,7 @@ from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.direct_routes import DirectRouteMiddleware
-from poolserve.server.errors import install_error_handlers
+from poolserve.server.errors import UnexpectedErrorMiddleware, install_error_handlers
 from poolserve.server.metrics import Metrics, MetricsMiddleware
 from poolserve.server.model_routes import COMMON_ROUTERS, COMMON_ROUTES, model_routes, task_routers
 from poolserve.server.playground_routes import ASSETS, PAGE
@@ -126,6 +126,8 @@ def create_app(models: ModelSet | ModelService, config: ServerConfig | None = No
             expose_headers=[*EXPOSED_HEADERS],
             max_age=600,
         )
+    # An error no handler took is answered here, its connection kept (server/errors.py).
+    app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(  # outermost: names and counts every request, refusals included
         MetricsMiddleware, metrics=metrics, request_ids=app.state.serving.new_request_id
     )

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.errors import PoolserveError
 from poolserve.models.kinds import describe
@@ -228,5 +229,45 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        logger.exception("unexpected error on %s", request.url.path)
-        return error_response(500, "internal server error; the server log has the details")
+        return unexpected_error_response(request)
+
+
+def unexpected_error_response(request: Request) -> Response:
+    """A 500 for an error no handler expected, in the route's shape; logs the traceback (call
+    from the `except` block)."""
+    logger.exception("unexpected error on %s", request.url.path)
+    message = "internal server error; the server log has the details"
+    if request.scope.get(TEI_ERRORS):
+        return tei_error_response(500, message)
+    return error_response(500, message)
+
+
+class UnexpectedErrorMiddleware:
+    """Answers an error no handler took with a 500 and keeps the connection open.
+
+    Starlette's last-resort handler (the app's `Exception` handler) answers, then re-raises to
+    the server, which drops the connection without saying `connection: close`: a client pool
+    sends its next request there and gets a reset. Here the error stops with its own request.
+    One that happens after the response has started cannot be answered, and goes on up."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            if started:
+                raise
+            response = unexpected_error_response(Request(scope, receive))
+            await response(scope, receive, send)

@@ -123,6 +123,11 @@ async def _predict(
     top_k = parameters.top_k if parameters is not None else None
     single = isinstance(wire.inputs, str) and not nested
     inputs = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+    if not inputs:
+        raise InvalidRequestError(
+            "inputs is empty; send a text, a list of texts or of [text, text] pairs",
+            param="inputs",
+        )
     state.check_batch(len(inputs), "inputs")
     pairs = [item for item in inputs if isinstance(item, list)]
     if pairs:  # the schema allows texts or pairs, never a mix

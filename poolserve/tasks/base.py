@@ -241,6 +241,9 @@ def start(
     """
     inputs, group, chunks = _open(engine, task, ctx)
     finished = engine.cpu.then(group.future, partial(finish, group))
+    if not inputs:  # nothing to run: the answer is built from no outputs
+        group.future.set_result([])
+        return finished, group
     try:
         if chained:
             engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, 0, inputs)

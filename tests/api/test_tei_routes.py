@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from poolserve import Engine
+from poolserve.errors import InvalidRequestError
 from tests.api.helpers import load_engine, post_ok, serving
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
@@ -158,6 +159,18 @@ async def test_predict_on_a_classifier(classifier: httpx.AsyncClient) -> None:
     nested = await post_ok(classifier, "/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})
     assert len(nested) == 1 and len(nested[0]) == 1  # the Inference API's: a list per input
     assert nested[0][0]["label"] == single[0]["label"]
+
+
+async def test_predict_with_no_inputs_is_a_400_in_teis_shape(
+    classifier: httpx.AsyncClient, classifier_dir: Path
+) -> None:
+    for route in ("/predict", "/"):
+        response = await classifier.post(route, json={"inputs": []})
+        assert "inputs is empty" in assert_tei_error(response, 400, "Validation")
+    # The server still answers; the Python API refuses no inputs at once.
+    assert len(await post_ok(classifier, "/predict", {"inputs": TEXTS[:1]})) == 1
+    with load_engine(classifier_dir) as engine, pytest.raises(InvalidRequestError, match="empty"):
+        engine.classify([])
 
 
 async def test_predict_pairs_on_a_cross_encoder(cross_encoder_dir: Path) -> None:

@@ -11,6 +11,8 @@ environment variable:
 - `poison_id`, `poison`: batches holding token id `poison_id` raise; `poison` is `"error"`
   (RuntimeError: a failing batch) or `"fatal"` (a BaseException that is not an Exception: the
   runner thread dies);
+- `garbage_id`: batches holding token id `garbage_id` return strings instead of vectors (a
+  broken model: building the response fails with an error no handler expects);
 - `load_delay`: seconds loading the model takes longer (a slow start, to interrupt).
 
 `FaultyBackend` is also used in-process by the API tests.
@@ -24,6 +26,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 ENV = "HARNESS_FAULTS"
 
@@ -40,6 +44,7 @@ def wrap_forward(
     slow_delay = float(faults.get("slow_delay", 0.0))
     poison_id = faults.get("poison_id")
     poison = faults.get("poison", "error")
+    garbage_id = faults.get("garbage_id")
 
     def faulty(batch: Any, threads: int) -> Sequence[Any]:
         ids = [item.input_ids for item in batch.items]
@@ -47,6 +52,8 @@ def wrap_forward(
             if poison == "fatal":
                 raise Fatal("injected: the runner thread dies")
             raise RuntimeError("injected: this batch holds the poison token")
+        if garbage_id is not None and any(garbage_id in item for item in ids):
+            return [np.array(["not a number"]) for _ in ids]
         if slow_id is not None and any(slow_id in item for item in ids):
             time.sleep(slow_delay)
         elif delay:

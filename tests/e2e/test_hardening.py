@@ -39,6 +39,7 @@ EMBED = "/v1/embeddings"
 # Words whose token ids the fault launcher watches for (checked against the server's /tokenize).
 SLOW_WORD, SLOW_ID = "chunk", 20000  # a batch holding it sleeps: it blocks the runner
 POISON_WORD, POISON_ID = "fielder", 25000  # a batch holding it raises
+GARBAGE_WORD, GARBAGE_ID = "zeppelin", 22116  # a batch holding it returns strings
 
 pytestmark = pytest.mark.slow  # real server processes
 
@@ -385,6 +386,7 @@ def check_marker_words(server: Server) -> None:
     """The fault launcher watches token ids; the server's tokenizer must give them."""
     assert token_ids(server, SLOW_WORD) == [101, SLOW_ID, 102]
     assert token_ids(server, POISON_WORD) == [101, POISON_ID, 102]
+    assert token_ids(server, GARBAGE_WORD) == [101, GARBAGE_ID, 102]
 
 
 def post_while_blocked(server: Server, bodies: list[Any], timeout: float = 30) -> list[Any]:
@@ -417,6 +419,7 @@ def test_poisoned_input_fails_only_its_own_request(
         "slow_delay": BLOCK_SECONDS,
         "poison_id": POISON_ID,
         "poison": "error",
+        "garbage_id": GARBAGE_ID,
     }
     with running_server(tmp_path_factory.mktemp("poison"), faults=faults) as server:
         check_marker_words(server)
@@ -443,8 +446,22 @@ def test_poisoned_input_fails_only_its_own_request(
         assert httpx.get(f"{server.url}/health").status_code == 200
         response = httpx.post(f"{server.url}{EMBED}", json={"input": TEXTS[:3]}, timeout=30)
         assert_close_vectors(embedding_vectors(response), st_encode(st_model, TEXTS[:3]))
+
+        # An error no handler expects is answered, and the connection serves the next request
+        # (one connection: a client pool would send it there).
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        with httpx.Client(base_url=server.url, limits=limits, timeout=30) as client:
+            broken = client.post(EMBED, json={"input": [f"a {GARBAGE_WORD} sentence"]})
+            error = assert_openai_error(broken, 500)
+            assert "server log" in error["message"] and "not a number" not in broken.text
+            assert broken.headers.get("connection") != "close"
+            tei = client.post("/embed", json={"inputs": f"a {GARBAGE_WORD}"})
+            assert tei.status_code == 500 and set(tei.json()) == {"error", "error_type"}
+            for _ in range(3):
+                assert len(embedding_vectors(client.post(EMBED, json={"input": TEXTS[:2]}))) == 2
         output = server.output()
     assert "retrying each request alone" in output
+    assert "unexpected error on /v1/embeddings" in output
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
