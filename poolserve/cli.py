@@ -483,10 +483,10 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         level=server_config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # Listen before importing torch and loading: a port in use fails in a second, not after
-    # the whole load.
+    # Take the port before importing torch and loading: a port in use fails in a second, not
+    # after the whole load. It listens once the models are ready.
     try:
-        listener = listen(server_config.host, server_config.port)
+        listener = bind_port(server_config.host, server_config.port)
     except OSError as exc:
         logger.error(
             "cannot start: cannot listen on %s:%d: %s",
@@ -565,6 +565,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     # Without this, each full collection walks it all: ~200 ms with every request stalled,
     # about once a second under load.
     gc.freeze()
+    listener.listen(2048)
     server.run(sockets=[listener])
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(
@@ -618,8 +619,10 @@ def _serve_on_ray(
     return 0
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (IPv4 or IPv6, as the host says)."""
+def bind_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (IPv4 or IPv6, as the host says), not listening yet:
+    until it listens a client that connects is refused at once, where a listening socket
+    would hold the connection in its backlog, unanswered, for the whole load."""
     family, kind, protocol, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
@@ -627,7 +630,6 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
-        listener.listen(2048)
     except OSError:
         listener.close()
         raise

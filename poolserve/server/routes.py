@@ -159,9 +159,17 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
 @router.get("/health", **documented(Health))
 @router.head("/health", operation_id="health_head")
 async def health(request: Request) -> Response:
-    dead = [service.served_name for service in state_of(request).models if not service.alive]
+    models = state_of(request).models
+    dead = [service.served_name for service in models if not service.alive]
     if not dead:
-        return json_response(b"{}")
+        runners = {
+            service.served_name: {
+                "runners": service.core.runners,
+                "runners_alive": service.core.runners_alive,
+            }
+            for service in models
+        }
+        return json_response(orjson.dumps({"status": "ok", "models": runners}))
     return error_response(
         503,
         f"the model runner of {', '.join(map(repr, dead))} is not running; the server log says why",

@@ -252,8 +252,16 @@ class ModelList(Documented):
     data: list[ModelCard]
 
 
+class ModelHealth(Documented):
+    runners: int = Field(description="runner threads the model was started with")
+    runners_alive: int = Field(description="those still serving")
+
+
 class Health(Documented):
-    """Empty: the status says it (200 serving, 503 no runner alive)."""
+    """200 while every model has a runner alive (503 otherwise, with an error body)."""
+
+    status: Literal["ok"]
+    models: dict[str, ModelHealth] = Field(description="each model's runners, by served name")
 
 
 class VersionBody(Documented):

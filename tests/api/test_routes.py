@@ -138,3 +138,12 @@ async def test_a_route_the_model_does_not_serve_says_what_it_is(
         "'sentence-transformers/all-MiniLM-L6-v2' is an embedding model, which serves " in message
     )
     assert "/v1/embeddings" in message, message
+
+
+async def test_health_names_each_model_and_its_runners(client: httpx.AsyncClient) -> None:
+    response = await client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    ((name, runners),) = body["models"].items()
+    assert name and runners["runners_alive"] == runners["runners"] >= 1

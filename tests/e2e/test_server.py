@@ -91,11 +91,15 @@ def test_a_port_in_use_fails_at_once_in_one_line() -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in output and "in use" in output, output
 
 
-def test_ctrl_c_while_the_model_loads_exits_with_one_line(tmp_path: Path) -> None:
-    """SIGINT during a (slowed) load: one line, exit 130, no traceback, no hang."""
+def test_while_the_model_loads_clients_are_refused_and_ctrl_c_exits_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """During a (slowed) load the port is taken but does not listen: a client is refused at
+    once, never left waiting. SIGINT then: one line, exit 130, no traceback, no hang."""
     log = tmp_path / "server.log"
     env = {**server_env(), FAULTS_ENV: json.dumps({"load_delay": 600})}
-    command = [sys.executable, "-m", "tests.e2e.faults", "serve", "--port", str(free_port())]
+    port = free_port()
+    command = [sys.executable, "-m", "tests.e2e.faults", "serve", "--port", str(port)]
     with log.open("wb") as output:
         process = subprocess.Popen(
             [*command, "--runners", "1", "--compile", "off"],
@@ -106,6 +110,11 @@ def test_ctrl_c_while_the_model_loads_exits_with_one_line(tmp_path: Path) -> Non
         )
     try:
         Server(process, "", log).wait_for_output("loading", timeout=60)
+        # Refused, not accepted into a backlog (where the request would wait out the load).
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
         process.send_signal(signal.SIGINT)
         code = process.wait(30)
     finally:
