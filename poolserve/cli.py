@@ -424,7 +424,7 @@ def embed(args: argparse.Namespace) -> int:
     )
     model_config, engine_config = model_engine_configs(args)
     from poolserve.bulk.inputs import InputError, InputSpec, input_format
-    from poolserve.bulk.job import BadRowsError, JobOptions, run_job, summary_lines
+    from poolserve.bulk.job import BadRowsError, JobOptions, check_job, run_job, summary_lines
     from poolserve.bulk.parts import JobStateError
     from poolserve.offline import Engine
 
@@ -443,6 +443,7 @@ def embed(args: argparse.Namespace) -> int:
             dimensions=args.dimensions,
             overwrite=args.overwrite,
         )
+        check_job(spec, Path(args.output), options)  # before any model loads
         if args.ray:
             from poolserve.bulk.job import PARTS_IN_FLIGHT
             from poolserve.ray.commands import embed_on_ray

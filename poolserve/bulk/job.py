@@ -28,7 +28,15 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import orjson
 
-from poolserve.bulk.inputs import BadRow, InputSpec, Record, Row, count_records, read_records
+from poolserve.bulk.inputs import (
+    BadRow,
+    InputError,
+    InputSpec,
+    Record,
+    Row,
+    count_records,
+    read_records,
+)
 from poolserve.bulk.parts import JobStateError, PartStore
 from poolserve.errors import InputTooLongError
 
@@ -79,12 +87,43 @@ class JobReport:
 
 
 def output_kind(output: Path) -> OutputKind:
+    """What the output's name asks for: .npy, .jsonl (.ndjson) or a Parquet dataset (a
+    directory, named with .parquet or no extension); JobStateError for any other extension."""
     suffix = output.suffix.lower()
     if suffix == ".npy":
         return "npy"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
-    return "parquet"
+    if suffix in ("", ".parquet"):
+        return "parquet"
+    raise JobStateError(
+        f"cannot write {output.name}: name the output .npy, .jsonl or .parquet (a directory of "
+        "Parquet parts; no extension also writes one)"
+    )
+
+
+def _store(output: Path, kind: OutputKind, options: JobOptions) -> PartStore:
+    directory = output if kind == "parquet" else output.with_name(output.name + ".parts")
+    return PartStore(directory, options.part_rows)
+
+
+def check_job(spec: InputSpec, output: Path, options: JobOptions) -> None:
+    """Everything about a job that needs no model, so that it fails before one loads: the
+    input is there, the output's kind is one it can write, and the output does not hold a
+    finished or a foreign job (JobStateError or InputError, one line each). Says when it will
+    resume."""
+    if spec.path != "-" and not Path(spec.path).is_file():
+        raise InputError(f"{spec.path}: no such file")
+    kind = output_kind(output)
+    if kind != "parquet" and output.exists() and not options.overwrite:
+        raise JobStateError(f"{output} exists; pass --overwrite to embed again")
+    done = _store(output, kind, options).check(overwrite=options.overwrite)
+    if done:
+        logger.info(
+            "%s holds %d parts of this job; it resumes after them once the model is loaded",
+            output,
+            done,
+        )
 
 
 @dataclass
@@ -108,10 +147,7 @@ def run_job(
     """Embed every record of `spec` into `output`, resuming a job killed before; at most
     `parts_in_flight` parts are read ahead of the one being written."""
     kind = output_kind(output)
-    store = PartStore(
-        output if kind == "parquet" else output.with_name(output.name + ".parts"),
-        options.part_rows,
-    )
+    store = _store(output, kind, options)
     if kind != "parquet" and output.exists() and not options.overwrite:
         raise JobStateError(f"{output} exists; pass --overwrite to embed again")
     settings = {

@@ -48,15 +48,37 @@ class PartStore:
     def errors_path(self, index: int) -> Path:
         return self.directory / f"_errors-{index:06d}.jsonl"
 
-    def open(self, settings: dict[str, Any], *, overwrite: bool) -> int:
-        """Start or resume the job `settings` describe; returns the first part to write."""
+    def check(self, *, overwrite: bool) -> int:
+        """What `open` will find, read only (before a model loads): JobStateError for a
+        finished job or a directory that is not a job; else the parts already written."""
         job_file = self.directory / JOB_FILE
-        if job_file.is_file() and not overwrite:
-            job = json.loads(job_file.read_text())
-            if job.get("complete"):
+        if overwrite:
+            return 0
+        if job_file.is_file():
+            if json.loads(job_file.read_text()).get("complete"):
                 raise JobStateError(
                     f"{self.directory} holds a finished job; pass --overwrite to embed again"
                 )
+            return self._parts_done()
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise JobStateError(
+                f"{self.directory} exists and is not a poolserve embed job; choose another "
+                "output or pass --overwrite"
+            )
+        return 0
+
+    def _parts_done(self) -> int:
+        done = 0
+        while self.part_path(done).is_file():
+            done += 1
+        return done
+
+    def open(self, settings: dict[str, Any], *, overwrite: bool) -> int:
+        """Start or resume the job `settings` describe; returns the first part to write."""
+        job_file = self.directory / JOB_FILE
+        self.check(overwrite=overwrite)
+        if job_file.is_file() and not overwrite:
+            job = json.loads(job_file.read_text())
             if job.get("settings") != settings:
                 changed = sorted(
                     key
@@ -68,22 +90,14 @@ class PartStore:
                     f"({', '.join(changed)} differ); rerun it as it was started, or pass "
                     "--overwrite to start again"
                 )
-        elif self.directory.exists() and (overwrite or any(self.directory.iterdir())):
-            if not overwrite:
-                raise JobStateError(
-                    f"{self.directory} exists and is not a poolserve embed job; choose another "
-                    "output or pass --overwrite"
-                )
+        elif self.directory.exists() and overwrite:
             self.clear()
         self.directory.mkdir(parents=True, exist_ok=True)
         for leftover in self.directory.glob(".*.tmp"):
             leftover.unlink()
         _write_atomically(job_file, json.dumps({"settings": settings, "complete": False}).encode())
-        done = 0
-        while self.part_path(done).is_file():
-            done += 1
         # A part's errors file is written before the part: one without its part is rewritten.
-        return done
+        return self._parts_done()
 
     def clear(self) -> None:
         for item in self.directory.iterdir():

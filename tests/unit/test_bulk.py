@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from poolserve import cli, offline
 from poolserve.bulk.inputs import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, JobOptions, run_job
 from poolserve.bulk.parts import JobStateError
@@ -147,3 +149,35 @@ def test_an_output_is_never_mixed_with_another_job_or_overwritten(
     (stranger / "notes.txt").write_text("mine")
     with pytest.raises(JobStateError, match="not a poolserve embed job"):
         run_job(engine, spec, stranger, JobOptions())
+
+
+def test_poolserve_embed_checks_its_job_before_loading_a_model(
+    engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A missing input, an output it cannot write, a finished job: one line each, exit 1, and
+    no model loaded for it (loading one fails this test)."""
+    spec = InputSpec(str(write_input(tmp_path, "text")), "text")
+    finished = tmp_path / "done.parquet"
+    run_job(engine, spec, finished, JobOptions(part_rows=16))
+
+    def no_model(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("loaded a model for a job that cannot run")
+
+    monkeypatch.setattr(offline, "Engine", no_model)
+    cases = [
+        ([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a.npy")], "no such file"),
+        ([spec.path, "-o", str(tmp_path / "a.csv")], "cannot write a.csv: name the output"),
+        ([spec.path, "-o", str(finished)], "holds a finished job; pass --overwrite"),
+    ]
+    for argv, message in cases:
+        caplog.clear()
+        assert cli.main(["embed", *argv]) == 1
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and message in errors[0], errors
+    # A job that will resume says so before the model loads.
+    job_file = finished / "_poolserve_job.json"
+    job_file.write_text(job_file.read_text().replace('"complete": true', '"complete": false'))
+    caplog.clear()
+    with caplog.at_level(logging.INFO), pytest.raises(AssertionError, match="loaded a model"):
+        cli.main(["embed", spec.path, "-o", str(finished), "--part-rows", "16"])
+    assert any("resumes after them" in r.getMessage() for r in caplog.records)
