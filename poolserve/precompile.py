@@ -19,8 +19,8 @@ logger = logging.getLogger(__name__)
 
 def compile_models(served: Sequence[ServedModel]) -> int:
     """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
+    from poolserve._environment import cache_dir
     from poolserve.engine.backend import TorchBackend
-    from poolserve.engine.compiled import cache_dir
     from poolserve.engine.core import collate_for, runner_layout, torch_backend
     from poolserve.engine.executor import use_threads
     from poolserve.models.loader import prepare_model

@@ -23,10 +23,11 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
+from poolserve._environment import cache_dir
 from poolserve.config import CompileMode, PackingMode
 from poolserve.engine import aot
 from poolserve.engine.collate import Batch
-from poolserve.engine.compiled import cache_dir, can_compile, compile_module
+from poolserve.engine.compiled import can_compile, compile_module
 from poolserve.engine.executor import CompiledForward, ModelExecutor, run_eagerly
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem

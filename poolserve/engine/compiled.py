@@ -4,11 +4,11 @@ cannot export (engine/aot.py compiles the others ahead of time, cached on disk).
 Shapes are dynamic (`dynamic=True`): one graph serves every batch size above one and every
 length (a batch of one gets its own), so serving never waits on a recompile once the warm-up has
 compiled them. Weights are frozen (constants, pre-packed for oneDNN on CPU). Inductor's caches
-live under `POOLSERVE_CACHE_DIR/inductor` (default `~/.cache/poolserve/inductor`; a
-`TORCHINDUCTOR_CACHE_DIR` the user set wins): a restart reuses the compiled C++ kernels, but
-torch does not cache a graph that holds pre-packed oneDNN weights ("mkldnn tensors
-unpickleable"), so tracing and lowering run again on each start (docs/benchmarks.md has both
-start-up times).
+live under `POOLSERVE_CACHE_DIR/inductor` (default `~/.cache/poolserve/inductor`, set when
+poolserve is imported; a `TORCHINDUCTOR_CACHE_DIR` the user set wins): a restart reuses the
+compiled C++ kernels, but torch does not cache a graph that holds pre-packed oneDNN weights
+("mkldnn tensors unpickleable"), so tracing and lowering run again on each start
+(docs/benchmarks.md has both start-up times).
 
 `on` refuses to start where compiling cannot work at all (no C++ compiler for the CPU kernels);
 `auto` then serves eagerly, as it does on CUDA (where compiling has not been measured here).
@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch._inductor.config
@@ -32,12 +31,6 @@ from poolserve.models.loader import ModelSpec
 from poolserve.models.module import PoolingModule
 
 logger = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """Where poolserve keeps what it can reuse across restarts."""
-    configured = os.environ.get("POOLSERVE_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "poolserve"
 
 
 def _cpu_compiler() -> str | None:
@@ -62,8 +55,6 @@ def can_compile(spec: ModelSpec, mode: CompileMode) -> bool:
             raise SettingError(f"--compile on: {message}; install g++ or use --compile off")
         logger.info("%s; serving eagerly", message)
         return False
-    # Inductor's kernel caches, shared by the ahead-of-time compiles and torch.compile.
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
     return True
 
 
