@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a model over HTTP",
         description="Serve a model over HTTP. Every flag can also be set with its POOLSERVE_* "
         "environment variable (--max-batch-size: POOLSERVE_MAX_BATCH_SIZE); a flag wins.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsHelpFormatter,
     )
     serve.add_argument(
         "models",
@@ -224,7 +224,7 @@ def _add_compile_command(commands: Any) -> None:
         "(default ~/.cache/poolserve) for the thread counts `serve` runs it at with the same "
         "flags on this machine; a later `serve` (or `embed`) loads it instead of compiling. "
         "Run it where the server will run (the cache is keyed by the CPU's instruction set).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsHelpFormatter,
     )
     compile_command.add_argument(
         "models",
@@ -301,9 +301,18 @@ def _add_embed_command(commands: Any) -> None:
     _add_ray_flags(embed, "embed the parts on --replicas engine actors of a Ray cluster")
 
 
-class _EmbedHelpFormatter(
-    argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
-):
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default after its help, unless the help already says what it is (once is
+    enough) or there is none to show (a None default: the help says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, False):
+            return text
+        return super()._get_help_string(action)
+
+
+class _EmbedHelpFormatter(argparse.RawDescriptionHelpFormatter, _DefaultsHelpFormatter):
     """The description as written (paragraphs), the flags with their defaults."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -384,3 +385,15 @@ def test_a_prompt_without_a_name_is_refused(value: str, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         configs("--prompt", value)
     assert f"argument --prompt: '{value}' is not NAME=TEXT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "embed", "compile"])
+def test_help_states_each_default_once(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text
+    flags = re.split(r"\s(?=--[a-z])", text)
+    for flag in flags:
+        assert flag.count("default") <= 1 or "POOLSERVE_" in flag, flag
+    assert "(default: 256)" in text  # a default the help does not state is still shown
