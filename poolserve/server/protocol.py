@@ -7,7 +7,7 @@ nothing here are declared and ignored (`IGNORED_FIELDS`, listed in the README).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,15 +17,32 @@ from pydantic import (
     StrictInt,
     StrictStr,
     field_validator,
+    model_validator,
 )
 
 TokenIds = list[StrictInt]
 
 
 class StrictModel(BaseModel):
-    """A JSON object whose unknown fields are refused."""
+    """A JSON object whose unknown fields are refused, and whose optional fields take their
+    default when sent as null (clients do: LangChain's CohereEmbeddings sends
+    `"truncate": null`); a required field sent as null is still an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        optional = {
+            name
+            for key, field in cls.model_fields.items()
+            if not field.is_required()
+            for name in (key, field.alias)
+            if name
+        }
+        return {k: v for k, v in data.items() if v is not None or k not in optional}
 
 
 # Fields clients of other servers send that poolserve accepts and ignores, with why.

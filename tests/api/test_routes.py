@@ -147,3 +147,38 @@ async def test_health_names_each_model_and_its_runners(client: httpx.AsyncClient
     assert body["status"] == "ok"
     ((name, runners),) = body["models"].items()
     assert name and runners["runners_alive"] == runners["runners"] >= 1
+
+
+NULL_DEFAULTS = [
+    ("/v1/embeddings", {"input": ["a cat", "a dog"]}, ["encoding_format", "dimensions", "user"]),
+    ("/v1/embed", {"texts": ["a cat"]}, ["truncate", "input_type", "embedding_types"]),
+    ("/v2/embed", {"texts": ["a cat"], "input_type": "search_query"}, ["truncate", "max_tokens"]),
+    ("/embed", {"inputs": "a cat"}, ["truncate", "truncation_direction", "normalize"]),
+    (
+        "/rerank",
+        {"query": "a pet", "documents": ["a cat", "a car"]},
+        ["return_documents", "top_n", "truncation_side"],
+    ),
+]
+
+
+def stable(body: Any) -> Any:
+    """A response without what differs between two calls (ids, timings)."""
+    if not isinstance(body, dict):
+        return body
+    return {k: v for k, v in body.items() if k not in ("id", "created", "usage", "meta")}
+
+
+@pytest.mark.parametrize(("route", "body", "nulls"), NULL_DEFAULTS)
+async def test_null_is_the_default_on_every_optional_field(
+    client: httpx.AsyncClient, route: str, body: dict[str, Any], nulls: list[str]
+) -> None:
+    """As LangChain's CohereEmbeddings sends `"truncate": null`: the same answer as without."""
+    plain = await client.post(route, json=body)
+    with_nulls = await client.post(route, json={**body, **dict.fromkeys(nulls)})
+    assert plain.status_code == with_nulls.status_code == 200, with_nulls.text
+    assert stable(with_nulls.json()) == stable(plain.json())
+    # A required field sent as null is still refused.
+    required = next(iter(body))
+    refused = await client.post(route, json={**body, required: None})
+    assert refused.status_code in (400, 422), refused.text
