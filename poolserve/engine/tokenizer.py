@@ -52,13 +52,17 @@ class TextTokenizer:
         truncate_to: int | None,
         add_special_tokens: bool = True,
         side: Side = "right",
+        keep_leading_chars: int = 0,
     ) -> list[list[int]]:
         """Token ids of each text; with `truncate_to`, at most that many (special tokens kept),
-        the text's last tokens dropped (`side` "right") or its first ("left")."""
+        the text's last tokens dropped (`side` "right") or its first ("left"). Cutting from the
+        left never drops the tokens of the first `keep_leading_chars` characters (a prompt the
+        model must see): the tokens right after them go instead."""
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
         if truncate_to is not None:
+            keep = keep_leading_chars if side == "left" else 0
             encodings = [
-                self._truncate(text, encoding, truncate_to, add_special_tokens, side)
+                self._truncate(text, encoding, truncate_to, add_special_tokens, side, keep)
                 if len(encoding.ids) > truncate_to
                 else encoding
                 for text, encoding in zip(texts, encodings, strict=True)
@@ -132,13 +136,30 @@ class TextTokenizer:
         return 0, self._tokenizer.encode(text, add_special_tokens=False)
 
     def _truncate(
-        self, text: str, encoding: Encoding, limit: int, add_special_tokens: bool, side: Side
+        self,
+        text: str,
+        encoding: Encoding,
+        limit: int,
+        add_special_tokens: bool,
+        side: Side,
+        keep_chars: int = 0,
     ) -> Encoding:
-        if not add_special_tokens:
+        if not add_special_tokens and not keep_chars:
             encoding.truncate(limit, direction=side)
             return encoding
+        room = max(limit - (self.num_special_tokens if add_special_tokens else 0), 0)
         plain = self._tokenizer.encode(text, add_special_tokens=False)
-        plain.truncate(max(limit - self.num_special_tokens, 0), direction=side)
+        # The leading tokens that lie wholly within the kept characters.
+        kept = sum(1 for _, end in plain.offsets if end <= keep_chars) if keep_chars else 0
+        if kept and room > kept:
+            tail = self._tokenizer.encode(text, add_special_tokens=False)
+            tail.truncate(room - kept, direction="left")
+            plain.truncate(kept, direction="right")
+            plain = Encoding.merge([plain, tail], growing_offsets=False)
+        else:
+            plain.truncate(room, direction="right" if kept else side)
+        if not add_special_tokens:
+            return plain
         return self._tokenizer.post_process(plain, add_special_tokens=True)
 
     def check_token_ids(self, ids: list[int], *, param: str) -> None:

@@ -160,7 +160,10 @@ def tokenize_inputs(
             )
             for offset, text in enumerate(inputs)
         ]
-        id_lists = tokenizer.encode_batch(texts, truncate_to=truncate, side=side)
+        # Cutting from the left cuts the text, never the prompt before it.
+        id_lists = tokenizer.encode_batch(
+            texts, truncate_to=truncate, side=side, keep_leading_chars=len(prompt or "")
+        )
     else:
         id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
         for ids in id_lists:

@@ -1,6 +1,7 @@
 """Truncation from either end: `truncation_side: "left"` keeps a text's last tokens (special
 tokens kept), as a Hugging Face tokenizer with truncation_side="left" does, for short cuts,
-for texts longer than the bounded prefix poolserve reads, and for token-id inputs."""
+for texts longer than the bounded prefix poolserve reads, and for token-id inputs; a prompt
+before the text is never cut."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import httpx
 import pytest
 
 from poolserve import Engine
-from tests.api.helpers import embed, serving, vectors
+from tests.api.helpers import embed, load_engine, serving, vectors
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
+from tests.tiny_models import make_prompted_embedding
 
 pytestmark = pytest.mark.anyio
 
@@ -62,3 +64,23 @@ async def test_an_unknown_side_is_400(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/embeddings", json={"input": "a", "truncation_side": "middle"})
     assert response.status_code == 400
     assert "truncation_side" in response.json()["error"]["message"]
+
+
+async def test_left_truncation_cuts_the_text_and_keeps_the_prompt(tmp_path: Path) -> None:
+    """A model whose default prompt ("passage: ") goes before each text: cutting from the left
+    drops the text's first tokens, never the prompt's."""
+    with load_engine(make_prompted_embedding(tmp_path / "prompted")) as engine:
+        prompt = engine.prompts["document"]
+        cls, *prompt_ids, sep = engine.tokenize(prompt)
+        text_ids = engine.tokenize(TEXT, add_special_tokens=False)
+        limit = 16
+        kept = [cls, *prompt_ids, *text_ids[-(limit - 2 - len(prompt_ids)) :], sep]
+        async with serving(engine) as http:
+            body = await embed(
+                http, input=[TEXT], truncate_prompt_tokens=limit, truncation_side="left"
+            )
+            expected = await embed(http, input=[kept])
+            prompt_cut = await embed(http, input=[[cls, *text_ids[-(limit - 2) :], sep]])
+    assert body["usage"]["prompt_tokens"] == limit
+    assert_close_vectors(vectors(body), vectors(expected))
+    assert (vectors(body) * vectors(prompt_cut)).sum() < 0.999
