@@ -48,6 +48,13 @@ class PayloadTooLargeError(PoolserveError):
     error_type = "invalid_request_error"
 
 
+class UnsupportedMediaTypeError(PoolserveError):
+    """The body comes in an encoding the server does not read (415)."""
+
+    status = 415
+    error_type = "invalid_request_error"
+
+
 class OverloadedError(PoolserveError):
     """The server holds as much work as it may; the client should retry later (429)."""
 

@@ -93,6 +93,7 @@ def create_app(models: ModelSet | ModelService, config: ServerConfig | None = No
         max_client_batch_size=config.max_client_batch_size,
         request_timeout=config.request_timeout,
         gzip_min_bytes=config.gzip_min_bytes,
+        max_request_bytes=config.max_request_bytes,
     )
     # Each router once, if any model serves it.
     routers: list[APIRouter] = []

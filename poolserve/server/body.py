@@ -6,6 +6,7 @@ parsed off the event loop and so that malformed JSON is a 400 in the OpenAI erro
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.errors import InvalidRequestError
+from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
 from poolserve.server.errors import validation_message
 
 M = TypeVar("M", bound=BaseModel)
@@ -61,7 +62,7 @@ async def parse_chosen_body(
 ) -> M:
     """`parse_body` with the schema chosen by the body (`validate_chosen`); `chosen` is told
     which, before any error about the body is raised (it decides the error's shape)."""
-    body = await read_body(request)
+    body = await read_json_body(request, cpu)
     if not body:
         raise InvalidRequestError("the request has no body; send a JSON object")
     if len(body) <= INLINE_PARSE_BYTES:
@@ -81,8 +82,39 @@ async def read_body(request: Request) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
+def gunzip(body: bytes, limit: int) -> bytes:
+    """A gzipped body, decompressed to at most `limit` bytes (0: no limit): a small body that
+    inflates past the request size limit is refused like a large one (413)."""
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = decompressor.decompress(body, limit + 1 if limit else 0)
+    except zlib.error as exc:
+        raise InvalidRequestError(f"the request body is not valid gzip: {exc}") from None
+    if limit and (len(data) > limit or decompressor.unconsumed_tail):
+        raise PayloadTooLargeError(
+            f"the request body is larger than this server accepts once decompressed ({limit} "
+            "bytes); split the request, or start the server with a larger --max-request-bytes"
+        )
+    return data
+
+
+async def read_json_body(request: Request, cpu: CpuPool) -> bytes:
+    """The body as JSON bytes: as sent, or gunzipped (in the CPU pool) when its
+    `Content-Encoding` says gzip; any other encoding is a 415."""
     body = await read_body(request)
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip"):
+        raise UnsupportedMediaTypeError(
+            f"Content-Encoding {encoding!r} is not supported; send the body as is or gzipped"
+        )
+    limit = int(getattr(request.app.state.serving, "max_request_bytes", 0))
+    return await cpu.run(gunzip, body, limit)
+
+
+async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
+    body = await read_json_body(request, cpu)
     if not body:
         raise InvalidRequestError("the request has no body; send a JSON object")
     if len(body) <= INLINE_PARSE_BYTES:

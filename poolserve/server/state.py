@@ -31,6 +31,8 @@ class ServingState:
     request_timeout: float | None = None
     # Responses of at least this many bytes are gzipped for clients that accept it; 0: never.
     gzip_min_bytes: int = 0
+    # The most bytes a request body may hold, gzipped bodies once decompressed (0: no limit).
+    max_request_bytes: int = 0
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)

@@ -113,3 +113,38 @@ async def test_the_docs_page_loads_its_assets_from_the_server(engine: Any) -> No
         spec = (await client.get("/openapi.json")).json()
         assert spec["openapi"].startswith("3.1")
         assert (await client.post("/v1/embeddings", json={"input": "x"})).status_code == 401
+
+
+async def test_a_gzipped_body_is_read_and_a_bomb_is_refused(engine: Any) -> None:
+    """`Content-Encoding: gzip` bodies (requests' and aiohttp's clients can send them) give the
+    answer the plain body gives; one that inflates past --max-request-bytes is a 413, broken
+    gzip a 400, another encoding a 415."""
+    body = orjson.dumps({"input": ["a gzipped sentence", "and another one"]})
+    async with serving(engine, ServerConfig(max_request_bytes=64 * 1024)) as client:
+        plain = await client.post("/v1/embeddings", content=body)
+        zipped = await client.post(
+            "/v1/embeddings",
+            content=gzip.compress(body),
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
+        assert zipped.status_code == plain.status_code == 200, zipped.text
+        assert zipped.json()["data"] == plain.json()["data"]
+        bomb = gzip.compress(orjson.dumps({"input": ["word " * 100_000]}))
+        assert len(bomb) < 64 * 1024
+        cases = [
+            (bomb, "gzip", 413, "once decompressed"),
+            (b"not gzip at all", "gzip", 400, "not valid gzip"),
+            (body, "br", 415, "Content-Encoding 'br' is not supported"),
+        ]
+        for content, encoding, status, message in cases:
+            response = await client.post(
+                "/v1/embeddings", content=content, headers={"content-encoding": encoding}
+            )
+            assert response.status_code == status, response.text
+            assert message in response.json()["error"]["message"]
+        tei = await client.post(
+            "/embed",
+            content=gzip.compress(b'{"inputs": "x"}'),
+            headers={"content-encoding": "gzip"},
+        )
+        assert tei.status_code == 200 and len(tei.json()) == 1
