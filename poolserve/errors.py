@@ -33,12 +33,33 @@ class InvalidRequestError(PoolserveError, ValueError):
 
 
 class InputTooLongError(InvalidRequestError):
-    """An input has more tokens than the model accepts and truncation was not asked for."""
+    """An input has more tokens than the model accepts and truncation was not asked for.
 
-    def __init__(self, message: str, *, param: str | None = None, index: int | None = None):
-        super().__init__(message, param=param)
+    Its message is `{where} {detail}; shorten it, or pass {cut_with} to cut it`, in the words of
+    the API poolserve serves natively (vLLM's `truncate_prompt_tokens`); a route of another
+    API family rewords it with its own field names (`reworded`)."""
+
+    def __init__(
+        self,
+        where: str,
+        detail: str,
+        *,
+        cut_with: str = "`truncate_prompt_tokens` (-1 for the model's maximum)",
+        param: str | None = None,
+        index: int | None = None,
+    ) -> None:
+        super().__init__(f"{where} {detail}; shorten it, or pass {cut_with} to cut it", param=param)
+        self.where = where
+        self.detail = detail
         # The input's position in its request's list of inputs, where there is one.
         self.index = index
+
+    def reworded(self, field: str, cut_with: str) -> InputTooLongError:
+        """The same error as a route names it: its input as `field[index]`, how to cut it."""
+        where = self.where if self.index is None else f"{field}[{self.index}]"
+        return InputTooLongError(
+            where, self.detail, cut_with=cut_with, param=field, index=self.index
+        )
 
 
 class PayloadTooLargeError(PoolserveError):

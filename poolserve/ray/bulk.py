@@ -35,13 +35,13 @@ class _EngineActor:
 
     def embed_counted(
         self, texts: Sequence[str], options: dict[str, Any]
-    ) -> Counted | tuple[str, int | None]:
-        """The vectors and token counts, or ("too long", index) for an input too long for the
+    ) -> Counted | tuple[tuple[str, str], int | None]:
+        """The vectors and token counts, or ((where, why), index) for an input too long for the
         model: returned, not raised, so the job gets its index back as it does locally."""
         try:
             return self.engine.embed_counted_later(texts, **options).result()
         except InputTooLongError as exc:
-            return exc.message, exc.index
+            return (exc.where, exc.detail), exc.index
 
 
 class RayEmbedder:
@@ -95,8 +95,9 @@ class RayEmbedder:
                 result.cancel()
             elif (error := done.exception()) is not None:
                 result.set_exception(error)
-            elif isinstance(value := done.result()[0], str):
-                result.set_exception(InputTooLongError(value, index=done.result()[1]))
+            elif isinstance(value := done.result()[0], tuple):
+                where, detail = value
+                result.set_exception(InputTooLongError(where, detail, index=done.result()[1]))
             else:
                 result.set_result(done.result())
 

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
+from poolserve.server.errors import name_inputs
 from poolserve.server.handlers import serve_task, state_of
 from poolserve.server.protocol import CohereEmbedRequest
 from poolserve.server.schemas import CohereEmbedResponse, documented
@@ -20,6 +21,7 @@ cohere_router = APIRouter()
 
 
 async def _embed(request: Request, version: cohere.Version) -> Response:
+    name_inputs(request, "texts", '`truncate: "END"` (or "START")')
     state = state_of(request)
     wire = await parse_body(request, CohereEmbedRequest, state.cpu)
     service = state.model_for(request.scope, wire.model)

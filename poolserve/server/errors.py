@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.errors import PoolserveError
+from poolserve.errors import InputTooLongError, PoolserveError
 from poolserve.models.kinds import describe
 from poolserve.server.protocol import IGNORED_FIELDS
 
@@ -201,7 +201,20 @@ def tei_error_response(
     )
 
 
+# A route of another API family: how its request names its inputs and how to cut one.
+INPUT_NAMING = "poolserve.input_naming"
+
+
+def name_inputs(request: Request, field: str, cut_with: str) -> None:
+    """Errors about an input of this request name it `field[index]` and say to cut it with
+    `cut_with` (the route's own field), not with vLLM's `truncate_prompt_tokens`."""
+    request.scope[INPUT_NAMING] = (field, cut_with)
+
+
 def poolserve_error_response(request: Request, exc: PoolserveError) -> Response:
+    naming = request.scope.get(INPUT_NAMING)
+    if naming is not None and isinstance(exc, InputTooLongError):
+        exc = exc.reworded(*naming)
     if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
         logger.error("request %s failed: %s", request.url.path, exc.message)
     if request.scope.get(TEI_ERRORS):

@@ -16,7 +16,7 @@ from poolserve import __version__
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import answer_tei_errors
+from poolserve.server.errors import answer_tei_errors, name_inputs
 from poolserve.server.handlers import serve_task, state_of
 from poolserve.server.protocol import (
     TeiEmbedAllRequest,
@@ -56,6 +56,7 @@ def _texts(state: ServingState, inputs: str | list[str]) -> list[str]:
 
 def _tei(request: Request) -> ServingState:
     answer_tei_errors(request)
+    name_inputs(request, "inputs", "`truncate: true`")
     return state_of(request)
 
 

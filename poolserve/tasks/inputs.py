@@ -68,9 +68,6 @@ def resolve_pooling_params(
     )
 
 
-TO_CUT_IT = "shorten it, or pass `truncate_prompt_tokens` (-1 for the model's maximum) to cut it"
-
-
 def param_of(where: str) -> str:
     """The request field an input's name points into: "documents[2]" -> "documents"."""
     return where.split("[")[0].split(" ")[0]
@@ -110,9 +107,9 @@ def bound_text(
     if truncating:
         return text[: leading.offsets[-1][1]]
     raise InputTooLongError(
-        f"{where} has more than {max_model_len} tokens ({len(leading.ids)} in its first "
-        f"{leading.offsets[-1][1]} characters), but the model accepts at most {max_model_len}; "
-        + TO_CUT_IT,
+        where,
+        f"has more than {max_model_len} tokens ({len(leading.ids)} in its first "
+        f"{leading.offsets[-1][1]} characters), but the model accepts at most {max_model_len}",
         param=param_of(where),
         index=index,
     )
@@ -121,8 +118,8 @@ def bound_text(
 def check_length(length: int, where: str, max_model_len: int, index: int | None = None) -> None:
     if length > max_model_len:
         raise InputTooLongError(
-            f"{where} has {length} tokens, but the model accepts at most {max_model_len}; "
-            + TO_CUT_IT,
+            where,
+            f"has {length} tokens, but the model accepts at most {max_model_len}",
             param=param_of(where),
             index=index,
         )

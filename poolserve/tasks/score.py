@@ -148,11 +148,12 @@ class CrossEncoderScorer:
         for offset, (ids, _) in enumerate(encoded):
             if len(ids) > self.max_model_len:
                 raise InputTooLongError(
-                    f"pair {start + offset} (query and document together) has {len(ids)} "
-                    f"tokens, but the model accepts at most {self.max_model_len}; pass "
-                    "`truncate_prompt_tokens` (-1 for the model's maximum) or "
-                    "`max_tokens_per_doc` to cut it",
+                    f"pair {start + offset} (query and document together)",
+                    f"has {len(ids)} tokens, but the model accepts at most {self.max_model_len}",
+                    cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
+                    "`max_tokens_per_doc`",
                     param="documents",
+                    index=start + offset,
                 )
         return [TokenizedText(ids, types, "classify") for ids, types in encoded]
 

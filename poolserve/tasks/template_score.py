@@ -77,11 +77,12 @@ class TemplateScorer:
                 ids = self._cut(tokenizer, query, document, ids, limit)
             if len(ids) > limit:
                 raise InputTooLongError(
-                    f"pair {start + offset} (query and document in {self.template.name}'s "
-                    f"prompt) has {len(ids)} tokens, but the model accepts at most {limit}; "
-                    "pass `truncate_prompt_tokens` (-1 for the model's maximum) or "
-                    "`max_tokens_per_doc` to cut the document",
+                    f"pair {start + offset} (query and document in {self.template.name}'s prompt)",
+                    f"has {len(ids)} tokens, but the model accepts at most {limit}",
+                    cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
+                    "`max_tokens_per_doc`",
                     param="documents",
+                    index=start + offset,
                 )
             results.append(TokenizedText(ids, None, "classify"))
         return results

@@ -127,7 +127,10 @@ async def test_output_dimension_slices_before_quantizing(client: httpx.AsyncClie
 async def test_truncate_none_start_and_end(client: httpx.AsyncClient) -> None:
     long_text = " ".join(WORDS * 20)
     refused = await client.post("/v2/embed", json={"texts": [long_text], "truncate": "NONE"})
-    assert "at most 256" in assert_openai_error(refused, 400)["message"]
+    error = assert_openai_error(refused, 400)
+    assert error["message"].startswith("texts[0] has") and "at most 256" in error["message"]
+    assert '`truncate: "END"`' in error["message"] and error["param"] == "texts"
+    assert "truncate_prompt_tokens" not in error["message"]
     for truncate, side in (("END", "right"), ("START", "left")):
         cut = await post_ok(
             client, "/v2/embed", {"texts": [long_text], "truncate": truncate, "max_tokens": 30}

@@ -52,8 +52,11 @@ async def test_embed(client: httpx.AsyncClient, st_model: Any) -> None:
 
 async def test_embed_truncation(client: httpx.AsyncClient) -> None:
     long_text = " ".join(WORDS * 20)
-    refused = await client.post("/embed", json={"inputs": long_text})
-    assert "at most 256" in assert_tei_error(refused, 400, "Validation")
+    refused = await client.post("/embed", json={"inputs": ["short", long_text]})
+    message = assert_tei_error(refused, 400, "Validation")
+    # In TEI's words: its field and its way to cut, not vLLM's.
+    assert message.startswith("inputs[1] has") and "at most 256" in message, message
+    assert "pass `truncate: true` to cut it" in message and "truncate_prompt_tokens" not in message
     for direction, side in (("Right", "right"), ("Left", "left")):
         cut = await post_ok(
             client,
