@@ -29,6 +29,11 @@ the default; 16 to 64 were within 3 %).
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
 
+No request waits forever: one that this many batches in a row (`MAX_PASSED_OVER`) have passed
+over, none of its items in them, seeds the next batch, however many items it has left (a large
+request under a steady stream of small ones would otherwise never be seeded, and, with the
+batches full of small ones, never filled in either).
+
 A model that runs packed batches (several inputs to a row, models/packing.py) has nothing to
 cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes the
 short items in the order above, whatever their lengths, as many as the token budget holds
@@ -55,6 +60,8 @@ from poolserve.models.kinds import Head
 
 # Inputs up to this many tokens are packed together whatever their lengths (see above).
 PACK_FREELY_TOKENS = 64
+# A waiting request passed over by this many batches in a row seeds the next one (see above).
+MAX_PASSED_OVER = 8
 
 
 class SchedulerClosedError(Exception):
@@ -114,6 +121,8 @@ class Scheduler:
         # The waiting items, one queue per request (in order of arrival), and how many in all.
         self._waiting: dict[int, deque[WorkItem]] = {}
         self._waiting_items = 0
+        # Batches formed in a row without any item of a waiting request, by request.
+        self._passed_over: dict[int, int] = {}
         # Tokens of the waiting items, of the items in batches not yet ended, and the most
         # tokens ever in work at once.
         self._waiting_tokens = 0
@@ -153,6 +162,7 @@ class Scheduler:
             self._closed = True
             items = [item for queue in self._waiting.values() for item in queue]
             self._waiting.clear()
+            self._passed_over.clear()
             self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
@@ -254,7 +264,13 @@ class Scheduler:
         # together (measured: 8 requests of 500 sentences sent at once all took 4.4 s or more).
         # Items left count those not yet submitted: a request still being tokenized chunk by
         # chunk is as large as it will be.
-        queues = sorted(self._waiting.values(), key=items_left)
+        passed = self._passed_over
+
+        def turn(queue: deque[WorkItem]) -> tuple[int, int]:
+            count = passed.get(id(queue[0].group), 0)
+            return (0, -count) if count >= MAX_PASSED_OVER else (1, items_left(queue))
+
+        queues = sorted(self._waiting.values(), key=turn)
         seed = queues[0][0]
         window: list[list[WorkItem]] = []
         looked_at = 0
@@ -353,14 +369,21 @@ class Scheduler:
                 skipped += len(queue)
                 self._waiting_tokens -= sum(item.length for item in queue)
                 del self._waiting[key]
+                self._passed_over.pop(key, None)
         if skipped:
             self._waiting_items -= skipped
             self._stats.items_were_skipped(skipped)
 
     def _take(self, chosen: list[WorkItem]) -> None:
-        """Remove `chosen` from their requests' queues, keeping the others in order."""
+        """Remove `chosen` from their requests' queues, keeping the others in order; count the
+        batch against every waiting request it passed over."""
         taken = {id(item) for item in chosen}
-        for key in {id(item.group) for item in chosen}:
+        served = {id(item.group) for item in chosen}
+        for key in self._waiting:
+            if key not in served:
+                self._passed_over[key] = self._passed_over.get(key, 0) + 1
+        for key in served:
+            self._passed_over.pop(key, None)
             queue = self._waiting[key]
             left = deque(item for item in queue if id(item) not in taken)
             if left:

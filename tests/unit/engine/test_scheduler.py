@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from poolserve.engine.scheduler import Assignment, Scheduler, SchedulerClosedError
+from poolserve.engine.scheduler import MAX_PASSED_OVER, Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 
@@ -100,11 +100,18 @@ def test_random_workloads_respect_every_limit(seed: int) -> None:
 
     live = [item for item in items if id(item.group) not in cancelled]
     remaining = list(live)  # in submission order
+    passed: Counter[int] = Counter()  # batches in a row without the request, by request
     for batch in batches:
         # The seed: the oldest waiting item of the request with the fewest items waiting (of
-        # all that wait), so small requests overtake large ones.
+        # all that wait), so small requests overtake large ones; but first a request passed
+        # over MAX_PASSED_OVER batches in a row (the longest passed over first).
         waiting = Counter(id(item.group) for item in remaining)
-        seed = min(remaining, key=lambda item: waiting[id(item.group)])
+
+        def turn(item: WorkItem, waiting: Counter[int] = waiting) -> tuple[int, int]:
+            count = passed[id(item.group)]
+            return (0, -count) if count >= MAX_PASSED_OVER else (1, waiting[id(item.group)])
+
+        seed = min(remaining, key=turn)
         assert batch, "an empty batch was handed to the runner"
         longest = max(item.length for item in batch)
         assert len(batch) * longest <= max_batch_tokens, "padded tokens exceed the budget"
@@ -112,6 +119,9 @@ def test_random_workloads_respect_every_limit(seed: int) -> None:
         assert all(id(item.group) not in cancelled for item in batch)
         assert any(item is seed for item in batch), "the seed item was left behind"
         taken = {id(item) for item in batch}
+        served = {id(item.group) for item in batch}
+        for group in waiting:
+            passed[group] = 0 if group in served else passed[group] + 1
         remaining = [item for item in remaining if id(item) not in taken]
     assert remaining == []
     delivered = [id(item) for batch in batches for item in batch]
@@ -375,3 +385,26 @@ def test_a_packed_head_is_not_cut_into_buckets_and_counts_real_tokens() -> None:
     batches = drain(scheduler, items_of_lengths(mixed))
     # Short ones (at most 64 tokens) together; the long ones in buckets of their own.
     assert lengths_of(batches) == [[5, 10, 64], [190, 200], [100], [65]]
+
+
+def test_a_large_request_under_a_steady_stream_of_small_ones_is_passed_over_a_bounded_time() -> (
+    None
+):
+    """One item a batch, a new one-item request arriving after every batch: the small ones are
+    always nearer to done, yet the large request gets a batch at least every
+    MAX_PASSED_OVER + 1 batches."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=1)
+    large = items_of_lengths([5] * 20)
+    scheduler.submit(large)
+    scheduler.submit(items_of_lengths([5]))
+    served_large: list[int] = []
+    for batch_number in range(60):
+        batch = take(scheduler)
+        assert batch is not None
+        if batch[0].group is large[0].group:
+            served_large.append(batch_number)
+        scheduler.submit(items_of_lengths([5]))
+    assert served_large, "the large request never ran"
+    gaps = [b - a for a, b in zip([-1, *served_large], served_large, strict=False)]
+    assert max(gaps) <= MAX_PASSED_OVER + 1, gaps
+    assert len(served_large) >= 60 // (MAX_PASSED_OVER + 1)
