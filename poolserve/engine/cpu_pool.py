@@ -62,8 +62,10 @@ class CpuPool:
         def copy_outcome(stage: Future[Any]) -> None:
             # The waiter may cancel `result` from its own thread at any moment.
             with contextlib.suppress(InvalidStateError):
-                if stage.cancelled():
-                    result.cancel()
+                if stage.cancelled():  # closing the pool dropped it before it ran
+                    result.set_exception(
+                        EngineUnavailableError("the engine closed before this request finished")
+                    )
                 elif (error := stage.exception()) is not None:
                     result.set_exception(error)
                 else:
@@ -77,7 +79,9 @@ class CpuPool:
 
         def start_next(done: Future[A]) -> None:
             next_stage = pending.pop()
-            if done.cancelled() or done.exception() is not None:
+            if done.cancelled():  # the waiter cancelled the request
+                result.cancel()
+            elif done.exception() is not None:
                 copy_outcome(done)
             elif result.set_running_or_notify_cancel():
                 try:

@@ -218,9 +218,24 @@ def _prepare_in_turn(
     _prepare_chunk(engine, task, ctx, group, chunk_index, inputs)
     if chunk_index + 1 < len(ctx.chunk_tokens) and not group.finished:
         try:
-            engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, chunk_index + 1, inputs)
+            _submit_for(
+                engine, group, _prepare_in_turn, engine, task, ctx, group, chunk_index + 1, inputs
+            )
         except EngineUnavailableError as exc:
             group.fail(exc)
+
+
+def _submit_for(
+    engine: EngineCore, group: RequestGroup, fn: Callable[..., None], *args: Any
+) -> None:
+    """Queue one of `group`'s stages in the CPU pool; if closing the pool drops it before it
+    runs, the group fails (its caller would otherwise wait for it forever)."""
+
+    def dropped(stage: Future[None]) -> None:
+        if stage.cancelled():
+            group.fail(EngineUnavailableError("the engine closed before this request ran"))
+
+    engine.cpu.submit(fn, *args).add_done_callback(dropped)
 
 
 def start(
@@ -246,10 +261,10 @@ def start(
         return finished, group
     try:
         if chained:
-            engine.cpu.submit(_prepare_in_turn, engine, task, ctx, group, 0, inputs)
+            _submit_for(engine, group, _prepare_in_turn, engine, task, ctx, group, 0, inputs)
         else:
             for index in range(chunks):
-                engine.cpu.submit(_prepare_chunk, engine, task, ctx, group, index, inputs)
+                _submit_for(engine, group, _prepare_chunk, engine, task, ctx, group, index, inputs)
     except BaseException:
         group.cancel()
         raise

@@ -247,3 +247,54 @@ def test_loading_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) -> No
         pass
     assert "Loading weights" not in capfd.readouterr().err
     assert transformers_logging.is_progress_bar_enabled() == was_on
+
+
+def test_closing_fails_a_call_whose_work_the_pool_had_not_started() -> None:
+    """A caller whose request still waits in the CPU pool when another thread closes the
+    engine gets an error, not a wait forever (the pool drops what has not started)."""
+    from concurrent.futures import Future
+
+    from poolserve.errors import EngineUnavailableError
+
+    engine = Engine(
+        model_config=ModelConfig(dtype="float32"), engine_config=EngineConfig(cpu_workers=1)
+    )
+    release = threading.Event()
+    busy = threading.Event()
+
+    def hold_the_pool() -> None:
+        busy.set()
+        release.wait()
+
+    pool = engine.core.cpu
+    pool.submit(hold_the_pool)
+    assert busy.wait(30)
+    queued = threading.Event()
+    submit = pool.submit
+
+    def submit_and_tell(*args: Any, **kwargs: Any) -> Any:
+        future = submit(*args, **kwargs)
+        queued.set()
+        return future
+
+    pool.submit = submit_and_tell  # type: ignore[method-assign]
+    outcome: Future[Any] = Future()
+
+    def call() -> None:
+        try:
+            outcome.set_result(engine.embed(["queued behind the busy pool"]))
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    assert queued.wait(30)  # the call's first stage waits behind the busy pool
+    closer = threading.Thread(target=engine.close, daemon=True)
+    closer.start()
+    try:
+        with pytest.raises(EngineUnavailableError, match="closed before this request"):
+            outcome.result(timeout=60)
+    finally:
+        release.set()
+        closer.join(60)
+    assert not closer.is_alive()
