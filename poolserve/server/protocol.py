@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -58,7 +59,7 @@ class WireModel(StrictModel):
 
     # Seconds this request may take (at most the server's --request-timeout); as the
     # `x-request-timeout` header.
-    request_timeout: Annotated[float, Field(gt=0)] | None = None
+    request_timeout: Annotated[float, Strict(), Field(gt=0)] | None = None
     user: StrictStr | None = Field(default=None, description=IGNORED_FIELDS["user"] + " (ignored)")
     priority: StrictInt | None = Field(
         default=None, description=IGNORED_FIELDS["priority"] + " (ignored)"

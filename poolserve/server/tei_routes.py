@@ -116,6 +116,14 @@ async def _predict(
     service = state.model_for(request.scope, None)
     parameters = wire.parameters
     raw = wire.raw_scores or (parameters is not None and parameters.function_to_apply == "none")
+    asked = parameters.function_to_apply if parameters is not None else None
+    own = service.tasks.classify.classifier.activation if service.tasks.classify else None
+    if asked in ("sigmoid", "softmax") and own is not None and asked != own:
+        raise InvalidRequestError(
+            f"this model's scores come through {own}, not {asked}: leave function_to_apply "
+            'out (or pass it as "none" for the raw logits)',
+            param="parameters.function_to_apply",
+        )
     params = service.pooling_params(
         use_activation=not raw,
         truncate_prompt_tokens=-1 if wire.truncate else None,

@@ -164,6 +164,24 @@ async def test_predict_on_a_classifier(classifier: httpx.AsyncClient) -> None:
     assert nested[0][0]["label"] == single[0]["label"]
 
 
+async def test_predict_takes_only_the_models_own_function_to_apply(
+    classifier: httpx.AsyncClient,
+) -> None:
+    """The tiny classifier's scores are a softmax: asking for it is the default answer, asking
+    for a sigmoid is refused (it was accepted and ignored), "none" gives the raw logits."""
+    default = await post_ok(classifier, "/predict", {"inputs": TEXTS[0]})
+    softmax = await post_ok(
+        classifier, "/", {"inputs": TEXTS[0], "parameters": {"function_to_apply": "softmax"}}
+    )
+    assert [p["score"] for p in softmax[0]] == pytest.approx([p["score"] for p in default])
+    refused = await classifier.post(
+        "/", json={"inputs": TEXTS[0], "parameters": {"function_to_apply": "sigmoid"}}
+    )
+    assert "come through softmax, not sigmoid" in assert_tei_error(refused, 400, "Validation")
+    stringly = await classifier.post("/predict", json={"inputs": "x", "request_timeout": "1"})
+    assert_tei_error(stringly, 400, "Validation")
+
+
 async def test_predict_with_no_inputs_is_a_400_in_teis_shape(
     classifier: httpx.AsyncClient, classifier_dir: Path
 ) -> None:
