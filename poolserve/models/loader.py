@@ -249,6 +249,10 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
     model_class = _backbone_class(spec)
     bar_was_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    # Its load report (missing and unexpected weights) is poolserve's to judge: missing ones
+    # are refused below in one line, the others are heads this kind does not use.
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         backbone, loading_info = model_class.from_pretrained(
             str(spec.layout.directory),
@@ -270,6 +274,7 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
             f"cannot load the model from {spec.layout.directory}: {message}"
         ) from exc
     finally:
+        transformers_logging.set_verbosity(verbosity)
         if bar_was_on:
             transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
     _refuse_untrained(spec, loading_info)

@@ -142,10 +142,15 @@ def test_directory_without_weights_is_a_load_error(model_path: Path, tmp_path: P
         ("sparse", "cls.predictions"),
     ],
 )
-def test_a_task_whose_head_the_checkpoint_lacks_refuses_to_load(task: str, missing: str) -> None:
-    """Forcing a head onto an embedding checkpoint would serve a randomly initialised layer."""
+def test_a_task_whose_head_the_checkpoint_lacks_refuses_to_load(
+    task: str, missing: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Forcing a head onto an embedding checkpoint would serve a randomly initialised layer;
+    the refusal is poolserve's one line, without transformers' load report before it."""
     with pytest.raises(ModelLoadError) as caught:
         Engine(model_config=ModelConfig(task=task), engine_config=SMALL_ENGINE)
+    printed = capfd.readouterr()
+    assert "LOAD REPORT" not in printed.out + printed.err
     message = str(caught.value)
     assert missing in message
     assert f"task={task!r}" in message
