@@ -34,15 +34,27 @@ def decoded(values: list[object], dtype: str) -> np.ndarray:
     return np.stack([np.frombuffer(base64.b64decode(str(value)), dtype) for value in values])
 
 
+def assert_rounded_to_half(got: np.ndarray, exact: np.ndarray) -> None:
+    """`got` is `exact` rounded to float16, give or take the one float16 step that float32
+    noise between two requests can move a value across (the same input may run in another
+    batch layout or on another runner, README "Results across batches")."""
+    half = exact.astype(np.float16)
+    step = np.spacing(np.abs(half)).astype(np.float32)
+    assert got.dtype == np.float16
+    assert np.all(np.abs(got.astype(np.float32) - half.astype(np.float32)) <= step)
+    assert np.mean(got == half) > 0.99
+
+
 async def test_float16_and_bfloat16(client: httpx.AsyncClient) -> None:
     exact = np.array(await embeddings(client), dtype=np.float32)
-    half = exact.astype(np.float16)
-    np.testing.assert_array_equal(np.array(await embeddings(client, embed_dtype="float16")), half)
+    as_list = np.array(await embeddings(client, embed_dtype="float16"), dtype=np.float32)
+    assert_rounded_to_half(as_list.astype(np.float16), exact)
+    np.testing.assert_array_equal(as_list, as_list.astype(np.float16))  # float16 values
     for endianness, order in (("little", "<"), ("big", ">")):
         as_base64 = await embeddings(
             client, embed_dtype="float16", encoding_format="base64", endianness=endianness
         )
-        np.testing.assert_array_equal(decoded(as_base64, f"{order}f2"), half)
+        assert_rounded_to_half(decoded(as_base64, f"{order}f2").astype(np.float16), exact)
     bits = decoded(
         await embeddings(client, embed_dtype="bfloat16", encoding_format="base64"), "<u2"
     )
