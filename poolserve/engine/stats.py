@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -66,12 +67,7 @@ class StatsSnapshot:
     def tokens_per_second(self) -> float:
         """What the engine as a whole runs: each runner's measured rate, summed over the
         runners still alive (0 before the first batch)."""
-        rate = sum(
-            r.padded_tokens / r.busy_seconds for r in self.runners if r.alive and r.busy_seconds
-        )
-        if rate == 0.0 and self.busy_seconds:
-            rate = self.padded_tokens / self.busy_seconds
-        return rate
+        return token_rate((r.padded_tokens, r.busy_seconds, r.alive) for r in self.runners)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -98,6 +94,17 @@ class StatsSnapshot:
                 for r in self.runners
             ],
         }
+
+
+def token_rate(runners: Iterable[tuple[int, float, bool]]) -> float:
+    """Tokens a second from each runner's (padded tokens, busy seconds, alive): the alive
+    runners' rates summed, or, with none alive that ran, the rate of all of them."""
+    counts = list(runners)
+    rate = sum(tokens / busy for tokens, busy, alive in counts if alive and busy)
+    busy_in_all = sum(busy for _, busy, _ in counts)
+    if rate == 0.0 and busy_in_all:
+        rate = sum(tokens for tokens, _, _ in counts) / busy_in_all
+    return rate
 
 
 @dataclass
@@ -151,6 +158,13 @@ class EngineStats:
             self._runners[runner].alive = False
 
     # -- readers ------------------------------------------------------------------------------
+
+    def tokens_per_second(self) -> float:
+        """`StatsSnapshot.tokens_per_second` without building a snapshot (admission reads it
+        for every refusal's Retry-After)."""
+        with self._lock:
+            counts = [(c.padded_tokens, c.busy_seconds, c.alive) for c in self._runners]
+        return token_rate(counts)
 
     def snapshot(self) -> StatsSnapshot:
         with self._lock:

@@ -114,12 +114,14 @@ class AdmissionControl:
         estimate = min(content_length or 0, self.request_cap)
         with self._lock:
             if self.in_flight >= self.max_requests:
-                raise self._overloaded(f"{self.in_flight} requests in flight")
-            if self.admitted_tokens + estimate > self.max_tokens:
-                raise self._overloaded(self._room_message(estimate))
-            self.in_flight += 1
-            self._hold(estimate)
-        return Ticket(self, estimate, content_length or 0)
+                why = f"{self.in_flight} requests in flight"
+            elif self.admitted_tokens + estimate > self.max_tokens:
+                why = self._room_message(estimate)
+            else:
+                self.in_flight += 1
+                self._hold(estimate)
+                return Ticket(self, estimate, content_length or 0)
+        raise self._overloaded(why)  # its Retry-After reads the engines: not under the lock
 
     def resize(self, ticket: Ticket, tokens: int) -> None:
         """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` pass what one
@@ -133,10 +135,12 @@ class AdmissionControl:
                     f"input), more than one request may ({self.max_request_tokens}, "
                     "--max-request-tokens): split it into smaller requests"
                 )
-            if growth > 0 and self.admitted_tokens + growth > self.max_tokens:
-                raise self._overloaded(self._room_message(tokens))
-            ticket.reserved = tokens
-            self._hold(growth)
+            if growth <= 0 or self.admitted_tokens + growth <= self.max_tokens:
+                ticket.reserved = tokens
+                self._hold(growth)
+                return
+            why = self._room_message(tokens)
+        raise self._overloaded(why)
 
     def release(self, ticket: Ticket) -> None:
         """The request's response is sent (or it failed): its cost leaves the budget."""

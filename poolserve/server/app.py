@@ -74,7 +74,7 @@ def create_app(models: ModelSet | ModelService, config: ServerConfig | None = No
         static_url=DOCS_ASSETS,
     )
     admission = AdmissionControl(
-        lambda: sum(s.core.stats.snapshot().tokens_per_second for s in models),
+        lambda: sum(s.core.stats.tokens_per_second() for s in models),
         max_requests=config.max_concurrent_requests,
         max_tokens=config.max_queued_tokens,
         max_request_tokens=config.request_tokens,

@@ -128,3 +128,48 @@ def test_one_request_may_cost_at_most_max_request_tokens() -> None:
     fits = admission.admit(100)
     fits.tokenized([400], last=True)
     assert fits.reserved == 400
+
+
+def test_a_refusal_reads_the_engines_rate_outside_the_admission_lock() -> None:
+    """Retry-After asks the engines for their rate; the door's lock is not held meanwhile (the
+    next request's admission would wait on it)."""
+    held: list[bool] = []
+
+    def rate() -> float:
+        held.append(admission._lock.locked())
+        return 250.0
+
+    admission = AdmissionControl(
+        rate,
+        max_requests=1,
+        max_tokens=BOUND,
+        max_request_tokens=BOUND,
+        largest_request_tokens=5000,
+    )
+    first = admission.admit(400)
+    with pytest.raises(OverloadedError):
+        admission.admit(10)  # one request in flight is the most
+    admission.max_requests = 2
+    with pytest.raises(OverloadedError):
+        admission.admit(601)  # tokens
+    second = admission.admit(100)
+    with pytest.raises(OverloadedError):
+        admission.resize(second, 700)  # a tokenized request that grew past the bound
+    assert held == [False, False, False]
+    admission.release(first)
+    admission.release(second)
+
+
+def test_the_engines_rate_without_a_snapshot_is_the_snapshots() -> None:
+    from poolserve.engine.stats import EngineStats
+
+    stats = EngineStats(runner_count=2)
+    assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 0.0
+    stats.batch_started()
+    stats.batch_ended(0, items=4, tokens=80, padded_tokens=100, seconds=0.5)
+    stats.batch_started()
+    stats.batch_ended(1, items=2, tokens=40, padded_tokens=60, seconds=0.2)
+    assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 200.0 + 300.0
+    stats.runner_died(0)
+    stats.runner_died(1)
+    assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 160 / 0.7
