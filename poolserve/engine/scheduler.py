@@ -121,8 +121,10 @@ class Scheduler:
         # The waiting items, one queue per request (in order of arrival), and how many in all.
         self._waiting: dict[int, deque[WorkItem]] = {}
         self._waiting_items = 0
-        # Batches formed in a row without any item of a waiting request, by request.
-        self._passed_over: dict[int, int] = {}
+        # Batches formed so far, and by request the count when it last had an item in one (or
+        # began to wait): how many batches in a row have passed it over is the difference.
+        self._batches_formed = 0
+        self._last_served: dict[int, int] = {}
         # Tokens of the waiting items, of the items in batches not yet ended, and the most
         # tokens ever in work at once.
         self._waiting_tokens = 0
@@ -143,6 +145,7 @@ class Scheduler:
                 queue = self._waiting.get(id(item.group))
                 if queue is None:
                     queue = self._waiting[id(item.group)] = deque()
+                    self._last_served[id(item.group)] = self._batches_formed
                 queue.append(item)
                 self._waiting_items += 1
                 self._waiting_tokens += item.length
@@ -162,7 +165,7 @@ class Scheduler:
             self._closed = True
             items = [item for queue in self._waiting.values() for item in queue]
             self._waiting.clear()
-            self._passed_over.clear()
+            self._last_served.clear()
             self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
@@ -257,6 +260,7 @@ class Scheduler:
         self._drop_finished()
         if not self._waiting:
             return []
+
         # The requests with the fewest items left to run come first (the oldest first among
         # equals): a small request is never stuck behind large ones that arrived before it,
         # however many items they have waiting, and of the large ones the nearest to done goes
@@ -264,10 +268,8 @@ class Scheduler:
         # together (measured: 8 requests of 500 sentences sent at once all took 4.4 s or more).
         # Items left count those not yet submitted: a request still being tokenized chunk by
         # chunk is as large as it will be.
-        passed = self._passed_over
-
         def turn(queue: deque[WorkItem]) -> tuple[int, int]:
-            count = passed.get(id(queue[0].group), 0)
+            count = self._batches_formed - self._last_served[id(queue[0].group)]
             return (0, -count) if count >= MAX_PASSED_OVER else (1, items_left(queue))
 
         queues = sorted(self._waiting.values(), key=turn)
@@ -369,27 +371,25 @@ class Scheduler:
                 skipped += len(queue)
                 self._waiting_tokens -= sum(item.length for item in queue)
                 del self._waiting[key]
-                self._passed_over.pop(key, None)
+                self._last_served.pop(key, None)
         if skipped:
             self._waiting_items -= skipped
             self._stats.items_were_skipped(skipped)
 
     def _take(self, chosen: list[WorkItem]) -> None:
-        """Remove `chosen` from their requests' queues, keeping the others in order; count the
-        batch against every waiting request it passed over."""
+        """Remove `chosen` from their requests' queues, keeping the others in order; the batch
+        is one more that passed over every other waiting request."""
         taken = {id(item) for item in chosen}
-        served = {id(item.group) for item in chosen}
-        for key in self._waiting:
-            if key not in served:
-                self._passed_over[key] = self._passed_over.get(key, 0) + 1
-        for key in served:
-            self._passed_over.pop(key, None)
+        self._batches_formed += 1
+        for key in {id(item.group) for item in chosen}:
             queue = self._waiting[key]
             left = deque(item for item in queue if id(item) not in taken)
             if left:
                 self._waiting[key] = left
+                self._last_served[key] = self._batches_formed
             else:
                 del self._waiting[key]
+                del self._last_served[key]
         self._waiting_items -= len(chosen)
         self._waiting_tokens -= sum(item.length for item in chosen)
 
