@@ -25,6 +25,7 @@ from poolserve.flags import (
     env_list,
     integer,
     name_and_text,
+    non_negative_seconds,
     one_of,
     positive_number,
     positive_seconds,
@@ -120,7 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queued-tokens",
         type=integer(1),
         default=env_default("--max-queued-tokens", defaults.max_queued_tokens),
-        help="what admitted requests may cost in all, in tokens, before new ones get 429",
+        help="what admitted requests may cost in all, in tokens, before new ones wait at the "
+        "door (default: what an eighth of the machine's memory holds by the README's bound, "
+        "logged at start-up)",
+    )
+    serve.add_argument(
+        "--max-admission-wait",
+        type=non_negative_seconds,
+        default=env_default("--max-admission-wait", defaults.max_admission_wait),
+        help="seconds a request that does not fit may wait, unread, for room before its 429 "
+        "(refused at once when the measured rate says room will not come in time); 0: no wait",
     )
     serve.add_argument(
         "--max-request-tokens",
@@ -416,6 +426,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_tokens=args.max_queued_tokens,
         max_request_tokens=args.max_request_tokens,
+        max_admission_wait=args.max_admission_wait,
         request_timeout=args.request_timeout,
         protect_metrics=args.protect_metrics,
         shutdown_timeout=args.shutdown_timeout,

@@ -9,10 +9,12 @@ serve over HTTP. The CLI builds these from flags (each flag also read from a
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from poolserve.errors import SettingError
+from poolserve.memory_bound import default_queued_tokens, machine_memory
 
 # What the shortest input costs in admission (it still holds an output row); see
 # server/admission.py.
@@ -142,7 +144,11 @@ class ServerConfig:
     # Admission: requests in flight, and tokens waiting for the model, before new requests get
     # 429 with Retry-After.
     max_concurrent_requests: int = 1024
-    max_queued_tokens: int = 262144
+    # None: sized from the machine's memory once the models are known (`sized_for`).
+    max_queued_tokens: int | None = None
+    # Seconds a request that does not fit may wait at the door for room before its 429 (it is
+    # refused at once when the measured rate says room will not come in time); 0: no wait.
+    max_admission_wait: float = 10.0
     # The most one request may cost, in tokens (None: half of max_queued_tokens); more is a 413.
     max_request_tokens: int | None = None
     # Seconds a request may take before it is answered 504 and its work cancelled; None: no
@@ -151,16 +157,49 @@ class ServerConfig:
 
     @property
     def request_tokens(self) -> int:
-        """The most one request may cost, in tokens."""
-        return self.max_request_tokens or self.max_queued_tokens // 2
+        """The most one request may cost, in tokens (once `max_queued_tokens` is known)."""
+        if self.max_request_tokens:
+            return self.max_request_tokens
+        return self.queued_tokens // 2
+
+    @property
+    def queued_tokens(self) -> int:
+        """What admitted requests may cost in all (once sized: `sized_for`)."""
+        if self.max_queued_tokens is None:
+            raise ValueError("max_queued_tokens is sized from the models first (sized_for)")
+        return self.max_queued_tokens
+
+    def least_queued_tokens(self, max_model_len: int = 0) -> int:
+        """The smallest `max_queued_tokens` the other limits fit (see `check_limits`)."""
+        request = max(
+            self.max_request_tokens or 0,
+            max_model_len,
+            self.max_client_batch_size * MIN_INPUT_TOKENS,
+        )
+        return 2 * request
+
+    def sized_for(self, outputs: Sequence[tuple[int, bool]], max_model_len: int) -> ServerConfig:
+        """This config with `max_queued_tokens` sized from the machine's memory for models of
+        these `outputs` (see `memory_bound`) where none was given."""
+        if self.max_queued_tokens is not None:
+            return self
+        tokens = default_queued_tokens(
+            outputs,
+            max_requests=self.max_concurrent_requests,
+            least=self.least_queued_tokens(max_model_len),
+            memory=machine_memory(),
+        )
+        return replace(self, max_queued_tokens=tokens)
 
     def check_limits(self, max_model_len: int | None = None) -> None:
         """Raise ValueError (one line) unless the request limits fit together (README, "Limits
         that fit together"): one request of the largest size leaves room for others, one input
         of the model's full length fits a request, and so does a request of
         `max_client_batch_size` of the shortest inputs."""
+        if self.max_queued_tokens is None and self.max_request_tokens is None:
+            return  # both sized from memory later, to fit
         request, queued = self.request_tokens, self.max_queued_tokens
-        if 2 * request > queued:
+        if queued is not None and 2 * request > queued:
             raise SettingError(
                 f"--max-request-tokens {request} is more than half of --max-queued-tokens "
                 f"{queued}: one request could lock every other client out; lower it or raise "

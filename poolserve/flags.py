@@ -104,6 +104,17 @@ def positive_number(accepted: str) -> Callable[[str], float]:
 positive_seconds = positive_number("a number of seconds above 0")
 
 
+def non_negative_seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise _refuse(text, "a number of seconds, 0 or more") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise _refuse(text, "a number of seconds, 0 or more")
+    return value
+
+
 def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     """One of `choices` (any case)."""
 

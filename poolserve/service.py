@@ -37,6 +37,8 @@ class ModelService:
     num_special_tokens: int
     # The names clients may pass as `model` (responses carry the first).
     served_names: tuple[str, ...]
+    # The floats of one input's output, and whether per token (the memory bound's D).
+    output_floats: tuple[int, bool] = (0, False)
 
     @classmethod
     def load(
@@ -74,6 +76,7 @@ class ModelService:
                 normalizes=spec.layout.normalize,
                 num_special_tokens=TextTokenizer(spec.tokenizer_json).num_special_tokens,
                 served_names=served_names or (spec.name,),
+                output_floats=spec.output_floats,
             )
         except BaseException:
             core.close()  # its threads are running: never leave them behind

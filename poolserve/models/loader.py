@@ -72,6 +72,20 @@ class ModelSpec:
         return self.layout.embedding_dim
 
     @property
+    def output_floats(self) -> tuple[int, bool]:
+        """The floats of one input's output, and whether it has them per token: what the
+        README's memory bound calls D (BGE-M3: its largest output, the lexical weights)."""
+        config = self.layout.hf_config
+        vocab = int(config.get("vocab_size") or config.get("text_config", {}).get("vocab_size", 0))
+        if self.kind == "sparse" or "sparse" in self.heads:
+            return max(vocab, self.embedding_dim), False
+        if self.kind in ("cross_encoder", "classifier"):
+            return self.layout.num_labels, False
+        if self.kind == "token_classifier":
+            return self.layout.num_labels, True
+        return self.embedding_dim, self.kind == "late_interaction"
+
+    @property
     def pad_token_id(self) -> int:
         return int(self.layout.hf_config.get("pad_token_id") or 0)
 

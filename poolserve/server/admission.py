@@ -15,22 +15,32 @@ their number. The cost is:
   stay in memory until the response). A rerank query counts once per document, so a pair
   request can cost more than its estimate: its cost grows as its chunks are tokenized.
 
-A request that would take the sum past the bound gets 429 with `Retry-After`: at the door, while
-its chunked body streams in, or (a pair request that cost more than estimated) when a tokenized
-chunk shows it. One that costs more than `--max-request-tokens` (at most half the bound, so that
-one request never locks the others out) gets 413: split it.
+A request that would take the sum past the bound waits at the door, its body unread, for room:
+requests are let in in arrival order as the admitted ones are tokenized (their cost shrinks to
+the real one) and answered, a smaller one passing a larger one at most `MAX_PASSED_OVER` times.
+It gets 429 with `Retry-After` when it has waited `--max-admission-wait` seconds, or at once when
+the engine's measured token rate says that it would (the work admitted and waiting before it,
+priced at what tokenized requests have really cost against their door estimates), or when the
+waiting and admitted requests number `--max-concurrent-requests`. With no wait allowed, it gets
+429 at once. Once admitted, a chunked body that streams in past the room, or a pair request that
+costs more than estimated (when a tokenized chunk shows it), gets 429 too. One that costs more
+than `--max-request-tokens` (at most half the bound, so that one request never locks the others
+out) gets 413: split it.
 
 Memory follows: every byte an admitted request holds (body, texts, token ids, outputs, the
 response body) is proportional to its cost, which is how the README states the bound.
 
-The event loop admits and releases; the CPU pool counts tokenized chunks: one lock.
+The event loop admits and releases; the CPU pool counts tokenized chunks: one lock. A waiting
+request is a future on the event loop, resolved by whichever thread made room for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +51,10 @@ from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.errors import error_response
 
 BODY_BYTES_PER_TOKEN = 8
+# How many later requests may be let in past one that waits at the door for room.
+MAX_PASSED_OVER = 8
+# The weight of each tokenized request in the moving average of cost over door estimate.
+COST_AVERAGING = 0.05
 # Where a request's ticket travels in its ASGI scope.
 TICKET_KEY = "poolserve.admission"
 
@@ -53,6 +67,10 @@ class Ticket:
     # Tokens this request holds of the budget now.
     reserved: int
     body_bytes: int
+    # What the door reserved for it (its Content-Length; 0 for a chunked body).
+    door_estimate: int = 0
+    # Whether its real cost is known (all its inputs tokenized).
+    priced: bool = False
     admitted_at: float = field(default_factory=time.monotonic)
     # The real cost of the chunks tokenized so far.
     tokenized_cost: int = 0
@@ -69,8 +87,25 @@ class Ticket:
         if last:
             held = max(self.tokenized_cost, math.ceil(self.body_bytes / BODY_BYTES_PER_TOKEN))
             self.control.resize(self, held)
+            self.control.priced(self, held)
         elif self.tokenized_cost > self.reserved:
             self.control.resize(self, self.tokenized_cost)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A request waiting at the door for room (its body not read yet)."""
+
+    estimate: int
+    content_length: int | None
+    arrived_at: float
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Ticket]
+    # Later requests admitted while this one waited (at most MAX_PASSED_OVER).
+    passed_over: int = 0
+    granted: Ticket | None = None
+    timer: asyncio.TimerHandle | None = None
+    waiting: bool = True
 
 
 class AdmissionControl:
@@ -82,8 +117,10 @@ class AdmissionControl:
         max_tokens: int,
         max_request_tokens: int,
         largest_request_tokens: int,
+        max_wait: float = 0.0,
+        cost_per_estimate: float = 0.25,
     ) -> None:
-        # Tokens per second the engine runs (measured), for Retry-After.
+        # Tokens per second the engine runs (measured), for Retry-After and the expected wait.
         self._token_rate = token_rate
         self.max_requests = max_requests
         self.max_tokens = max_tokens
@@ -91,42 +128,106 @@ class AdmissionControl:
         self.max_request_tokens = min(max_request_tokens, max_tokens)
         # The most tokens a door estimate reserves: the most one request can hold.
         self.request_cap = min(self.max_request_tokens, largest_request_tokens)
+        # Seconds a request may wait at the door for room (0: refused at once).
+        self.max_wait = max_wait
         self._lock = threading.Lock()
         self.in_flight = 0
         self.admitted_tokens = 0
         self.peak_admitted_tokens = 0
+        # Requests waiting at the door, in arrival order, and the sum of their estimates.
+        self._waiters: deque[_Waiter] = deque()
+        self._waiting_tokens = 0
+        self.waited = 0
+        # What tokenized requests cost over what the door reserved for them (a moving average
+        # from English JSON's token per four bytes), and the door estimates of the admitted
+        # requests not tokenized yet.
+        self._cost_per_estimate = cost_per_estimate
+        self._unpriced = 0
 
-    def retry_after(self) -> str:
-        """Seconds until what is admitted now has run, at the engine's measured token rate."""
-        rate = self._token_rate()
-        seconds = self.admitted_tokens / rate if rate else 1.0
-        return str(max(1, math.ceil(seconds)))
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
 
-    def _overloaded(self, why: str) -> OverloadedError:
+    def retry_after(self, rate: float | None = None) -> str:
+        """Seconds until what is admitted and waiting now has run, at the engine's measured
+        token rate."""
+        rate = self._token_rate() if rate is None else rate
+        return _seconds(self._work(0) / rate if rate else 1.0)
+
+    def _overloaded(self, why: str, retry_after: str | None = None) -> OverloadedError:
         return OverloadedError(
             f"the server is at capacity ({why}); retry after the time in Retry-After",
-            headers={"retry-after": self.retry_after()},
+            headers={"retry-after": retry_after or self.retry_after()},
         )
 
     def admit(self, content_length: int | None) -> Ticket:
-        """A ticket for a new request whose body has `content_length` bytes (None: chunked), or
-        OverloadedError."""
-        estimate = min(content_length or 0, self.request_cap)
+        """A ticket for a new request whose body has `content_length` bytes (None: chunked),
+        now or never: OverloadedError if it does not fit (or others wait before it)."""
+        estimate = self._estimate(content_length)
         with self._lock:
-            if self.in_flight >= self.max_requests:
-                why = f"{self.in_flight} requests in flight"
-            elif self.admitted_tokens + estimate > self.max_tokens:
-                why = self._room_message(estimate)
+            ticket = self._admit_now(estimate, content_length)
+            why = "" if ticket else self._refusal(estimate)
+        if ticket is None:
+            raise self._overloaded(why)  # its Retry-After reads the engines: not under the lock
+        return ticket
+
+    async def enter(self, content_length: int | None) -> Ticket:
+        """`admit`, except that a request that does not fit waits for room, in arrival order,
+        up to `max_wait` seconds. Refused at once (429, Retry-After from the expected wait)
+        when the requests waiting already number `max_requests` with those admitted, or when
+        the engine's measured rate says that room will not come within `max_wait`."""
+        estimate = self._estimate(content_length)
+        with self._lock:
+            ticket = self._admit_now(estimate, content_length)
+            if ticket is not None:
+                return ticket
+            if self.max_wait <= 0 or self.in_flight + len(self._waiters) >= self.max_requests:
+                why = self._refusal(estimate)
             else:
-                self.in_flight += 1
-                self._hold(estimate)
-                return Ticket(self, estimate, content_length or 0)
-        raise self._overloaded(why)  # its Retry-After reads the engines: not under the lock
+                why = ""
+        if why:
+            raise self._overloaded(why)
+        rate = self._token_rate()  # outside the lock: it reads the engines
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(estimate, content_length, time.monotonic(), loop, loop.create_future())
+        with self._lock:
+            expected = self._expected_wait(estimate, rate)
+            if expected > self.max_wait:
+                why = (
+                    f"this request needs {estimate} tokens and the work admitted and waiting "
+                    f"before it takes about {expected:.0f} s at the measured "
+                    f"{rate:.0f} tokens/s, more than --max-admission-wait {self.max_wait:g} s"
+                )
+                retry_after = _seconds(expected)
+            else:
+                self._waiters.append(waiter)
+                self._waiting_tokens += estimate
+                self.waited += 1
+                granted = self._grant_waiters()
+        if why:
+            raise self._overloaded(why, retry_after)
+        self._resolve([each for each in granted if each is not waiter])
+        if waiter.granted is not None:  # it passed the requests waiting before it
+            return waiter.granted
+        waiter.timer = loop.call_later(self.max_wait, self._expire, waiter)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            with self._lock:
+                ticket = waiter.granted
+                if waiter.waiting:
+                    self._forget(waiter)
+            if ticket is not None:
+                self.release(ticket)
+            raise
 
     def resize(self, ticket: Ticket, tokens: int) -> None:
         """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` pass what one
         request may cost (only a real cost can: estimates are capped), else 429 if the sum
-        would pass the bound."""
+        would pass the bound. Shrinking lets waiting requests in."""
+        granted: list[_Waiter] = []
         with self._lock:
             growth = tokens - ticket.reserved
             if growth > 0 and tokens > self.max_request_tokens:
@@ -138,26 +239,152 @@ class AdmissionControl:
             if growth <= 0 or self.admitted_tokens + growth <= self.max_tokens:
                 ticket.reserved = tokens
                 self._hold(growth)
-                return
-            why = self._room_message(tokens)
-        raise self._overloaded(why)
+                if growth < 0:
+                    granted = self._grant_waiters()
+                why = ""
+            else:
+                why = self._room_message(tokens)
+        if why:
+            raise self._overloaded(why)
+        self._resolve(granted)
 
     def release(self, ticket: Ticket) -> None:
-        """The request's response is sent (or it failed): its cost leaves the budget."""
+        """The request's response is sent (or it failed): its cost leaves the budget, and
+        waiting requests that now fit are let in."""
         with self._lock:
             self.in_flight -= 1
             self.admitted_tokens -= ticket.reserved
             ticket.reserved = 0
+            if not ticket.priced:
+                ticket.priced = True
+                self._unpriced -= ticket.door_estimate
+            granted = self._grant_waiters()
+        self._resolve(granted)
+
+    def _estimate(self, content_length: int | None) -> int:
+        return min(content_length or 0, self.request_cap)
+
+    def _fits(self, estimate: int) -> bool:
+        return (
+            self.in_flight < self.max_requests
+            and self.admitted_tokens + estimate <= self.max_tokens
+        )
+
+    def _admit_now(self, estimate: int, content_length: int | None) -> Ticket | None:
+        """Under the lock: a ticket if the request fits and nobody waits before it."""
+        if self._waiters or not self._fits(estimate):
+            return None
+        return self._ticket(estimate, content_length, time.monotonic())
+
+    def _ticket(self, estimate: int, content_length: int | None, arrived_at: float) -> Ticket:
+        self.in_flight += 1
+        self._hold(estimate)
+        self._unpriced += estimate
+        return Ticket(self, estimate, content_length or 0, estimate, admitted_at=arrived_at)
+
+    def _grant_waiters(self) -> list[_Waiter]:
+        """Under the lock: admit the waiting requests that fit, in arrival order. A request
+        that does not fit lets later, smaller ones pass it only MAX_PASSED_OVER times; then
+        nobody passes it until it is in."""
+        granted: list[_Waiter] = []
+        passed: list[_Waiter] = []
+        for waiter in list(self._waiters):
+            if self.in_flight >= self.max_requests:
+                break
+            if not self._fits(waiter.estimate):
+                if waiter.passed_over >= MAX_PASSED_OVER:
+                    break
+                passed.append(waiter)
+                continue
+            for earlier in passed:
+                earlier.passed_over += 1
+            self._forget(waiter)
+            waiter.granted = self._ticket(waiter.estimate, waiter.content_length, waiter.arrived_at)
+            granted.append(waiter)
+            if any(earlier.passed_over >= MAX_PASSED_OVER for earlier in passed):
+                break
+        return granted
+
+    @staticmethod
+    def _resolve(granted: list[_Waiter]) -> None:
+        """Outside the lock: wake the granted requests on their event loop."""
+        for waiter in granted:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            waiter.loop.call_soon_threadsafe(_set_ticket, waiter)
+
+    def _expire(self, waiter: _Waiter) -> None:
+        """On the event loop: `waiter` has waited `max_wait`; refuse it unless it got in."""
+        with self._lock:
+            if not waiter.waiting:
+                return
+            self._forget(waiter)
+            why = (
+                f"this request needs {waiter.estimate} tokens and waited {self.max_wait:g} s "
+                "(--max-admission-wait) without room"
+            )
+        if not waiter.future.done():
+            waiter.future.set_exception(self._overloaded(why))
+
+    def _forget(self, waiter: _Waiter) -> None:
+        """Under the lock: `waiter` waits no longer."""
+        waiter.waiting = False
+        self._waiters.remove(waiter)
+        self._waiting_tokens -= waiter.estimate
+
+    def _expected_wait(self, estimate: int, rate: float) -> float:
+        """Under the lock: seconds until a request of `estimate` joining the queue would fit:
+        the work admitted and waiting before it, at what tokenized requests really cost, past
+        the room the bound leaves for it. 0 while the engine has no measured rate yet."""
+        if not rate:
+            return 0.0
+        return max(0.0, self._work(estimate) - self.max_tokens) / rate
+
+    def _work(self, estimate: int) -> float:
+        """Under the lock: the tokens the engine runs before room for a new request of
+        `estimate` is made: the admitted and waiting requests at what they will really cost
+        (the ones not tokenized yet at what tokenized ones have cost over their estimates),
+        and the new one at its estimate (what it will reserve)."""
+        guessed = self._unpriced + self._waiting_tokens
+        return self.admitted_tokens - self._unpriced + self._cost_per_estimate * guessed + estimate
+
+    def priced(self, ticket: Ticket, cost: int) -> None:
+        """`ticket`'s real cost is known: learn how costs relate to door estimates."""
+        with self._lock:
+            if ticket.priced:
+                return
+            ticket.priced = True
+            self._unpriced -= ticket.door_estimate
+            if ticket.door_estimate > 0:
+                sample = min(cost / ticket.door_estimate, 1.0)
+                self._cost_per_estimate += COST_AVERAGING * (sample - self._cost_per_estimate)
 
     def _hold(self, tokens: int) -> None:
         self.admitted_tokens += tokens
         self.peak_admitted_tokens = max(self.peak_admitted_tokens, self.admitted_tokens)
+
+    def _refusal(self, tokens: int) -> str:
+        if self.in_flight + len(self._waiters) >= self.max_requests:
+            return f"{self.in_flight} requests in flight and {len(self._waiters)} waiting"
+        return self._room_message(tokens)
 
     def _room_message(self, tokens: int) -> str:
         return (
             f"this request needs {tokens} tokens and admitted requests hold "
             f"{self.admitted_tokens} of {self.max_tokens}"
         )
+
+
+def _seconds(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))
+
+
+def _set_ticket(waiter: _Waiter) -> None:
+    """On the event loop: hand a granted request its ticket (unless it was cancelled, in which
+    case its `enter` gives the ticket back)."""
+    assert waiter.granted is not None
+    if not waiter.future.done():
+        waiter.future.set_result(waiter.granted)
 
 
 def content_length(scope: Scope) -> int | None:
@@ -185,7 +412,7 @@ class AdmissionMiddleware:
             return
         length = content_length(scope)
         try:
-            ticket = self.control.admit(length)
+            ticket = await self.control.enter(length)
         except OverloadedError as refusal:
             response = error_response(refusal.status, refusal.message, headers=refusal.headers)
             await response(scope, receive, send)

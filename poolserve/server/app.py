@@ -3,6 +3,8 @@ application."""
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 from poolserve import __version__
 from poolserve.config import ServerConfig
 from poolserve.errors import SettingError
+from poolserve.memory_bound import sized_bound_message
 from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
@@ -27,6 +30,8 @@ from poolserve.server.playground_routes import ASSETS, PAGE
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
+
+logger = logging.getLogger("poolserve")
 
 # The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
 # the key to load it; its Authorize button sets the key for the calls it tries).
@@ -55,7 +60,15 @@ def create_app(models: ModelSet | ModelService, config: ServerConfig | None = No
         raise SettingError(
             "--served-model-name names one model; a set of models names each in its own config"
         )
-    config.check_limits(max(service.max_model_len for service in models))
+    max_model_len = max(service.max_model_len for service in models)
+    outputs = [service.output_floats for service in models]
+    sized = config.sized_for(outputs, max_model_len)
+    if sized is not config:
+        logger.info(
+            sized_bound_message(sized.queued_tokens, sized.max_concurrent_requests, outputs)
+        )
+    config = sized
+    config.check_limits(max_model_len)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,9 +89,11 @@ def create_app(models: ModelSet | ModelService, config: ServerConfig | None = No
     admission = AdmissionControl(
         lambda: sum(s.core.stats.tokens_per_second() for s in models),
         max_requests=config.max_concurrent_requests,
-        max_tokens=config.max_queued_tokens,
+        max_tokens=config.queued_tokens,
         max_request_tokens=config.request_tokens,
         largest_request_tokens=config.max_client_batch_size * max(s.max_model_len for s in models),
+        # A request past its time limit would get its 504 once admitted: it waits no longer.
+        max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
     )
     routes = tuple(model_routes(service.tasks) for service in models)
     served_routes = tuple(dict.fromkeys(path for each in routes for path in each))

@@ -72,6 +72,11 @@ class EngineCollector(Collector):
                 "Requests admitted and not answered",
                 admission.in_flight,
             ),
+            (
+                "poolserve_requests_waiting",
+                "Requests waiting at the door for room (--max-admission-wait)",
+                admission.waiting,
+            ),
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)

@@ -204,6 +204,8 @@ async def engine_stats(request: Request) -> Response:
     stats = {
         **models[state.models.first.served_name],
         "requests_in_flight": admission.in_flight,
+        "requests_waiting": admission.waiting,
+        "requests_waited": admission.waited,
         "admitted_tokens": admission.admitted_tokens,
         "peak_admitted_tokens": admission.peak_admitted_tokens,
         "max_queued_tokens": admission.max_tokens,

@@ -311,6 +311,8 @@ class StatsBody(EngineStatsBody):
 
     models: dict[str, EngineStatsBody] = Field(description="each model's, by served name")
     requests_in_flight: int
+    requests_waiting: int = Field(description="requests waiting at the door for room now")
+    requests_waited: int = Field(description="requests that have waited at the door, in all")
     admitted_tokens: int = Field(description="what admitted requests cost now (see README)")
     peak_admitted_tokens: int
     max_queued_tokens: int

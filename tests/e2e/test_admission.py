@@ -8,13 +8,16 @@ tests check comes from the server's own counters (`/stats`) and from independent
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 
+from benchmarks import corpus
 from tests.e2e.harness import (
     TEXTS,
     Outcome,
@@ -57,6 +60,59 @@ def assert_refusals_say_when_to_retry(outcomes: list[Outcome]) -> None:
             assert retry_after.isdigit() and int(retry_after) >= 1, retry_after
 
 
+# -- real load at the defaults ------------------------------------------------------------------
+
+REAL_CLIENTS = 200
+
+
+def real_load_bodies() -> tuple[list[list[str]], list[bytes]]:
+    """200 requests of 1 to 32 inputs each: prose sentences of their natural length spread,
+    one input in eight a paragraph (benchmarks/corpus.py), as a retrieval client sends them."""
+    rng = random.Random(19)
+    sentences, passages = corpus.sentences(2000), corpus.passages(200)
+    plans = [
+        [
+            rng.choice(passages) if rng.random() < 1 / 8 else rng.choice(sentences)
+            for _ in range(rng.randint(1, 32))
+        ]
+        for _ in range(REAL_CLIENTS)
+    ]
+    return plans, [orjson.dumps({"input": plan}) for plan in plans]
+
+
+@pytest.mark.parametrize("bound", [None, 131072], ids=["default-bound", "bound-below-the-load"])
+def test_two_hundred_clients_of_real_prose_are_served_at_the_default_limits(
+    tmp_path_factory: pytest.TempPathFactory, st_model: Any, bound: int | None
+) -> None:
+    """The load a new user tries first: 200 clients at once, each with 1-32 sentences and
+    paragraphs (about 650 KB of JSON). Every one is served, correctly, at the default limits
+    (the bound sized from memory), and under a bound the load does not fit at a token a byte:
+    those that do not fit wait at the door until the admitted ones are tokenized and
+    answered. What admission holds never passes the bound."""
+    plans, bodies = real_load_bodies()
+    flags = ["--dtype", "bfloat16"]
+    if bound is not None:
+        flags += ["--max-queued-tokens", str(bound)]
+    with running_server(tmp_path_factory.mktemp("real-load"), flags) as server:
+        outcomes = asyncio.run(post_all(server.url, bodies))
+        stats = wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
+
+    statuses = assert_all_answered(outcomes, {200})
+    assert statuses[200] == REAL_CLIENTS
+    if bound is not None:
+        assert sum(map(len, bodies)) > bound, "the load should not fit at once"
+        assert stats["requests_waited"] >= 1, stats
+    assert stats["requests_waiting"] == 0 and stats["admitted_tokens"] == 0, stats
+    assert stats["peak_admitted_tokens"] <= stats["max_queued_tokens"], stats
+    checked = [o for o in outcomes if o.client % 10 == 0]
+    texts = [text for o in checked for text in plans[o.client]]
+    reference = iter(st_encode(st_model, texts))
+    for outcome in checked:
+        assert isinstance(outcome.response, httpx.Response)
+        expected = np.stack([next(reference) for _ in plans[outcome.client]])
+        assert_close_vectors(embedding_vectors(outcome.response), expected, BF16_COSINE)
+
+
 # -- a burst all at once -------------------------------------------------------------------------
 
 BURST_BOUND = 2048
@@ -66,11 +122,13 @@ BURST_REQUESTS, BURST_INPUTS = 300, 32
 def test_a_burst_all_at_once_is_refused_at_the_door_and_the_bound_holds(
     tmp_path_factory: pytest.TempPathFactory, st_model: Any
 ) -> None:
-    """300 requests of 32 sentences (about 150,000 tokens) sent at the same moment against a
-    2,048-token bound: almost all are refused before they are tokenized, those admitted are
-    answered correctly, and the tokens in work never pass the bound."""
+    """300 requests of 32 sentences (about 150,000 tokens, 15 s of this server's work) sent at
+    the same moment against a 2,048-token bound and a 1 s wait at the door: most are refused
+    before they are tokenized (at once, or after waiting 1 s), those admitted are answered
+    correctly, and the tokens in work never pass the bound."""
     flags = [
         *("--max-queued-tokens", str(BURST_BOUND), "--max-client-batch-size", "64"),
+        *("--max-admission-wait", "1"),
         *("--max-request-bytes", "1000000", "--dtype", "bfloat16"),
     ]
     plans = [
@@ -85,7 +143,7 @@ def test_a_burst_all_at_once_is_refused_at_the_door_and_the_bound_holds(
         after = parse_metrics(server.metrics())
 
     statuses = assert_all_answered(outcomes, {200, 429})
-    assert statuses[429] >= BURST_REQUESTS * 0.9, statuses
+    assert statuses[429] >= BURST_REQUESTS * 0.5, statuses
     assert statuses[200] >= 1, statuses
     assert_refusals_say_when_to_retry(outcomes)
     largest = 0
@@ -206,8 +264,9 @@ def test_small_requests_get_through_a_stream_of_large_ones(
     tmp_path_factory: pytest.TempPathFactory, st_model: Any
 ) -> None:
     """4 clients sending one sentence each, then the same next to 8 clients sending 500
-    sentences each, back to back: the small ones keep at least half their success rate, the
-    large ones are served too, and no admitted request outlives --request-timeout."""
+    sentences each, back to back: the large ones wait at the door, the small ones keep at
+    least half their success rate, the large ones are served too, and no request outlives
+    --request-timeout."""
     flags = [
         *("--max-queued-tokens", str(FAIR_BOUND), "--request-timeout", str(REQUEST_TIMEOUT)),
     ]
@@ -216,11 +275,11 @@ def test_small_requests_get_through_a_stream_of_large_ones(
     with running_server(tmp_path_factory.mktemp("fair"), flags) as server:
         alone = asyncio.run(closed_loop(server.url, small, seconds=4))
         mixed = asyncio.run(closed_loop(server.url, [*small, *large], seconds=8))
-        wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
+        stats = wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
 
     assert_all_answered(alone, {200})
-    statuses = assert_all_answered(mixed, {200, 429, 504})
-    assert statuses[429], f"the large clients should overload the server: {statuses}"
+    assert_all_answered(mixed, {200, 429, 504})
+    assert stats["requests_waited"], f"the large clients should overload the server: {stats}"
     assert_refusals_say_when_to_retry(mixed)
     small_clients, large_clients = range(4), range(4, 12)
     assert small_success(mixed, small_clients) >= 0.5 * small_success(alone, small_clients)
@@ -233,6 +292,6 @@ def test_small_requests_get_through_a_stream_of_large_ones(
         if outcome.status == 200 and outcome.client in small_clients:
             assert isinstance(outcome.response, httpx.Response)
             assert embedding_vectors(outcome.response).shape == (1, DIM)
-    # The time limit counts from admission: nothing admitted waits past it (plus the time to
-    # answer).
+    # The time limit counts from arrival (the wait at the door included): nothing waits past
+    # it (plus the time to answer).
     assert max(o.seconds for o in mixed) < REQUEST_TIMEOUT + 2.0

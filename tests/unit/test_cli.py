@@ -13,6 +13,13 @@ import pytest
 from poolserve import __version__
 from poolserve.cli import build_parser, configs_from_args, main, parse_args
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.memory_bound import (
+    MOST_QUEUED_TOKENS,
+    admitted_bytes,
+    bytes_per_token,
+    default_queued_tokens,
+    machine_memory,
+)
 from tests.e2e.conftest import free_port
 
 
@@ -201,7 +208,7 @@ def test_serve_with_a_task_the_checkpoint_has_no_weights_for_exits_1(
     ("argv", "problem"),
     [
         (["--max-queued-tokens", "1000"], "--max-client-batch-size 2048 inputs cost at least 8192"),
-        (["--max-request-tokens", "140000"], "more than half of --max-queued-tokens 262144"),
+        (["--max-client-batch-size", "600", "--max-request-tokens", "2000"], "at least 2400"),
         (["--max-queued-tokens", "100000", "--max-request-tokens", "60000"], "more than half"),
     ],
 )
@@ -218,13 +225,40 @@ def test_limits_that_do_not_fit_together_are_refused_in_one_line(
 def test_the_default_limits_fit_together_for_models_up_to_8192_tokens() -> None:
     """The rule: one request may cost at most half of what all admitted requests may (so one
     legal request never locks the others out), at least one full-length input, and at least
-    `max_client_batch_size` inputs of the least cost."""
+    `max_client_batch_size` inputs of the least cost. The bound sized from memory fits it."""
     defaults = configs()[2]
-    assert defaults.request_tokens == defaults.max_queued_tokens // 2
+    assert defaults.max_queued_tokens is None  # sized from memory once the models are known
     for max_model_len in (128, 256, 512, 8192):
-        defaults.check_limits(max_model_len)
+        sized = defaults.sized_for([(384, False)], max_model_len)
+        assert sized.request_tokens == sized.queued_tokens // 2
+        sized.check_limits(max_model_len)
     with pytest.raises(ValueError, match="less than the model's length limit 256"):
         replace(defaults, max_request_tokens=200, max_client_batch_size=50).check_limits(256)
+    # A request limit given alone: the bound sized for it holds two such requests.
+    alone = replace(defaults, max_request_tokens=1_000_000).sized_for([(384, False)], 512)
+    assert alone.queued_tokens >= 2_000_000
+    alone.check_limits(512)
+
+
+def test_the_default_bound_is_what_an_eighth_of_memory_holds_by_the_readme_formula() -> None:
+    """T × (128 + 5·D) + 32 KiB × R over the machine's memory: each model's D, the costliest
+    deciding; never less than the request limits need, never more than MOST_QUEUED_TOKENS."""
+    gib = 2**30
+    embedding = default_queued_tokens(
+        [(384, False)], max_requests=1024, least=16384, memory=8 * gib
+    )
+    assert embedding == (gib - 1024 * 32 * 1024) // (128 + 5 * 384)
+    assert admitted_bytes(embedding, 1024, bytes_per_token(384, False)) <= gib
+    # ColBERT's per-token outputs and SPLADE's vocabulary cost more per token: a smaller bound.
+    both = [(384, False), (128, True)]
+    assert default_queued_tokens(both, max_requests=1024, least=16384, memory=8 * gib) == (
+        (gib - 1024 * 32 * 1024) // (128 + 20 * 128)
+    )
+    sparse = default_queued_tokens([(30522, False)], max_requests=1024, least=16384, memory=8 * gib)
+    assert sparse == 16384  # what 1 GiB holds is less than the limits need: the least wins
+    huge = default_queued_tokens([(384, False)], max_requests=1024, least=16384, memory=2**50)
+    assert huge == MOST_QUEUED_TOKENS
+    assert machine_memory() > 0
 
 
 def test_a_request_limit_below_the_models_length_stops_start_up_before_loading(

@@ -3,15 +3,19 @@ tokenized, and when it is refused with 429 or 413."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 
 import pytest
 
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.admission import (
     BODY_BYTES_PER_TOKEN,
+    MAX_PASSED_OVER,
     MIN_INPUT_TOKENS,
     AdmissionControl,
+    Ticket,
 )
 
 BOUND = 1000
@@ -33,6 +37,7 @@ def test_the_door_reserves_the_content_length_and_refuses_what_does_not_fit() ->
     admission = control()
     first = admission.admit(600)
     assert first.reserved == 600 and admission.admitted_tokens == 600
+    first.tokenized([600], last=True)  # its real cost: as much
     with pytest.raises(OverloadedError) as refused:
         admission.admit(401)
     # Retry-After: what is admitted, at the measured rate (600 tokens at 250/s: 3 s).
@@ -173,3 +178,174 @@ def test_the_engines_rate_without_a_snapshot_is_the_snapshots() -> None:
     stats.runner_died(0)
     stats.runner_died(1)
     assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 160 / 0.7
+
+
+# -- waiting at the door -------------------------------------------------------------------------
+
+
+def waiting_control(
+    *,
+    rate: float = 0.0,
+    max_wait: float = 30.0,
+    max_requests: int = 100,
+    cost_per_estimate: float = 0.25,
+) -> AdmissionControl:
+    return AdmissionControl(
+        lambda: rate,
+        max_requests=max_requests,
+        max_tokens=BOUND,
+        max_request_tokens=BOUND // 2,
+        largest_request_tokens=5000,
+        max_wait=max_wait,
+        cost_per_estimate=cost_per_estimate,
+    )
+
+
+async def entering(admission: AdmissionControl, length: int) -> asyncio.Task[Ticket]:
+    """`admission.enter(length)` started, and run until it is admitted or waiting."""
+    task = asyncio.create_task(admission.enter(length))
+    await asyncio.sleep(0)  # one turn of the loop: enter() runs up to its first await
+    return task
+
+
+def test_a_request_that_does_not_fit_waits_and_gets_in_when_room_is_made() -> None:
+    async def scenario() -> None:
+        admission = waiting_control()
+        first = await admission.enter(500)
+        second = await admission.enter(450)
+        third = await entering(admission, 300)
+        fourth = await entering(admission, 40)  # fits: it passes the waiting one
+        assert fourth.done() and not third.done() and admission.waiting == 1
+        assert admission.admitted_tokens == 990
+        first.tokenized([40], last=True)  # tokenized: its cost shrinks to ~its real tokens
+        ticket = await third
+        assert ticket.reserved == 300 and admission.waiting == 0 and admission.waited == 2
+        for each in (first, second, ticket, await fourth):
+            admission.release(each)
+        assert admission.admitted_tokens == 0 and admission.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_room_made_on_another_thread_wakes_the_waiting_request() -> None:
+    """The CPU pool tokenizes: a ticket that shrinks there lets the waiting request in, on the
+    event loop."""
+
+    async def scenario() -> None:
+        admission = waiting_control()
+        first = await admission.enter(500)
+        second = await admission.enter(500)
+        waiting = await entering(admission, 200)
+        worker = threading.Thread(target=first.tokenized, args=([30],), kwargs={"last": True})
+        worker.start()
+        assert (await waiting).reserved == 200
+        worker.join()
+        assert admission.admitted_tokens == second.reserved + 200 + first.reserved
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_waits_too_long_is_refused_and_leaves_nothing_behind() -> None:
+    async def scenario() -> None:
+        admission = waiting_control(max_wait=0.01)
+        held = await admission.enter(500)
+        await admission.enter(500)
+        with pytest.raises(OverloadedError) as refused:
+            await admission.enter(100)
+        assert "waited 0.01 s" in refused.value.message
+        assert refused.value.headers["retry-after"] == "1"  # no rate measured yet
+        assert admission.waiting == 0 and admission.in_flight == 2
+        admission.release(held)
+        assert (await admission.enter(100)).reserved == 100
+
+    asyncio.run(scenario())
+
+
+def test_the_expected_wait_refuses_at_once_with_a_retry_after_from_it() -> None:
+    """At 100 tokens/s, the work admitted and waiting before a request decides: what cannot
+    fit within --max-admission-wait is refused without waiting, told how long to wait."""
+
+    async def scenario() -> None:
+        # Requests that cost what the door reserved for them.
+        admission = waiting_control(rate=100.0, max_wait=5.0, cost_per_estimate=1.0)
+        for _ in range(2):
+            (await admission.enter(500)).tokenized([500], last=True)
+        # 1000 admitted + 300 of its own - 1000 of room: 300 tokens to run, 3 s. It waits.
+        waiting = await entering(admission, 300)
+        assert admission.waiting == 1
+        # 1000 + 300 waiting + 400 - 1000: 7 s, more than 5.
+        with pytest.raises(OverloadedError) as refused:
+            await admission.enter(400)
+        assert refused.value.headers["retry-after"] == "7"
+        assert "about 7 s at the measured 100 tokens/s" in refused.value.message
+        assert admission.waiting == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert admission.waiting == 0 and admission.in_flight == 2
+
+    asyncio.run(scenario())
+
+
+def test_the_expected_wait_prices_waiting_requests_at_what_tokenized_ones_cost() -> None:
+    """Door estimates count bytes; the expected wait counts what requests not tokenized yet
+    will cost, learnt from those that were: what one byte per token would refuse waits."""
+
+    async def scenario(learn: bool) -> None:
+        admission = waiting_control(rate=100.0, max_wait=5.0, cost_per_estimate=1.0)
+        for _ in range(40 if learn else 0):  # JSON of English: about a token per four bytes
+            ticket = await admission.enter(400)
+            ticket.tokenized([100], last=True)
+            admission.release(ticket)
+        held = [await admission.enter(500), await admission.enter(500)]
+        # Not tokenized yet: 1000 bytes held, 400 waiting and 500 of its own: at a token per
+        # byte 9 s of work; at what they have cost (about 0.35 a byte) none.
+        waiting = await entering(admission, 400)
+        if not learn:
+            with pytest.raises(OverloadedError, match="about 9 s"):
+                await admission.enter(500)
+            waiting.cancel()
+            return
+        last = await entering(admission, 500)
+        assert admission.waiting == 2
+        for ticket in held:
+            admission.release(ticket)
+        assert (await waiting).reserved == 400 and (await last).reserved == 500
+
+    asyncio.run(scenario(learn=False))
+    asyncio.run(scenario(learn=True))
+
+
+def test_waiting_requests_count_against_max_concurrent_requests() -> None:
+    async def scenario() -> None:
+        admission = waiting_control(max_requests=3)
+        await admission.enter(500)
+        await admission.enter(500)
+        waiting = await entering(admission, 100)
+        with pytest.raises(OverloadedError, match="2 requests in flight and 1 waiting"):
+            await admission.enter(1)
+        waiting.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_large_waiting_request_is_passed_over_a_bounded_number_of_times() -> None:
+    """Small requests fit in room a large one waits for; they pass it MAX_PASSED_OVER times,
+    then wait behind it until it is in."""
+
+    async def scenario() -> None:
+        admission = waiting_control()
+        # 700 held: a 400-token request waits; small ones arrive after it.
+        held = await admission.enter(500)
+        other = await admission.enter(200)
+        large = await entering(admission, 400)
+        small = [await entering(admission, 10) for _ in range(MAX_PASSED_OVER + 2)]
+        passed = [task for task in small if task.done()]
+        assert len(passed) == MAX_PASSED_OVER and not large.done()
+        admission.release(other)  # 500 + 80 held: the large one fits, then the rest
+        assert (await large).reserved == 400
+        for task in small:
+            assert (await task).reserved == 10
+        admission.release(held)
+
+    asyncio.run(scenario())
