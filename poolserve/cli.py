@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import signal
@@ -527,16 +526,18 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     from poolserve.model_set import ModelSet
     from poolserve.models.loader import prepare_model
     from poolserve.server import create_app
+    from poolserve.server.gc_freeze import freeze_loaded_objects
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
     try:
         served = served_models(args, model_config, engine_config)
         for each in served:
             logger.info("loading %s", each.model.model or "the bundled default model")
-        # The limits against the models' lengths, before any weights are loaded (or compiled).
+        # The limits against the models' lengths, before any weights are downloaded, loaded
+        # or compiled.
         server_config.check_limits(
             max(
-                prepare_model(each.model, each.engine.max_batch_tokens).max_model_len
+                prepare_model(each.model, each.engine.max_batch_tokens, weights=False).max_model_len
                 for each in served
             )
         )
@@ -582,10 +583,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     # exits at once.
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(shutdown_signal, lambda signum, frame: None)
-    # Everything loaded so far (torch, transformers, the model: ~400k objects) lives until exit.
-    # Without this, each full collection walks it all: ~200 ms with every request stalled,
-    # about once a second under load.
-    gc.freeze()
+    freeze_loaded_objects()
     listener.listen(2048)
     server.run(sockets=[listener])
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):

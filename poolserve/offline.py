@@ -8,6 +8,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
 from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
 from poolserve.engine.work import RequestGroup
-from poolserve.errors import InvalidRequestError
+from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head, describe
 from poolserve.service import ModelService
 from poolserve.tasks.base import PoolingParams, ServeContext, run_async, run_sync, submit
@@ -169,13 +170,17 @@ class Engine:
         truncate_prompt_tokens: int | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
-    ) -> Future[tuple[np.ndarray, list[int]]]:
+        skip_too_long: bool = False,
+    ) -> Future[CountedEmbeddings]:
         """`embed_later`, with each text's token count (special tokens included, after any
-        truncation) next to its vectors."""
+        truncation) next to its vectors. With `skip_too_long`, a text too long for the model
+        (without truncation) is left out and named in `too_long` instead of failing the call:
+        the others are embedded once (a bulk job's bad rows)."""
         _, ctx = self._embed(
             texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
         )
-        return _cancellable(*submit(self.core, CountedEmbed(self.embed_task), ctx))
+        task = CountedEmbed(self.embed_task, skip_too_long=skip_too_long)
+        return _cancellable(*submit(self.core, task, ctx))
 
     def embed_iter(
         self,
@@ -530,11 +535,32 @@ class PythonPooling(PoolingTask):
         return [{entry["index"]: entry["value"] for entry in entries} for entries in results]
 
 
-class CountedEmbed:
-    """The embed task whose result also carries each input's token count."""
+@dataclass(frozen=True)
+class CountedEmbeddings:
+    """`Engine.embed_counted_later`'s result: the vectors and token counts of the texts
+    embedded, in order, and the texts left out as too long (by index in the call's texts,
+    with why: "has more than 256 tokens ...")."""
 
-    def __init__(self, embed: EmbedTask) -> None:
+    vectors: np.ndarray
+    tokens: list[int]
+    too_long: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TooLong:
+    """An input left out as too long (in `ServeContext.item_data`)."""
+
+    detail: str
+
+
+class CountedEmbed:
+    """The embed task whose result also carries each input's token count; with
+    `skip_too_long`, an input too long for the model is left out (a two-token placeholder
+    runs in its place) instead of failing the request."""
+
+    def __init__(self, embed: EmbedTask, *, skip_too_long: bool = False) -> None:
         self._embed = embed
+        self._skip_too_long = skip_too_long
 
     def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[Any]:
         return self._embed.inputs(ctx)
@@ -546,12 +572,32 @@ class CountedEmbed:
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
     ) -> list[TokenizedText]:
-        return self._embed.preprocess(ctx, tokenizer, start, inputs)
+        try:
+            return self._embed.preprocess(ctx, tokenizer, start, inputs)
+        except InputTooLongError:
+            if not self._skip_too_long:
+                raise
+        # This chunk holds a text too long: one at a time, to find which.
+        items: list[TokenizedText] = []
+        for offset in range(len(inputs)):
+            try:
+                items += self._embed.preprocess(ctx, tokenizer, start + offset, inputs[offset:][:1])
+            except InputTooLongError as exc:
+                ctx.item_data[start + offset] = _TooLong(exc.detail)
+                special = tokenizer.encode_batch([""], truncate_to=None)[0]
+                items.append(TokenizedText(special, None, self._embed.head_for(ctx)))
+        return items
 
     def postprocess(
         self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]
-    ) -> tuple[np.ndarray, list[int]]:
-        return self._embed.postprocess(ctx, outputs), list(ctx.input_tokens)
+    ) -> CountedEmbeddings:
+        vectors = self._embed.postprocess(ctx, outputs)
+        too_long = {i: d.detail for i, d in ctx.item_data.items() if isinstance(d, _TooLong)}
+        if not too_long:
+            return CountedEmbeddings(vectors, list(ctx.input_tokens))
+        kept = [i for i in range(len(outputs)) if i not in too_long]
+        tokens = [ctx.input_tokens[i] for i in kept]
+        return CountedEmbeddings(np.ascontiguousarray(vectors[kept]), tokens, too_long)
 
 
 def _cancellable(future: Future[T], group: RequestGroup) -> Future[T]:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import orjson
@@ -38,7 +38,9 @@ from poolserve.bulk.inputs import (
     read_records,
 )
 from poolserve.bulk.parts import JobStateError, PartStore
-from poolserve.errors import InputTooLongError
+
+if TYPE_CHECKING:
+    from poolserve.offline import CountedEmbeddings
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ class PartEmbedder(Protocol):
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
-    ) -> Future[tuple[np.ndarray, list[int]]]: ...
+        skip_too_long: bool = False,
+    ) -> Future[CountedEmbeddings]: ...
 
 
 class BadRowsError(RuntimeError):
@@ -133,7 +136,7 @@ class _Part:
     bad: list[BadRow]
     # The rows' order by text length, as sent to the engine.
     order: list[int]
-    future: Future[tuple[np.ndarray, list[int]]] | None
+    future: Future[CountedEmbeddings] | None
 
 
 def run_job(
@@ -220,6 +223,7 @@ def _submit(engine: PartEmbedder, part: _Part, options: JobOptions) -> None:
         normalize=options.normalize,
         dimensions=options.dimensions,
         truncate_prompt_tokens=-1 if options.truncate else None,
+        skip_too_long=True,
     )
 
 
@@ -239,10 +243,6 @@ def _finish(
             f"{spec.unit} {first.position} (id {first.id!r}): {first.reason}; "
             "pass --on-error skip to report bad rows and go on"
         )
-    # Back to input order.
-    restore = np.argsort(np.asarray(part.order, dtype=np.int64), kind="stable")
-    vectors = vectors[restore]
-    tokens = [tokens[i] for i in restore]
     store.write(part.index, [row.id for row in part.rows], vectors, tokens, part.bad, spec.unit)
     logger.debug("wrote part %d (%d records, %d bad)", part.index, len(part.rows), len(part.bad))
     report.embedded += len(part.rows)
@@ -252,23 +252,23 @@ def _finish(
 def _results(
     engine: PartEmbedder, part: _Part, options: JobOptions
 ) -> tuple[np.ndarray, list[int]]:
-    """The part's vectors and token counts, in the engine's (length) order; an input too long
-    for the model becomes a bad row and the rest are sent again."""
-    while True:
-        if part.future is None:
-            width = options.dimensions or engine.embedding_dim
-            return np.zeros((0, width), np.float32), []
-        try:
-            return part.future.result()
-        except InputTooLongError as exc:
-            if exc.index is None:
-                raise
-            row = part.rows[part.order[exc.index]]
-            reason = exc.message.split(";")[0].replace(f"input {exc.index} ", "the text ", 1)
-            part.bad.append(BadRow(row.index, row.position, row.id, reason + " (see --truncate)"))
-            part.rows = [r for r in part.rows if r is not row]
-            part.bad.sort(key=lambda bad: bad.index)
-            _submit(engine, part, options)
+    """The part's vectors and token counts, in input order; a text too long for the model
+    becomes a bad row (left out by the engine, the others embedded once)."""
+    if part.future is None:
+        width = options.dimensions or engine.embedding_dim
+        return np.zeros((0, width), np.float32), []
+    counted = part.future.result()
+    sent = part.order  # the rows' indices in the order the engine got them
+    for index, detail in counted.too_long.items():
+        row = part.rows[sent[index]]
+        reason = f"the text {detail} (see --truncate)"
+        part.bad.append(BadRow(row.index, row.position, row.id, reason))
+    part.bad.sort(key=lambda bad: bad.index)
+    embedded = [row for i, row in enumerate(sent) if i not in counted.too_long]
+    # Back to input order.
+    restore = np.argsort(np.asarray(embedded, dtype=np.int64), kind="stable")
+    part.rows = [part.rows[embedded[i]] for i in restore]
+    return counted.vectors[restore], [counted.tokens[i] for i in restore]
 
 
 def _assemble(store: PartStore, output: Path, kind: OutputKind) -> None:

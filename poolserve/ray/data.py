@@ -39,7 +39,8 @@ class EmbedBatches:
                 + " (pass column=...)"
             )
         texts = batch.column(self.column).to_pylist()
-        vectors, tokens = self.engine.embed_counted_later(texts, **self.options).result()
+        counted = self.engine.embed_counted_later(texts, **self.options).result()
+        vectors, tokens = counted.vectors, counted.tokens
         return batch.append_column(
             "embedding",
             pa.FixedSizeListArray.from_arrays(

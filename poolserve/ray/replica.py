@@ -39,9 +39,11 @@ class EngineReplica:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.server import create_app
+        from poolserve.server.gc_freeze import freeze_loaded_objects
 
         app = create_app(self.engine.service, self.server_config)
         app.add_middleware(WithoutRequestIdHeader)
+        freeze_loaded_objects()  # as `poolserve serve` does: the p99 under load
         return app
 
     def check_health(self) -> None:

@@ -107,3 +107,22 @@ def test_build_app_checks_its_args_as_the_command_line_does(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         build_app(args)
+
+
+def test_a_replica_freezes_what_it_loaded_once_its_app_is_built() -> None:
+    """The p99 fix `poolserve serve` applies (server/gc_freeze.py) applies in each replica."""
+    import gc
+
+    from poolserve import EngineConfig, ModelConfig, ServerConfig
+    from poolserve.ray.replica import EngineReplica
+
+    replica = EngineReplica(
+        ModelConfig(dtype="float32"), EngineConfig(cpu_workers=1), ServerConfig()
+    )
+    gc.unfreeze()
+    try:
+        replica.__serve_build_asgi_app__()
+        assert gc.get_freeze_count() > 100_000  # torch, transformers, the model
+    finally:
+        gc.unfreeze()
+        replica.engine.close()

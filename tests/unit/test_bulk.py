@@ -120,6 +120,32 @@ def test_a_text_too_long_is_a_bad_row_unless_truncated(engine: Any, tmp_path: Pa
         run_job(engine, spec, tmp_path / "c.parquet", JobOptions(on_error="fail"))
 
 
+def test_texts_too_long_are_left_out_and_the_rest_of_their_part_embedded_once(
+    engine: Any, tmp_path: Path
+) -> None:
+    """Sorted by length, a part's too-long texts come last, after every other text was
+    tokenized and run: each is left out where it is found, never by sending the part again."""
+    texts = [TEXTS[i % len(TEXTS)] for i in range(400)]
+    long = [" ".join(["bread"] * (300 + k)) for k in range(4)]
+    for k, text in enumerate(long):
+        texts.insert(100 * k + 50, text)
+    path = tmp_path / "in.txt"
+    path.write_text("".join(text + "\n" for text in texts))
+    before = engine.core.stats.snapshot().items
+    report = run_job(engine, InputSpec(str(path), "text"), tmp_path / "out.parquet", JobOptions())
+    # Each text once; each left out runs as a two-token placeholder.
+    assert engine.core.stats.snapshot().items - before == len(texts)
+    assert (report.embedded, report.bad) == (400, 4)
+    errors = [json.loads(line) for line in (tmp_path / "out.parquet.errors.jsonl").open()]
+    assert [e["line"] for e in errors] == [51, 151, 251, 351]
+    assert errors[0]["reason"].startswith(
+        "the text has 302 tokens, but the model accepts at most 256"
+    )
+    ids, vectors = parquet_vectors(tmp_path / "out.parquet")
+    assert ids == [i for i, text in enumerate(texts) if text not in long]
+    assert_close_vectors(vectors, engine.embed([t for t in texts if t not in long]), FP32_COSINE)
+
+
 def test_a_missing_column_stops_the_job_before_any_work(tmp_path: Path) -> None:
     path = write_input(tmp_path, "csv")
     with pytest.raises(InputError, match="has no column 'body' \\(its columns: key, text\\)"):

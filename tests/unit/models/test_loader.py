@@ -21,6 +21,7 @@ from poolserve import Engine, EngineConfig, ModelConfig
 from poolserve.errors import EngineUnavailableError, InputTooLongError, ModelLoadError
 from poolserve.models.dense import build_dense
 from poolserve.models.layout import DenseSpec
+from poolserve.models.loader import prepare_model
 from tests.reference import FP32_COSINE, assert_close_vectors, st_encode, text_with_tokens
 
 SMALL_ENGINE = EngineConfig(cpu_workers=1, max_batch_tokens=4096)
@@ -281,3 +282,35 @@ def test_start_up_says_what_each_stage_took(caplog: pytest.LogCaptureFixture) ->
     warm_ups = [m for m in messages if "a runner warmed up in" in m]
     assert weights.startswith("sentence-transformers/all-MiniLM-L6-v2: weights loaded in ")
     assert len(warm_ups) == 2 and all(m.endswith("s (eager)") for m in warm_ups), warm_ups
+
+
+def test_settings_are_checked_from_a_hub_models_description_without_its_weights(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks before serving (the command line's, the Ray driver's) download a hub model's
+    configs and tokenizer only: what `snapshot_download` is asked for decides what comes."""
+    import fnmatch
+    import shutil
+
+    import huggingface_hub
+
+    asked: list[list[str]] = []
+
+    def snapshot_download(repo_id: str, *, revision: str | None, allow_patterns: list[str]) -> str:
+        asked.append(allow_patterns)
+        copy = tmp_path / f"snapshot-{len(asked)}"
+        for path in model_path.rglob("*"):
+            name = str(path.relative_to(model_path))
+            if path.is_file() and any(fnmatch.fnmatch(name, p) for p in allow_patterns):
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, copy / name)
+        return str(copy)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    config = ModelConfig(model="someone/all-MiniLM-L6-v2-copy")
+    spec = prepare_model(config, weights=False)
+    assert spec.max_model_len == 256 and spec.embedding_dim == 384
+    assert not list(spec.layout.directory.rglob("*.safetensors"))
+    assert not any(fnmatch.fnmatch("model.safetensors", p) for p in asked[-1])
+    served = prepare_model(config)
+    assert list(served.layout.directory.rglob("*.safetensors"))
