@@ -170,13 +170,13 @@ def _no_such_route(request: Request) -> str:
     """Name what the served models do serve, since pooling routes depend on the model."""
     serving = getattr(request.app.state, "serving", None)
     if serving is None:
-        return f"no route {request.url.path}"
+        return f"no route {request.method} {request.url.path}"
     served = "; ".join(
         f"{service.served_name!r} is {describe(service.kind)}, which serves " + ", ".join(routes)
         for service, routes in zip(serving.models, serving.model_routes, strict=True)
     )
     return (
-        f"{request.url.path} is not served here: {served} "
+        f"{request.method} {request.url.path} is not served here: {served} "
         "(and /tokenize, /detokenize, /v1/models, /health, /version, /metrics)"
     )
 
@@ -236,8 +236,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        if exc.status_code == 404:
-            return error_response(404, _no_such_route(request))
+        if exc.status_code in (404, 405):  # 405: the path, by another method (GET /)
+            return error_response(exc.status_code, _no_such_route(request), headers=exc.headers)
         return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)

@@ -16,7 +16,12 @@ from poolserve.server.pooling_routes import (
     sparse_router,
 )
 from poolserve.server.routes import embeddings_router, router
-from poolserve.server.tei_routes import tei_embed_router, tei_predict_router, tei_router
+from poolserve.server.tei_routes import (
+    tei_embed_router,
+    tei_inference_router,
+    tei_predict_router,
+    tei_router,
+)
 from poolserve.tasks.registry import TaskSet
 
 # Served whatever the models are (a body's `model`, if any, picks one; else the first).
@@ -28,6 +33,8 @@ def task_routers(tasks: TaskSet) -> list[APIRouter]:
     return [
         *([embeddings_router, cohere_router, tei_embed_router] if tasks.embed is not None else []),
         *([classify_router, tei_predict_router] if tasks.classify is not None else []),
+        # The Inference API's one route: feature extraction or text classification.
+        *([tei_inference_router] if tasks.embed is not None or tasks.classify is not None else []),
         *([score_router] if tasks.score is not None else []),
         *([sparse_router] if tasks.sparse else []),
         pooling_router,

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
+from poolserve.server.errors import answer_tei_errors, name_inputs
 from poolserve.server.handlers import parse_tei_or_other, read_inputs, serve_task, state_of
 from poolserve.server.protocol import (
     ClassifyRequest,
@@ -151,7 +152,9 @@ async def score(request: Request) -> Response:
     )
 
 
-RERANK_DOCS = documented(RerankResponse | TeiRerankResponse, RerankRequest, TeiRerankRequest)
+RERANK_DOCS = documented(
+    RerankResponse | TeiRerankResponse, RerankRequest, TeiRerankRequest, errors="either"
+)
 
 
 @score_router.post("/rerank", **RERANK_DOCS)
@@ -231,8 +234,11 @@ async def pooling(request: Request) -> Response:
     )
 
 
-@sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest))
+@sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest, errors="tei"))
 async def embed_sparse(request: Request) -> Response:
+    """text-embeddings-inference's sparse route: each input's nonzero weights."""
+    answer_tei_errors(request)
+    name_inputs(request, "inputs", "`truncate: true`")
     state = state_of(request)
     wire = await parse_body(request, SparseEmbedRequest, state.cpu)
     service = state.model_for(request.scope, wire.model)

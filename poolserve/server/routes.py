@@ -86,7 +86,12 @@ def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:
 
 @router.post(
     "/tokenize",
-    **documented(TokenizeResponse | TeiTokenizeResponse, TokenizeRequest, TeiTokenizeRequest),
+    **documented(
+        TokenizeResponse | TeiTokenizeResponse,
+        TokenizeRequest,
+        TeiTokenizeRequest,
+        errors="either",
+    ),
 )
 async def tokenize(request: Request) -> Response:
     state = state_of(request)

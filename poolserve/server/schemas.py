@@ -26,9 +26,18 @@ class ErrorDetail(Documented):
 
 
 class ErrorBody(Documented):
-    """OpenAI's error shape, on every route."""
+    """OpenAI's error shape: on every route but text-embeddings-inference's, and on those for
+    what is refused at the door (401; 413 and 429 before the body is read)."""
 
     error: ErrorDetail
+
+
+class TeiErrorBody(Documented):
+    """text-embeddings-inference's error shape, on its routes (and on a route that also takes
+    another family's body, for a TEI body)."""
+
+    error: str = Field(description="what went wrong and how to fix the request")
+    error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
 
 
 class Usage(Documented):
@@ -362,16 +371,36 @@ _ERRORS = {
 }
 
 
+# Which shape a route's errors take: OpenAI's, text-embeddings-inference's, or either (a route
+# that takes both families' bodies answers in the family of the body).
+ErrorShape = Literal["openai", "tei", "either"]
+# What the door refuses before any route reads the body is in OpenAI's shape: 401 always, 413
+# and 429 sometimes (later, the route's own).
+_AT_THE_DOOR = {401}
+_AT_THE_DOOR_OR_LATER = {413, 429}
+
+
+def _error_model(shape: ErrorShape, status: int) -> Any:
+    if shape == "openai" or status in _AT_THE_DOOR:
+        return ErrorBody
+    if shape == "either" or status in _AT_THE_DOOR_OR_LATER:
+        return ErrorBody | TeiErrorBody
+    return TeiErrorBody
+
+
 def documented(
-    response: Any, request: type[BaseModel] | None = None, *more_requests: type[BaseModel]
+    response: Any,
+    request: type[BaseModel] | None = None,
+    *more_requests: type[BaseModel],
+    errors: ErrorShape = "openai",
 ) -> dict[str, Any]:
     """Route keywords that document a request body (read by the route itself; one of several
-    where the route serves several API families' shapes) and responses (`response` a model,
-    or a union of models)."""
+    where the route serves several API families' shapes), responses (`response` a model,
+    or a union of models) and the shape of its errors."""
     responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
-    errors = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
-    for status, description in errors.items():
-        responses[status] = {"model": ErrorBody, "description": description}
+    statuses = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
+    for status, description in statuses.items():
+        responses[status] = {"model": _error_model(errors, status), "description": description}
     keywords: dict[str, Any] = {"responses": responses}
     if request is not None:
         keywords["openapi_extra"] = json_body_schema(request, *more_requests)

@@ -44,6 +44,7 @@ from poolserve.tasks.score import ScoreRequest, pair_up
 tei_router = APIRouter()
 tei_embed_router = APIRouter()
 tei_predict_router = APIRouter()
+tei_inference_router = APIRouter()
 
 
 def _texts(state: ServingState, inputs: str | list[str]) -> list[str]:
@@ -82,13 +83,15 @@ async def _embed(request: Request, state: ServingState, wire: TeiEmbedRequest) -
     )
 
 
-@tei_embed_router.post("/embed", **documented(TeiEmbedResponse, TeiEmbedRequest))
+@tei_embed_router.post("/embed", **documented(TeiEmbedResponse, TeiEmbedRequest, errors="tei"))
 async def embed(request: Request) -> Response:
     state = _tei(request)
     return await _embed(request, state, await parse_body(request, TeiEmbedRequest, _cpu(state)))
 
 
-@tei_embed_router.post("/embed_all", **documented(TeiEmbedResponse, TeiEmbedAllRequest))
+@tei_embed_router.post(
+    "/embed_all", **documented(TeiEmbedResponse, TeiEmbedAllRequest, errors="tei")
+)
 async def embed_all(request: Request) -> Response:
     state = _tei(request)
     wire = await parse_body(request, TeiEmbedAllRequest, _cpu(state))
@@ -191,7 +194,9 @@ async def _predict_pairs(
     )
 
 
-@tei_predict_router.post("/predict", **documented(TeiPredictResponse, TeiPredictRequest))
+@tei_predict_router.post(
+    "/predict", **documented(TeiPredictResponse, TeiPredictRequest, errors="tei")
+)
 async def predict(request: Request) -> Response:
     state = _tei(request)
     wire = await parse_body(request, TeiPredictRequest, _cpu(state))
@@ -216,20 +221,23 @@ async def _similarity(
     )
 
 
-@tei_embed_router.post("/similarity", **documented(TeiSimilarityResponse, TeiSimilarityRequest))
+@tei_embed_router.post(
+    "/similarity", **documented(TeiSimilarityResponse, TeiSimilarityRequest, errors="tei")
+)
 async def similarity(request: Request) -> Response:
     state = _tei(request)
     wire = await parse_body(request, TeiSimilarityRequest, _cpu(state))
     return await _similarity(request, state, wire)
 
 
-@tei_router.post(
+@tei_inference_router.post(
     "/",
     **documented(
         TeiEmbedResponse | TeiSimilarityResponse | TeiPredictResponse,
         TeiEmbedRequest,
         TeiSimilarityRequest,
         TeiPredictRequest,
+        errors="tei",
     ),
 )
 async def inference_api(request: Request) -> Response:
@@ -251,12 +259,13 @@ async def inference_api(request: Request) -> Response:
     if state.model_for(request.scope, None).tasks.classify is not None:
         predict_wire = await parse_body(request, TeiPredictRequest, _cpu(state))
         return await _predict(request, state, predict_wire, nested=True)
+    # Served for another model of the server; the body's model (none here) is the first.
     raise InvalidRequestError(
-        f"POST / serves embedding models and classifiers; this is {kind}: use /pooling"
+        f"POST / serves embedding models and classifiers; the first model is {kind}: use /pooling"
     )
 
 
-@tei_router.get("/info", **documented(TeiInfo))
+@tei_router.get("/info", **documented(TeiInfo, errors="tei"))
 async def info(request: Request) -> Response:
     """What text-embeddings-inference's `/info` says about the served model."""
     state = _tei(request)

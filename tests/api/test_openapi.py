@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
@@ -127,3 +128,80 @@ async def test_the_spec_documents_each_routes_body_and_answers(engine: Any) -> N
                 assert "requestBody" in operation, path
                 for status in ("400", "413", "429"):
                     assert status in answers, (path, status)
+
+
+def documented_error_shapes(spec: dict[str, Any], path: str, status: int) -> set[str]:
+    """The schema names the spec gives a POST route's error response of `status`."""
+    answer = spec["paths"][path]["post"]["responses"][str(status)]
+    schema = answer["content"]["application/json"]["schema"]
+    options = schema.get("anyOf", [schema])
+    return {option["$ref"].rsplit("/", 1)[-1] for option in options}
+
+
+ERROR_MODELS: dict[str, type[BaseModel]] = {
+    "ErrorBody": schemas.ErrorBody,
+    "TeiErrorBody": schemas.TeiErrorBody,
+}
+
+
+def assert_documented_error(spec: dict[str, Any], path: str, response: httpx.Response) -> str:
+    """The error validates against the shape the spec documents for its route and status (and
+    only one shape: which one it is is returned)."""
+    shapes = documented_error_shapes(spec, path, response.status_code)
+    matching = set()
+    for name in shapes:
+        try:
+            ERROR_MODELS[name].model_validate(response.json())
+        except ValueError:
+            continue
+        matching.add(name)
+    assert len(matching) == 1, (path, response.status_code, shapes, response.text)
+    return matching.pop()
+
+
+# Bad bodies on every route of text-embeddings-inference's family, and on the routes that take
+# its bodies next to another family's: each error in the documented shape.
+TEI_ROUTE_ERRORS = [
+    ("/embed", {"inputs": []}, "TeiErrorBody"),
+    ("/embed", {"inputs": "a", "unknown": 1}, "TeiErrorBody"),
+    ("/embed_all", {"inputs": 5}, "TeiErrorBody"),
+    ("/similarity", {"inputs": {"source_sentence": "a"}}, "TeiErrorBody"),
+    ("/", {"inputs": ""}, "TeiErrorBody"),
+    ("/rerank", {"query": "a", "texts": ["b"], "truncate": "yes"}, "TeiErrorBody"),
+    ("/rerank", {"query": "a", "documents": ["b"], "top_n": "x"}, "ErrorBody"),
+    ("/tokenize", {"inputs": ["a"], "add_special_tokens": 2}, "TeiErrorBody"),
+    ("/tokenize", {"prompt": 5}, "ErrorBody"),
+]
+
+
+async def test_errors_take_the_shape_the_spec_documents_for_their_route(engine: Any) -> None:
+    async with serving(engine) as client:
+        spec = (await client.get("/openapi.json")).json()
+        for path, body, shape in TEI_ROUTE_ERRORS:
+            response = await client.post(path, json=body)
+            assert response.status_code == 400, (path, body, response.text)
+            assert assert_documented_error(spec, path, response) == shape, (path, body)
+        # What the door refuses is OpenAI's, on every route: documented so.
+        assert documented_error_shapes(spec, "/embed", 401) == {"ErrorBody"}
+        assert documented_error_shapes(spec, "/embed", 429) == {"ErrorBody", "TeiErrorBody"}
+
+
+async def test_sparse_and_late_interaction_servers_document_only_the_routes_they_serve(
+    splade_dir: Path, colbert_dir: Path
+) -> None:
+    """POST / (feature extraction or text classification) is neither's: not in the spec, and
+    answered 405 naming what is served; /embed_sparse answers in TEI's shape, as documented."""
+    for directory in (splade_dir, colbert_dir):
+        with load_engine(directory) as engine:
+            async with serving(engine) as client:
+                spec = (await client.get("/openapi.json")).json()
+                assert "post" not in spec["paths"].get("/", {}), directory
+                response = await client.post("/", json={"inputs": "a b"})
+                assert response.status_code == 405, response.text
+                message = response.json()["error"]["message"]
+                assert message.startswith("POST / is not served here") and "/pooling" in message
+                if directory != splade_dir:
+                    continue
+                response = await client.post("/embed_sparse", json={"inputs": []})
+                assert response.status_code == 400, response.text
+                assert assert_documented_error(spec, "/embed_sparse", response) == "TeiErrorBody"

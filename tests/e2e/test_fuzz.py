@@ -1,8 +1,11 @@
 """Property-based fuzzing of the real server's HTTP API from its own OpenAPI schema (schemathesis).
 
 Every operation gets a bounded number of generated requests (deterministic: the same cases on
-every run). What must hold for all of them: no 5xx (a 504 only when the request itself asked for a
-time limit, as it may), every error in the OpenAI shape, and the server still healthy afterwards.
+every run), on the embedding model's server and on a cross-encoder's, a classifier's, SPLADE's and
+ColBERT's. What must hold for all of them: no 5xx (a 504 only when the request itself asked for a
+time limit, as it may), every answer in the shape the spec documents for its status (errors in
+OpenAI's or text-embeddings-inference's, as the route says), and the server still healthy
+afterwards.
 Schemathesis' other default checks flag what the API does by design (status codes the schema does
 not list, such as 400/404/413; schema-valid bodies refused by semantic checks, such as empty
 inputs or an unknown `model`; integral floats like `1.0` refused by strict integer fields), so
@@ -20,6 +23,9 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import response_schema_conformance
+
+from tests.e2e.harness import running_server
 
 pytestmark = pytest.mark.slow  # a real server process
 
@@ -103,16 +109,21 @@ def inline_local_defs(node: Any, defs: dict[str, Any] | None = None) -> Any:
     return node
 
 
-@pytest.fixture(scope="module")
-def api_schema(server_url: str) -> Iterator[Any]:
-    document = openapi_document(server_url)
+def load_schema(url: str) -> Any:
+    """The server's OpenAPI document as schemathesis reads it (request bodies inlined)."""
+    document = openapi_document(url)
     for methods in document["paths"].values():
         for operation in methods.values():
             body = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if body is not None:
                 body["schema"] = inline_local_defs(body["schema"])
     assert not dangling_refs(document)
-    schema = schemathesis.openapi.from_dict(document)
+    return schemathesis.openapi.from_dict(document)
+
+
+@pytest.fixture(scope="module")
+def api_schema(server_url: str) -> Iterator[Any]:
+    schema = load_schema(server_url)
     labels = [result.ok().label for result in schema.get_all_operations()]
     assert sorted(labels) == sorted(OPERATIONS)
     yield schema
@@ -157,15 +168,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("label", "mode"), CASES)
-def test_fuzz_operation(api_schema: Any, server_url: str, label: str, mode: GenerationMode) -> None:
-    """Positive mode sends bodies the schema allows; negative mode bodies it forbids."""
-    operation = api_schema.find_operation_by_label(label)
-    assert operation is not None
+def fuzz_operation(
+    schema: Any, url: str, label: str, mode: GenerationMode, examples: int
+) -> list[int]:
+    """`examples` generated requests of one operation, each checked; their statuses."""
+    operation = schema.find_operation_by_label(label)
+    assert operation is not None, label
     sent: list[int] = []
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=examples,
         deadline=None,
         derandomize=True,
         database=None,
@@ -173,12 +185,73 @@ def test_fuzz_operation(api_schema: Any, server_url: str, label: str, mode: Gene
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def fuzz(case: Any) -> None:
-        response = case.call(base_url=server_url, timeout=30)
+        response = case.call(base_url=url, timeout=30)
         sent.append(response.status_code)
         check_response(case, response)
+        # What came back is what the spec documents for its status (errors in their shape).
+        case.validate_response(response, checks=[response_schema_conformance])
 
     fuzz()
-    assert sent, f"no request was generated for {label}"
+    assert sent, f"no request was generated for {label} ({mode.value})"
+    return sent
+
+
+@pytest.mark.parametrize(("label", "mode"), CASES)
+def test_fuzz_operation(api_schema: Any, server_url: str, label: str, mode: GenerationMode) -> None:
+    """Positive mode sends bodies the schema allows; negative mode bodies it forbids."""
+    fuzz_operation(api_schema, server_url, label, mode, EXAMPLES)
+
+
+# -- the other model kinds -----------------------------------------------------------------------
+
+# The operations each other kind's server documents beyond the common ones (and only those: a
+# route another kind serves is not in its spec).
+KIND_OPERATIONS = {
+    "cross_encoder_dir": [
+        "POST /v1/score", "POST /score", "POST /v2/rerank", "POST /v1/rerank", "POST /rerank",
+        "POST /classify", "POST /predict", "POST /", "POST /pooling",
+    ],
+    "classifier_dir": ["POST /classify", "POST /predict", "POST /", "POST /pooling"],
+    "splade_dir": ["POST /embed_sparse", "POST /pooling"],
+    "colbert_dir": [
+        "POST /v1/score", "POST /score", "POST /v2/rerank", "POST /v1/rerank", "POST /rerank",
+        "POST /pooling",
+    ],
+}  # fmt: skip
+COMMON_OPERATIONS = [label for label in OPERATIONS if not label.startswith("POST ")] + [
+    "POST /tokenize",
+    "POST /detokenize",
+]
+KIND_EXAMPLES = 15
+
+
+@pytest.fixture(scope="module", params=sorted(KIND_OPERATIONS))
+def kind_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, Any]]:
+    """A server of another model kind (a tiny checkpoint in its real layout), its schema."""
+    directory = request.getfixturevalue(request.param)
+    with running_server(tmp_path_factory.mktemp("fuzz-kind"), [str(directory)]) as server:
+        schema = load_schema(server.url)
+        labels = sorted(result.ok().label for result in schema.get_all_operations())
+        assert labels == sorted(COMMON_OPERATIONS + KIND_OPERATIONS[request.param])
+        yield request.param, server.url, schema
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+
+
+def test_fuzz_every_operation_of_the_other_kinds(kind_server: tuple[str, str, Any]) -> None:
+    """The same checks over a cross-encoder's, a classifier's, SPLADE's and ColBERT's servers:
+    every POST operation they document, bodies the schema allows and bodies it forbids."""
+    kind, url, schema = kind_server
+    for label in KIND_OPERATIONS[kind]:
+        for mode in GenerationMode:
+            fuzz_operation(schema, url, label, mode, KIND_EXAMPLES)
+    if "POST /predict" in KIND_OPERATIONS[kind]:
+        # No inputs at all (no schema sets a minimum length): a 400, in TEI's shape.
+        for path in ("/predict", "/"):
+            response = httpx.post(f"{url}{path}", json={"inputs": []}, timeout=30)
+            assert response.status_code == 400, response.text
+            assert set(response.json()) == {"error", "error_type"}, response.text
 
 
 # The generated /score bodies almost never carry both `queries` and `documents` (the schema cannot
