@@ -442,6 +442,10 @@ def embed(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     model_config, engine_config = model_engine_configs(args)
+    if engine_config.compile == "auto":
+        # A job pays for no compile (1,000 records: 117 s compiled, 20.6 s eager, at the same
+        # records/s): it loads one from the cache (`poolserve compile`), else runs eagerly.
+        engine_config = replace(engine_config, compile="cached")
     from poolserve.bulk.inputs import InputError, InputSpec, input_format
     from poolserve.bulk.job import BadRowsError, JobOptions, check_job, run_job, summary_lines
     from poolserve.bulk.parts import JobStateError

@@ -22,7 +22,10 @@ MIN_INPUT_TOKENS = 4
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
-CompileMode = Literal["off", "on", "auto"]
+# auto: compile ahead of time where it can work (or load it from the cache); cached: load it
+# from the cache where it is there, else run eagerly (what `poolserve embed`'s auto means: a
+# job pays for no compile); on: compile or refuse to start.
+CompileMode = Literal["off", "on", "auto", "cached"]
 PackingMode = Literal["auto", "off"]
 # Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
 Attention = Literal["auto", "sdpa", "eager"]

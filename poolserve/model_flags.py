@@ -149,7 +149,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         default=env_default("--compile", "auto"),
         help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
         "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "
-        "where a C++ compiler is found",
+        "where a C++ compiler is found (`embed`: only what the cache holds, else eagerly: a "
+        "job never waits for a compile)",
     )
 
 

@@ -63,6 +63,10 @@ class AotUnavailableError(RuntimeError):
     """The model cannot be compiled ahead of time (export failed, or the C interface is missing)."""
 
 
+class NotInCacheError(RuntimeError):
+    """A compiled forward was to be loaded from the cache only, and is not there."""
+
+
 @dataclass(frozen=True)
 class AotTarget:
     """What one library is compiled for."""
@@ -441,8 +445,11 @@ def load_or_build(
     spec: ModelSpec,
     targets: Iterable[AotTarget],
     instances: int,
+    *,
+    build_missing: bool = True,
 ) -> AotLoad:
-    """Each target's library from the cache, compiled first where it is missing or invalid."""
+    """Each target's library from the cache, compiled first where it is missing or invalid
+    (NotInCacheError instead, without `build_missing`)."""
     started = time.perf_counter()
     runs: dict[int, AotModel] = {}
     built = loaded = 0
@@ -453,6 +460,8 @@ def load_or_build(
                 library = valid_library(entry)
                 if library is not None:
                     loaded += 1
+                elif not build_missing:
+                    raise NotInCacheError(f"not in the compiled cache ({entry.directory})")
                 else:
                     library = _rebuild(entry, parts, module, spec, target)
                     built += 1

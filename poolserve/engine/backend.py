@@ -129,7 +129,17 @@ class TorchBackend:
         head = self._spec.heads[0]
         try:
             self._compiled = self._compile_ahead_of_time(module, head)
+        except aot.NotInCacheError:
+            logger.info(
+                "%s: no compiled forward in the cache for these settings; running it eagerly "
+                "(`poolserve compile` with the same flags fills the cache)",
+                self._spec.name,
+            )
+            return
         except aot.AotUnavailableError as exc:
+            if self._compile == "cached":
+                logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
+                return
             self._compiled = self._compile_just_in_time(module, head, str(exc))
         except Exception as exc:
             logger.warning(
@@ -192,7 +202,14 @@ class TorchBackend:
             aot.AotTarget(head, threads, with_types, self._max_batch_size, packed)
             for threads in thread_counts
         ]
-        loaded = aot.load_or_build(cache_dir(), module, self._spec, targets, self._runners)
+        loaded = aot.load_or_build(
+            cache_dir(),
+            module,
+            self._spec,
+            targets,
+            self._runners,
+            build_missing=self._compile != "cached",
+        )
         self.report = CompileReport("built" if loaded.built else "cached")
         return CompiledForward(
             {threads: _AotRun(model, with_types) for threads, model in loaded.runs.items()},

@@ -108,8 +108,8 @@ class EngineCore:
         ):
             if value is not None and value < 1:
                 raise SettingError(f"{flag} must be at least 1, got {value}")
-        if config.compile not in ("off", "on", "auto"):
-            raise SettingError(f"--compile must be off, on or auto, got {config.compile!r}")
+        if config.compile not in ("off", "on", "auto", "cached"):
+            raise SettingError(f"--compile must be off, on, auto or cached, got {config.compile!r}")
         self.model = model
         self.config = config
         runners, self._threads = runner_layout(config, model.device.type)

@@ -22,6 +22,7 @@ from poolserve import cli, offline
 from poolserve.bulk.inputs import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, JobOptions, run_job
 from poolserve.bulk.parts import JobStateError
+from poolserve.errors import ModelLoadError
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
 TEXTS = [" ".join(WORDS[i : i + 3 + i % 7]) for i in range(40)]
@@ -207,3 +208,20 @@ def test_poolserve_embed_checks_its_job_before_loading_a_model(
     with caplog.at_level(logging.INFO), pytest.raises(AssertionError, match="loaded a model"):
         cli.main(["embed", spec.path, "-o", str(finished), "--part-rows", "16"])
     assert any("resumes after them" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("flag", "mode"), [([], "cached"), (["--compile", "on"], "on")])
+def test_a_bulk_job_never_waits_for_a_compile_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], mode: str
+) -> None:
+    """`embed`'s auto loads a compiled forward from the cache or runs eagerly; `on` compiles."""
+    given: list[Any] = []
+
+    def engine(*, model_config: Any, engine_config: Any) -> Any:
+        given.append(engine_config)
+        raise ModelLoadError("stopped before loading")
+
+    monkeypatch.setattr(offline, "Engine", engine)
+    path = write_input(tmp_path, "text")
+    assert cli.main(["embed", str(path), "-o", str(tmp_path / "out.parquet"), *flag]) == 1
+    assert [config.compile for config in given] == [mode]

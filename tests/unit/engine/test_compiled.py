@@ -5,7 +5,7 @@ without compiling, a changed model file, dtype or thread count misses the cache,
 entry is rebuilt, and serving never compiles. Where compiling cannot work, `on` refuses to
 start and `auto` serves eagerly; a padded model that does not export falls back to torch.compile
 (one runner) or eager (several), a packed one to packed eager batches, and a failing compile is
-served eagerly with one log line."""
+served eagerly with one log line. `cached` loads what the cache holds and never compiles."""
 
 from __future__ import annotations
 
@@ -117,10 +117,22 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
     eager = make_backend(spec, "off")
     eager.load()
     eager_forward = eager.executor()
+    # `cached` (`poolserve embed`'s auto) never compiles: on an empty cache it runs eagerly.
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, "poolserve"):
+        patched.setattr(aot, "build", lambda *args, **kwargs: pytest.fail("compiled"))
+        uncached = make_backend(spec, "cached")
+        uncached.load()
+        assert uncached.report.source == "eager" and not uncached.compiled
+        assert "no compiled forward in the cache" in caplog.text
+        uncached.close()
     built = make_backend(spec, "on")
     built.load()
     assert built.report.source == "built"
     built.close()
+    cached = make_backend(spec, "cached")
+    cached.load()
+    assert cached.report.source == "cached" and cached.compiled
+    cached.close()
 
     with monkeypatch.context() as patched:
         restarted = loaded_from_the_cache(spec, patched)
