@@ -222,7 +222,7 @@ COMMON_OPERATIONS = [label for label in OPERATIONS if not label.startswith("POST
     "POST /tokenize",
     "POST /detokenize",
 ]
-KIND_EXAMPLES = 15
+KIND_EXAMPLES = 10
 
 
 @pytest.fixture(scope="module", params=sorted(KIND_OPERATIONS))

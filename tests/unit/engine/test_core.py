@@ -256,7 +256,7 @@ def test_runner_layout_divides_the_cores() -> None:
     [
         ({"runners": 0}, "at least 1"),
         ({"torch_threads": 0}, "at least 1"),
-        ({"compile": "yes"}, "off, on or auto"),
+        ({"compile": "yes"}, "off, on, auto or cached"),
     ],
 )
 def test_settings_that_cannot_work_are_refused(
