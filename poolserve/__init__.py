@@ -6,13 +6,12 @@ from poolserve._environment import apply_defaults
 
 apply_defaults()
 
+from poolserve._version import __version__  # noqa: E402
 from poolserve.config import EngineConfig, ModelConfig, ServedModel, ServerConfig  # noqa: E402
 
 if TYPE_CHECKING:
     from poolserve.model_set import ModelSet
     from poolserve.offline import Engine
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -527,11 +527,11 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     import uvicorn
 
     from poolserve.engine.core import torch_backend
-    from poolserve.model_set import ModelSet
     from poolserve.models.loader import prepare_model
     from poolserve.server import create_app
     from poolserve.server.gc_freeze import freeze_loaded_objects
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
+    from poolserve.services import ServiceRegistry
 
     try:
         served = served_models(args, model_config, engine_config)
@@ -545,7 +545,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
                 for each in served
             )
         )
-        models = ModelSet.load(
+        models = ServiceRegistry.load(
             served, cpu_workers=engine_config.cpu_workers, backend=backend or torch_backend
         )
     except (ModelLoadError, ValueError) as exc:

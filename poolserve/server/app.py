@@ -14,11 +14,10 @@ from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 
-from poolserve import __version__
+from poolserve._version import __version__
 from poolserve.config import ServerConfig
 from poolserve.errors import SettingError
 from poolserve.memory_bound import sized_bound_message
-from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
@@ -30,6 +29,7 @@ from poolserve.server.playground_routes import ASSETS, PAGE
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
+from poolserve.services import ServiceRegistry
 
 logger = logging.getLogger("poolserve")
 
@@ -47,15 +47,18 @@ EXPOSED_HEADERS = (
 )
 
 
-def create_app(models: ModelSet | ModelService, config: ServerConfig | None = None) -> FastAPI:
-    """The application serving `models` (which its caller closes): a `ModelSet`, or one model.
+def create_app(
+    models: ServiceRegistry | ModelService, config: ServerConfig | None = None
+) -> FastAPI:
+    """The application serving `models` (which its caller closes): a registry of models, or
+    one model.
 
     With one model, `config.served_model_name` names it; with several, each has its own."""
     config = config or ServerConfig()
     if isinstance(models, ModelService):
         if config.served_model_name:
             models = replace(models, served_names=config.served_model_name)
-        models = ModelSet.serving(models)
+        models = ServiceRegistry.serving(models)
     elif config.served_model_name:
         raise SettingError(
             "--served-model-name names one model; a set of models names each in its own config"

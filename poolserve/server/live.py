@@ -25,8 +25,8 @@ import orjson
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import EngineUnavailableError
-from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl
+from poolserve.services import ServiceRegistry
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class _Counters:
 class LiveHistory:
     def __init__(
         self,
-        models: ModelSet,
+        models: ServiceRegistry,
         admission: AdmissionControl,
         *,
         interval: float = 2.0,

@@ -22,10 +22,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.model_set import ModelSet
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.live import LiveHistory
 from poolserve.server.loop_lag import LAG_BUCKETS, LoopLagMonitor
+from poolserve.services import ServiceRegistry
 from poolserve.tasks.base import ServeContext
 
 # Statuses that mean a request was refused or abandoned, and why.
@@ -49,7 +49,7 @@ class EngineCollector(Collector):
     """Queue depth, batch histograms and runners of every model (labelled `model`, its served
     name), and admission's cost, read from their counters when scraped."""
 
-    def __init__(self, models: ModelSet, admission: AdmissionControl) -> None:
+    def __init__(self, models: ServiceRegistry, admission: AdmissionControl) -> None:
         self._models = models
         self._admission = admission
 
@@ -177,7 +177,7 @@ class Metrics:
     """The app's metrics and their registry."""
 
     def __init__(
-        self, models: ModelSet, admission: AdmissionControl, routes: tuple[str, ...]
+        self, models: ServiceRegistry, admission: AdmissionControl, routes: tuple[str, ...]
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.routes = frozenset(routes)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
-from poolserve import __version__
+from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response

@@ -10,17 +10,17 @@ from starlette.types import Scope
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
-from poolserve.model_set import ModelSet
 from poolserve.models.kinds import describe
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.metrics import MODEL_KEY, Metrics
 from poolserve.server.shutdown import GracePeriod
 from poolserve.service import ModelService
+from poolserve.services import ServiceRegistry
 
 
 @dataclass(frozen=True)
 class ServingState:
-    models: ModelSet
+    models: ServiceRegistry
     # The model-specific routes each model serves, in the models' order.
     model_routes: tuple[tuple[str, ...], ...]
     admission: AdmissionControl

@@ -12,7 +12,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from poolserve import __version__
+from poolserve._version import __version__
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body, parse_chosen_body
