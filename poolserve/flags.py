@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from poolserve.errors import SettingError
+
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 
@@ -139,10 +141,24 @@ def boolean(value: bool | str) -> bool:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with errors in one line (the usage is one `--help` away)."""
+    """argparse, with errors in one line (the usage is one `--help` away); `raising`: raised
+    as SettingError (for a caller that is not a command line) instead of exiting."""
+
+    def __init__(self, *args: Any, raising: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.raising = raising
 
     def error(self, message: str) -> Any:
+        if self.raising:
+            raise SettingError(message)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class RaisingParser(Parser):
+    """A `Parser` that raises (the class of a raising parser's subcommands)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, raising=True, **kwargs)
 
 
 def name_and_text(text: str) -> tuple[str, str]:

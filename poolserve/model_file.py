@@ -25,26 +25,20 @@ import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from poolserve.config import EngineConfig, ModelConfig, ServedModel
 from poolserve.errors import SettingError
-from poolserve.flags import flag_arguments, unknown_setting
+from poolserve.flags import RaisingParser, flag_arguments, unknown_setting
 from poolserve.model_flags import add_engine_flags, add_model_flags, model_engine_configs
 
 # Settings of the whole server, not of one model: the one CPU pool all models share.
 SERVER_WIDE = {"cpu_workers": "one CPU pool serves every model: pass --cpu-workers"}
 
 
-class _EntryParser(argparse.ArgumentParser):
+def _entry_parser() -> RaisingParser:
     """The flags of one model; a refusal raises (a file is read by the Python API too)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise SettingError(message)
-
-
-def _entry_parser() -> _EntryParser:
-    parser = _EntryParser(prog="model", add_help=False)
+    parser = RaisingParser(prog="model", add_help=False)
     parser.add_argument("model")
     parser.add_argument("--served-model-name", nargs="+", default=None)
     add_model_flags(parser)

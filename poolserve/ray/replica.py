@@ -8,8 +8,6 @@ answers 429 when it is full, and Ray restarts a replica whose runner died (`chec
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +16,7 @@ from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.errors import SettingError
 from poolserve.flags import flag_arguments, unknown_setting
 from poolserve.ray.cluster import actor_engine_config
 
@@ -124,7 +123,7 @@ def build_app(args: Mapping[str, Any]) -> Application:
     `args` are `poolserve serve` flags by name (`model`, `replicas`, `dtype`,
     `max_queued_tokens` or `max-queued-tokens`, ...), checked as the command line checks them;
     a list value repeats its flag."""
-    from poolserve.cli import NARGS_FLAGS, configs_from_args, parse_args
+    from poolserve.command_line import NARGS_FLAGS, configs_from_args, parse_args
 
     known = set(vars(parse_args(["serve", "--ray"]))) - {"command", "ray"}
     for key in args:
@@ -137,14 +136,10 @@ def build_app(args: Mapping[str, Any]) -> Application:
     if unknown:
         raise ValueError(f"poolserve.ray.build_app: {unknown}")
     argv = ["serve", "--ray", *flag_arguments(args, positional="model", nargs_flags=NARGS_FLAGS)]
-    refused = io.StringIO()
     try:
-        with contextlib.redirect_stderr(refused):
-            parsed = parse_args(argv)
-    except SystemExit:
-        raise ValueError(
-            "poolserve.ray.build_app: " + refused.getvalue().strip().removeprefix("poolserve: ")
-        ) from None
+        parsed = parse_args(argv, raising=True)
+    except SettingError as exc:
+        raise ValueError(f"poolserve.ray.build_app: {exc.cli_message}") from None
     model_config, engine_config, server_config = configs_from_args(parsed)
     return deployment(
         replicas=parsed.replicas,

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from poolserve import __version__
-from poolserve.cli import build_parser, configs_from_args, main, parse_args
+from poolserve.cli import main
+from poolserve.command_line import build_parser, configs_from_args, parse_args
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 from poolserve.memory_bound import (
     MOST_QUEUED_TOKENS,

@@ -1,0 +1,435 @@
+"""The commands' flag grammar: `poolserve serve`, `embed` and `compile`, every flag also read
+from its `POOLSERVE_*` environment variable, parsed and checked into the settings dataclasses.
+The command line, model files (`model_file.py`) and Ray Serve's config (`ray/replica.py`) all
+read settings through it; `parse_args(raising=True)` raises SettingError instead of exiting."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from poolserve._version import __version__
+from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.errors import SettingError
+from poolserve.flags import (
+    Parser,
+    RaisingParser,
+    boolean,
+    env_default,
+    env_lines,
+    env_list,
+    integer,
+    name_and_text,
+    non_negative_seconds,
+    one_of,
+    positive_number,
+    positive_seconds,
+)
+from poolserve.model_flags import add_engine_flags, add_model_flags, model_engine_configs
+
+DESCRIPTION = (
+    "A serving engine for pooling models: serve them over HTTP, embed a corpus, compile them "
+    "ahead of time. Every flag can also be set with its POOLSERVE_* environment variable."
+)
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# Flags whose value is a boolean (their variables are read as text, then checked).
+BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray", "trust_remote_code")
+# Flags that mean something only with --ray.
+RAY_ONLY_FLAGS = ("replicas", "replica_cpus", "ray_address")
+# Flags that take several values at once (`--served-model-name a b`); other lists repeat.
+NARGS_FLAGS = ("served_model_name",)
+
+
+def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
+    """The commands' parser; `raising`: a bad flag raises SettingError instead of exiting."""
+    kind = RaisingParser if raising else Parser
+    parser = kind(prog="poolserve", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"poolserve {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=kind)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model over HTTP",
+        description="Serve a model over HTTP. Every flag can also be set with its POOLSERVE_* "
+        "environment variable (--max-batch-size: POOLSERVE_MAX_BATCH_SIZE); a flag wins.",
+        formatter_class=_DefaultsHelpFormatter,
+    )
+    serve.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="local model directories or hub ids, served side by side (default: "
+        "POOLSERVE_MODEL, else the bundled all-MiniLM-L6-v2)",
+    )
+    serve.add_argument(
+        "--config",
+        type=str,
+        default=env_default("--config", None),
+        help="a TOML, YAML or JSON file listing the models to serve, each with its own "
+        "settings (README, 'Several models'); the flags are the defaults of every entry",
+    )
+    defaults = ServerConfig()
+    serve.add_argument(
+        "--host",
+        type=str,
+        default=env_default("--host", defaults.host),
+        help="address to listen on",
+    )
+    serve.add_argument(
+        "--port",
+        type=integer(1, 65535),
+        default=env_default("--port", defaults.port),
+        help="port to listen on",
+    )
+    serve.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=env_list("--served-model-name"),
+        help="names clients may pass as `model` (the first is used in responses); one model "
+        "only (with several, name them in --config)",
+    )
+    serve.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", defaults.log_level),
+        help="one of " + ", ".join(LOG_LEVELS),
+    )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=integer(1),
+        default=env_default("--max-request-bytes", defaults.max_request_bytes),
+        help="larger request bodies are refused with 413",
+    )
+    serve.add_argument(
+        "--max-client-batch-size",
+        type=integer(1),
+        default=env_default("--max-client-batch-size", defaults.max_client_batch_size),
+        help="inputs (or documents) one request may carry",
+    )
+    serve.add_argument(
+        "--max-concurrent-requests",
+        type=integer(1),
+        default=env_default("--max-concurrent-requests", defaults.max_concurrent_requests),
+        help="requests in flight before new ones get 429",
+    )
+    serve.add_argument(
+        "--max-queued-tokens",
+        type=integer(1),
+        default=env_default("--max-queued-tokens", defaults.max_queued_tokens),
+        help="what admitted requests may cost in all, in tokens, before new ones wait at the "
+        "door (default: what an eighth of the machine's memory holds by the README's bound, "
+        "logged at start-up)",
+    )
+    serve.add_argument(
+        "--max-admission-wait",
+        type=non_negative_seconds,
+        default=env_default("--max-admission-wait", defaults.max_admission_wait),
+        help="seconds a request that does not fit may wait, unread, for room before its 429 "
+        "(refused at once when the measured rate says room will not come in time); 0: no wait",
+    )
+    serve.add_argument(
+        "--max-request-tokens",
+        type=integer(1),
+        default=env_default("--max-request-tokens", None),
+        help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
+        "(default: half of --max-queued-tokens, the most it may be)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=env_default("--request-timeout", None),
+        help="seconds from admission before a request is answered 504 and its work cancelled "
+        "(default: none)",
+    )
+    serve.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=None,
+        help="origins whose browser pages may call the API (CORS), e.g. https://app.example; "
+        "repeat for several, * for any (POOLSERVE_ALLOWED_ORIGINS: comma-separated; "
+        "default: none)",
+    )
+    serve.add_argument(
+        "--gzip-min-bytes",
+        type=integer(0),
+        default=env_default("--gzip-min-bytes", defaults.gzip_min_bytes),
+        help="gzip responses of at least this many bytes for clients that accept it "
+        "(compressed in the CPU pool); 0: never",
+    )
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        help="require `Authorization: Bearer KEY` on the API routes; repeat for several keys "
+        "(POOLSERVE_API_KEY: comma-separated)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=integer(0),
+        default=env_default("--shutdown-timeout", defaults.shutdown_timeout),
+        help="seconds that admitted requests get to finish after SIGTERM",
+    )
+    serve.add_argument(
+        "--protect-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("--protect-metrics", False),
+        help="require the API key on /metrics too",
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("--access-log", False),
+        help="log one line per request (uvicorn's access log)",
+    )
+    add_model_flags(serve)
+    add_engine_flags(serve)
+    _add_ray_flags(serve, "serve the app as a Ray Serve application of --replicas engines")
+    _add_embed_command(commands)
+    _add_compile_command(commands)
+    return parser
+
+
+EMBED_DESCRIPTION = """Embed a corpus into a file, resumably.
+
+INPUT is JSONL (one object per line), CSV (with a header), Parquet, or plain text (one document
+per line), told by its extension or --format; - reads standard input. Each record's text is its
+--text-field; its id is its --id-field, or its number in the input (0, 1, ...).
+
+OUTPUT is by its extension: a .parquet directory of parts (columns id, embedding as a
+fixed-size list of float32, tokens), or one .npy matrix (with the ids beside it in
+OUTPUT.ids.jsonl), or .jsonl lines of {id, embedding, tokens}. Rows keep the input's order.
+
+Killed at any point (even with SIGKILL), the same command continues where it stopped, and the
+output holds every record exactly once. A finished output is never overwritten without
+--overwrite. A record that cannot be embedded (no text field, not text, blank, too long without
+--truncate) is written to OUTPUT.errors.jsonl with its line (or row) and reason, or stops the
+job with --on-error fail. A progress bar shows the rate and time left on a terminal; otherwise a
+log line every 10 seconds.
+"""
+
+
+def _add_command_flags(parser: argparse.ArgumentParser) -> None:
+    """What a command that loads models without serving them takes: the log level and the
+    model and engine flags `serve` has."""
+    parser.add_argument(
+        "--log-level",
+        type=one_of(LOG_LEVELS),
+        default=env_default("--log-level", "info"),
+        help="how much to log",
+    )
+    add_model_flags(parser)
+    add_engine_flags(parser)
+
+
+def _add_compile_command(commands: Any) -> None:
+    compile_command = commands.add_parser(
+        "compile",
+        help="compile models ahead of time into the cache, so that serving starts in seconds",
+        description="Compile each model's forward ahead of time into POOLSERVE_CACHE_DIR "
+        "(default ~/.cache/poolserve) for the thread counts `serve` runs it at with the same "
+        "flags on this machine; a later `serve` (or `embed`) loads it instead of compiling. "
+        "Run it where the server will run (the cache is keyed by the CPU's instruction set).",
+        formatter_class=_DefaultsHelpFormatter,
+    )
+    compile_command.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="local model directories or hub ids (default: POOLSERVE_MODEL, else the bundled "
+        "all-MiniLM-L6-v2)",
+    )
+    compile_command.add_argument(
+        "--config",
+        default=env_default("--config", None),
+        help="the model file `serve --config` reads; compiles each of its models",
+    )
+    _add_command_flags(compile_command)
+    compile_command.set_defaults(
+        ray=False, served_model_name=None, replicas=None, replica_cpus=None, ray_address=None
+    )
+
+
+def _add_embed_command(commands: Any) -> None:
+    embed = commands.add_parser(
+        "embed",
+        help="embed a corpus file into Parquet, .npy or .jsonl (resumable)",
+        description=EMBED_DESCRIPTION,
+        formatter_class=_EmbedHelpFormatter,
+    )
+    embed.add_argument("input", help="the corpus file, or - for standard input")
+    embed.add_argument("--output", "-o", required=True, help="where the embeddings go")
+    embed.add_argument(
+        "--model", default=env_default("--model", None), help="default: the bundled model"
+    )
+    embed.add_argument(
+        "--format",
+        type=one_of(("jsonl", "csv", "parquet", "text")),
+        default=None,
+        help="the input's format (default: from its extension)",
+    )
+    embed.add_argument("--text-field", default="text", help="the field or column of the text")
+    embed.add_argument(
+        "--id-field", default=None, help="the field or column of the id (default: record number)"
+    )
+    embed.add_argument(
+        "--on-error",
+        type=one_of(("skip", "fail")),
+        default="skip",
+        help="a bad record: skip it (reported in OUTPUT.errors.jsonl) or stop the job",
+    )
+    embed.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut texts longer than the model takes instead of reporting them as bad",
+    )
+    embed.add_argument(
+        "--dimensions", type=integer(1), default=None, help="keep the first N dimensions"
+    )
+    embed.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_const",
+        const=False,
+        default=None,
+        help="keep the vectors as the model's pooling makes them (default: as the model says)",
+    )
+    embed.add_argument(
+        "--part-rows",
+        type=integer(1),
+        default=8192,
+        help="records per part file: what a killed job redoes at most",
+    )
+    embed.add_argument(
+        "--overwrite", action="store_true", help="start again over an existing output"
+    )
+    _add_command_flags(embed)
+    _add_ray_flags(embed, "embed the parts on --replicas engine actors of a Ray cluster")
+
+
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default after its help, unless the help already says what it is (once is
+    enough) or there is none to show (a None default: the help says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, False):
+            return text
+        return super()._get_help_string(action)
+
+
+class _EmbedHelpFormatter(argparse.RawDescriptionHelpFormatter, _DefaultsHelpFormatter):
+    """The description as written (paragraphs), the flags with their defaults."""
+
+
+def _add_ray_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    group = parser.add_argument_group("Ray (pip install 'poolserve[ray]')")
+    group.add_argument(
+        "--ray",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("--ray", False),
+        help=what,
+    )
+    group.add_argument(
+        "--replicas",
+        type=integer(1),
+        default=env_default("--replicas", None),
+        help="engines on Ray, one per actor (default: 1)",
+    )
+    group.add_argument(
+        "--replica-cpus",
+        type=positive_number("a number of CPUs above 0"),
+        default=env_default("--replica-cpus", None),
+        help="CPUs Ray reserves for each engine, which lays its runners out over them (default: 1)",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=env_default("--ray-address", None),
+        help="the Ray cluster to join (auto, or host:port of its head); default: start a Ray "
+        "instance of this machine alone (node address 127.0.0.1) for as long as the command runs",
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None, *, raising: bool = False) -> argparse.Namespace:
+    """The command line, every value checked (boolean variables included); `raising`: a bad
+    one raises SettingError (its message the command line's) instead of exiting."""
+    parser = build_parser(raising=raising)
+    args = parser.parse_args(argv)
+    for name in BOOLEAN_FLAGS:
+        if hasattr(args, name):
+            try:
+                setattr(args, name, boolean(getattr(args, name)))
+            except argparse.ArgumentTypeError as exc:
+                parser.error(f"argument --{name.replace('_', '-')}: {exc}")
+    if args.command in ("serve", "embed") and args.prompt is None:
+        try:
+            args.prompt = [name_and_text(line) for line in env_lines("--prompt") or ()]
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --prompt: {exc}")
+    if not args.ray:
+        given = [flag for flag in RAY_ONLY_FLAGS if getattr(args, flag) is not None]
+        if given:
+            parser.error(f"argument --{given[0].replace('_', '-')} needs --ray")
+    else:
+        args.replicas = args.replicas or 1
+        args.replica_cpus = args.replica_cpus or 1.0
+    if args.command == "compile":
+        _check_models(parser, args)
+    if args.command == "serve":
+        _check_models(parser, args)
+        try:  # the limits that need no model; create_app checks the model's length too
+            configs_from_args(args)[2].check_limits()
+        except SettingError as exc:
+            parser.error(exc.cli_message)
+    return args
+
+
+def _check_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The models to serve come from one place: the positional MODELs (or POOLSERVE_MODEL), or
+    --config; `args.model` is the first (or only) one."""
+    if not args.models and args.config is None:
+        args.models = [env_default("--model", None)]
+    if args.config is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("MODEL", args.models),
+                ("--served-model-name", args.served_model_name),
+                ("--prompt", args.prompt),
+            )
+            if value
+        ]
+        if given:
+            parser.error(f"{given[0]} and --config: with --config, the file names each model")
+    elif len(args.models) > 1 and args.served_model_name:
+        parser.error("--served-model-name names one model; with several, name them in --config")
+    elif len(args.models) > 1 and args.prompt:
+        parser.error("--prompt applies to one model; with several, give prompts in --config")
+    if args.ray and (args.config is not None or len(args.models) > 1):
+        parser.error("--ray serves one model; serve several as separate Ray applications")
+    args.model = args.models[0] if args.models else None
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
+    model, engine = model_engine_configs(args)
+    server = ServerConfig(
+        host=args.host,
+        port=args.port,
+        served_model_name=tuple(args.served_model_name) if args.served_model_name else None,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        max_request_bytes=args.max_request_bytes,
+        max_client_batch_size=args.max_client_batch_size,
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_queued_tokens=args.max_queued_tokens,
+        max_request_tokens=args.max_request_tokens,
+        max_admission_wait=args.max_admission_wait,
+        request_timeout=args.request_timeout,
+        protect_metrics=args.protect_metrics,
+        shutdown_timeout=args.shutdown_timeout,
+        api_keys=tuple(args.api_key or env_list("--api-key") or ()),
+        allowed_origins=tuple(args.allowed_origins or env_list("--allowed-origins") or ()),
+        gzip_min_bytes=args.gzip_min_bytes,
+    )
+    return model, engine, server
