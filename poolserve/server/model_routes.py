@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from fastapi import APIRouter
 
-from poolserve.server.cohere_routes import cohere_router
+from poolserve.server.apis.cohere import cohere_router
 from poolserve.server.playground_routes import playground_router
 from poolserve.server.pooling_routes import (
     classify_router,

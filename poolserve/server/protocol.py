@@ -231,34 +231,6 @@ class RerankRequest(WireModel):
         return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
 
 
-class CohereEmbedRequest(WireModel):
-    """Cohere `POST /v2/embed` and `/v1/embed` (texts; images are not served)."""
-
-    texts: list[StrictStr] = Field(min_length=1, description="the texts to embed")
-    model: StrictStr | None = None
-    input_type: (
-        Literal["search_document", "search_query", "classification", "clustering"] | None
-    ) = Field(
-        None,
-        description="picks the model's prompt for this use (README, Cohere embed); "
-        "default: the model's default prompt",
-    )
-    embedding_types: (
-        list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None
-    ) = Field(None, min_length=1, description="the types to return (default: float)")
-    truncate: Literal["NONE", "START", "END"] = Field(
-        "END",
-        description="inputs longer than the model takes (or than max_tokens): an error, or "
-        "cut at the start or the end",
-    )
-    output_dimension: Annotated[StrictInt, Field(ge=1)] | None = Field(
-        None, description="keep the first N dimensions (then re-normalize)"
-    )
-    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = Field(
-        None, description="cut each input to N tokens, at the end `truncate` names"
-    )
-
-
 class TeiRequest(WireModel):
     """What text-embeddings-inference's routes share: truncation, off by default."""
 

@@ -65,40 +65,6 @@ class EmbeddingResponse(ListEnvelope):
     data: list[EmbeddingItem]
 
 
-class CohereEmbeddings(Documented):
-    """Each type asked for in `embedding_types` (README, "Compact embedding types")."""
-
-    float_: list[list[float]] | None = Field(None, alias="float")
-    int8: list[list[int]] | None = None
-    uint8: list[list[int]] | None = None
-    binary: list[list[int]] | None = Field(None, description="packed bits, as int8")
-    ubinary: list[list[int]] | None = Field(None, description="packed bits, as uint8")
-    base64: list[str] | None = Field(None, description="little-endian float32 bytes")
-
-
-class CohereBilledUnits(Documented):
-    input_tokens: int
-
-
-class CohereApiVersion(Documented):
-    version: Literal["1", "2"]
-
-
-class CohereMeta(Documented):
-    api_version: CohereApiVersion
-    billed_units: CohereBilledUnits
-
-
-class CohereEmbedResponse(Documented):
-    """Cohere's embed response: by type, or (v1 without embedding_types) a list of floats."""
-
-    id: str
-    embeddings: CohereEmbeddings | list[list[float]]
-    texts: list[str]
-    meta: CohereMeta
-    response_type: Literal["embeddings_by_type", "embeddings_floats"]
-
-
 class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
     """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
     input (`/embed_all`)."""

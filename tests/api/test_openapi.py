@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
+from poolserve.server.apis import cohere
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio
@@ -24,17 +25,17 @@ pytestmark = pytest.mark.anyio
 EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/v1/embeddings", {"input": ["a", "b"]}, schemas.EmbeddingResponse),
     ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, schemas.EmbeddingResponse),
-    ("/v2/embed", {"texts": ["a"]}, schemas.CohereEmbedResponse),
+    ("/v2/embed", {"texts": ["a"]}, cohere.CohereEmbedResponse),
     (
         "/v2/embed",
         {
             "texts": ["a"],
             "embedding_types": ["float", "int8", "uint8", "binary", "ubinary", "base64"],
         },
-        schemas.CohereEmbedResponse,
+        cohere.CohereEmbedResponse,
     ),
-    ("/v1/embed", {"texts": ["a", "b"]}, schemas.CohereEmbedResponse),
-    ("/v1/embed", {"texts": ["a"], "embedding_types": ["int8"]}, schemas.CohereEmbedResponse),
+    ("/v1/embed", {"texts": ["a", "b"]}, cohere.CohereEmbedResponse),
+    ("/v1/embed", {"texts": ["a"], "embedding_types": ["int8"]}, cohere.CohereEmbedResponse),
     ("/pooling", {"input": ["a"]}, schemas.PoolingResponse),
     ("/pooling", {"input": ["a"], "task": "token_embed"}, schemas.PoolingResponse),
     ("/pooling", {"input": "a", "encoding_format": "base64"}, schemas.PoolingResponse),
