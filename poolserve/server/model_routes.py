@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from fastapi import APIRouter
 
 from poolserve.server.apis.cohere import cohere_router
+from poolserve.server.apis.openai import embeddings_router
 from poolserve.server.playground_routes import playground_router
 from poolserve.server.pooling_routes import (
     classify_router,
@@ -15,7 +16,7 @@ from poolserve.server.pooling_routes import (
     score_router,
     sparse_router,
 )
-from poolserve.server.routes import embeddings_router, router
+from poolserve.server.routes import router
 from poolserve.server.tei_routes import (
     tei_embed_router,
     tei_inference_router,

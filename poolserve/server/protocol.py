@@ -114,36 +114,6 @@ class InputRequest(WireModel):
         return value
 
 
-class EmbeddingRequest(InputRequest):
-    """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options."""
-
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = None
-    normalize: StrictBool | None = None
-    prompt_name: StrictStr | None = Field(
-        None,
-        description="one of the model's prompts (GET /v1/models lists them), put before each "
-        "text; default: the model's default prompt",
-    )
-    prompt: StrictStr | None = Field(
-        None, description="a prompt's text, put before each text (instead of prompt_name)"
-    )
-    embed_dtype: Literal["float32", "float16", "bfloat16", "int8", "uint8", "binary", "ubinary"] = (
-        Field(
-            "float32",
-            description="the numbers' type (README, Compact embedding types); with base64, the "
-            "bytes' type (the OpenAI client decodes float32 only)",
-        )
-    )
-    endianness: Literal["little", "big"] = Field(
-        "little", description="byte order of base64 values wider than a byte"
-    )
-
-    def wants_normalize(self) -> bool | None:
-        """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
-        return self.normalize if self.normalize is not None else self.use_activation
-
-
 class ClassifyRequest(InputRequest):
     """vLLM `POST /classify`."""
 

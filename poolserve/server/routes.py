@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -13,17 +11,15 @@ from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response
-from poolserve.server.handlers import parse_tei_or_other, read_inputs, serve_task, state_of
+from poolserve.server.handlers import parse_tei_or_other, state_of
 from poolserve.server.protocol import (
     DetokenizeRequest,
-    EmbeddingRequest,
     TeiTokenizeRequest,
     TokenizeRequest,
 )
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
     DetokenizeResponse,
-    EmbeddingResponse,
     Health,
     ModelCard,
     ModelList,
@@ -34,39 +30,10 @@ from poolserve.server.schemas import (
     documented,
 )
 from poolserve.server.state import ServingState
-from poolserve.server.wire import openai, tei
+from poolserve.server.wire import tei
 from poolserve.service import ModelService
-from poolserve.tasks.embed import EmbedRequest
 
 router = APIRouter()
-embeddings_router = APIRouter()
-
-
-@embeddings_router.post("/v1/embeddings", **documented(EmbeddingResponse, EmbeddingRequest))
-async def create_embeddings(request: Request) -> Response:
-    _, service, wire, inputs = await read_inputs(request, EmbeddingRequest)
-    embed = service.tasks.embed
-    assert embed is not None  # model_for chose a model that serves this route
-    params = service.pooling_params(
-        normalize=wire.wants_normalize(),
-        dimensions=wire.dimensions,
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-    )
-    return await serve_task(
-        request,
-        service,
-        embed,
-        EmbedRequest(inputs, service.tasks.prompts.resolve(wire.prompt_name, wire.prompt)),
-        params,
-        partial(
-            openai.embeddings_body,
-            encoding_format=wire.encoding_format,
-            embed_dtype=wire.embed_dtype,
-            endianness=wire.endianness,
-        ),
-        timeout=wire.request_timeout,
-    )
 
 
 def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:

@@ -53,18 +53,6 @@ class ListEnvelope(Documented):
     usage: Usage
 
 
-class EmbeddingItem(Documented):
-    object: Literal["embedding"]
-    index: int
-    embedding: list[float] | str = Field(
-        description="floats, or with encoding_format base64 little-endian float32 bytes"
-    )
-
-
-class EmbeddingResponse(ListEnvelope):
-    data: list[EmbeddingItem]
-
-
 class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
     """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
     input (`/embed_all`)."""

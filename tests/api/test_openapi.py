@@ -16,15 +16,15 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere
+from poolserve.server.apis import cohere, openai
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio
 
 # (route, body, documented response) for each kind of model.
 EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
-    ("/v1/embeddings", {"input": ["a", "b"]}, schemas.EmbeddingResponse),
-    ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, schemas.EmbeddingResponse),
+    ("/v1/embeddings", {"input": ["a", "b"]}, openai.EmbeddingResponse),
+    ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, openai.EmbeddingResponse),
     ("/v2/embed", {"texts": ["a"]}, cohere.CohereEmbedResponse),
     (
         "/v2/embed",

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from poolserve.errors import InvalidRequestError
-from poolserve.server.wire.openai import embeddings_body
+from poolserve.server.apis.openai import embeddings_body
 from poolserve.tasks.base import PoolingParams, ServeContext
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
