@@ -181,16 +181,23 @@ class ServerConfig:
         )
         return 2 * request
 
-    def sized_for(self, outputs: Sequence[tuple[int, bool]], max_model_len: int) -> ServerConfig:
-        """This config with `max_queued_tokens` sized from the machine's memory for models of
-        these `outputs` (see `memory_bound`) where none was given."""
+    def sized_for(
+        self,
+        outputs: Sequence[tuple[int, bool]],
+        max_model_len: int,
+        *,
+        memory_share: float = 1.0,
+    ) -> ServerConfig:
+        """This config with `max_queued_tokens` sized from the machine's memory (this server's
+        `memory_share` of it, where several share the machine) for models of these `outputs`
+        (see `memory_bound`) where none was given."""
         if self.max_queued_tokens is not None:
             return self
         tokens = default_queued_tokens(
             outputs,
             max_requests=self.max_concurrent_requests,
             least=self.least_queued_tokens(max_model_len),
-            memory=machine_memory(),
+            memory=int(machine_memory() * memory_share),
         )
         return replace(self, max_queued_tokens=tokens)
 

@@ -20,9 +20,10 @@ MEMORY_SHARE = 1 / 8
 BYTES_PER_REQUEST = 32 * 1024
 # More admitted work than this is minutes of any CPU's work: a longer queue only delays.
 MOST_QUEUED_TOKENS = 2**21
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_LIMITS = (
-    Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
-    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # v1
+    CGROUP_ROOT / "memory.max",  # cgroup v2, the container's
+    CGROUP_ROOT / "memory/memory.limit_in_bytes",  # v1
 )
 
 
@@ -39,9 +40,14 @@ def admitted_bytes(max_queued_tokens: int, max_requests: int, per_token_bytes: i
 
 
 def machine_memory() -> int:
-    """The bytes of memory this process may use: the machine's, or its cgroup's limit."""
+    """The bytes of memory this process may use: the machine's, or the lowest limit of its
+    cgroups (the container's, and its own: a systemd unit's `MemoryMax=`)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in CGROUP_LIMITS:
+    try:
+        own = cgroup_limit_files(Path("/proc/self/cgroup").read_text())
+    except OSError:
+        own = []
+    for path in (*CGROUP_LIMITS, *own):
         try:
             text = path.read_text().strip()
         except OSError:
@@ -60,6 +66,26 @@ def sized_bound_message(tokens: int, max_requests: int, outputs: Iterable[tuple[
         f"from memory: they hold at most {held / 2**30:.1f} GiB of this machine's "
         f"{machine_memory() / 2**30:.1f} GiB by the README's bound)"
     )
+
+
+def cgroup_limit_files(proc_self_cgroup: str) -> list[Path]:
+    """The memory limit files of a process's cgroup and its parents, from its
+    `/proc/self/cgroup` (v2: `0::/system.slice/poolserve.service`, a systemd unit's
+    `MemoryMax=`; v1: `4:memory:/docker/...`)."""
+    found: list[Path] = []
+    for line in proc_self_cgroup.splitlines():
+        if line.count(":") < 2:
+            continue
+        _, controllers, path = line.split(":", 2)
+        group = Path(path.lstrip("/"))
+        if controllers == "":
+            root, name = CGROUP_ROOT, "memory.max"
+        elif "memory" in controllers.split(","):
+            root, name = CGROUP_ROOT / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        found += [root / parent / name for parent in (group, *group.parents)]
+    return found
 
 
 def default_queued_tokens(

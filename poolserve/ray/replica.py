@@ -8,6 +8,7 @@ answers 429 when it is full, and Ray restarts a replica whose runner died (`chec
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,12 +36,20 @@ class EngineReplica:
 
         self.server_config = server_config
         self.engine = Engine(model_config=model_config, engine_config=engine_config)
+        self.engine_cores = engine_config.cores or os.cpu_count() or 1
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.server import create_app
         from poolserve.server.gc_freeze import freeze_loaded_objects
 
-        app = create_app(self.engine.service, self.server_config)
+        service = self.engine.service
+        # Replicas share their node: each sizes its default bound from its share of the
+        # node's memory, as much as of its cores.
+        cores = self.engine_cores / (os.cpu_count() or 1)
+        config = self.server_config.sized_for(
+            [service.output_floats], service.max_model_len, memory_share=min(1.0, cores)
+        )
+        app = create_app(service, config)
         app.add_middleware(WithoutRequestIdHeader)
         freeze_loaded_objects()  # as `poolserve serve` does: the p99 under load
         return app

@@ -37,6 +37,7 @@ request is a future on the event loop, resolved by whichever thread made room fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
@@ -171,17 +172,19 @@ class AdmissionControl:
             raise self._overloaded(why)  # its Retry-After reads the engines: not under the lock
         return ticket
 
-    async def enter(self, content_length: int | None) -> Ticket:
+    async def enter(self, content_length: int | None, max_wait: float | None = None) -> Ticket:
         """`admit`, except that a request that does not fit waits for room, in arrival order,
-        up to `max_wait` seconds. Refused at once (429, Retry-After from the expected wait)
-        when the requests waiting already number `max_requests` with those admitted, or when
-        the engine's measured rate says that room will not come within `max_wait`."""
+        up to `max_wait` seconds (default and most: the control's). Refused at once (429,
+        Retry-After from the expected wait) when the requests waiting already number
+        `max_requests` with those admitted, or when the engine's measured rate says that room
+        will not come in time."""
+        wait = self.max_wait if max_wait is None else min(max_wait, self.max_wait)
         estimate = self._estimate(content_length)
         with self._lock:
             ticket = self._admit_now(estimate, content_length)
             if ticket is not None:
                 return ticket
-            if self.max_wait <= 0 or self.in_flight + len(self._waiters) >= self.max_requests:
+            if wait <= 0 or self.in_flight + len(self._waiters) >= self.max_requests:
                 why = self._refusal(estimate)
             else:
                 why = ""
@@ -190,35 +193,42 @@ class AdmissionControl:
         rate = self._token_rate()  # outside the lock: it reads the engines
         loop = asyncio.get_running_loop()
         waiter = _Waiter(estimate, content_length, time.monotonic(), loop, loop.create_future())
+        retry_after = None
         with self._lock:
-            expected = self._expected_wait(estimate, rate)
-            if expected > self.max_wait:
-                why = (
-                    f"this request needs {estimate} tokens and the work admitted and waiting "
-                    f"before it takes about {expected:.0f} s at the measured "
-                    f"{rate:.0f} tokens/s, more than --max-admission-wait {self.max_wait:g} s"
-                )
-                retry_after = _seconds(expected)
-            else:
-                self._waiters.append(waiter)
-                self._waiting_tokens += estimate
-                self.waited += 1
-                granted = self._grant_waiters()
+            # In line first: one that may pass the others gets in without a forecast.
+            self._waiters.append(waiter)
+            self._waiting_tokens += estimate
+            granted = self._grant_waiters()
+            if waiter.granted is None:
+                expected = self._expected_wait(estimate, rate)
+                if expected > wait:
+                    self._forget(waiter)
+                    why = (
+                        f"this request needs {estimate} tokens and the work admitted and "
+                        f"waiting before it takes about {expected:.0f} s at the measured "
+                        f"{rate:.0f} tokens/s, more than it may wait ({wait:g} s, "
+                        "--max-admission-wait)"
+                    )
+                    retry_after = _seconds(expected)
+                else:
+                    self.waited += 1
+        self._resolve([each for each in granted if each is not waiter])
         if why:
             raise self._overloaded(why, retry_after)
-        self._resolve([each for each in granted if each is not waiter])
         if waiter.granted is not None:  # it passed the requests waiting before it
             return waiter.granted
-        waiter.timer = loop.call_later(self.max_wait, self._expire, waiter)
+        waiter.timer = loop.call_later(wait, self._expire, waiter, wait)
         try:
             return await waiter.future
         except asyncio.CancelledError:
-            if waiter.timer is not None:
-                waiter.timer.cancel()
+            waiter.timer.cancel()
             with self._lock:
                 ticket = waiter.granted
+                granted = []
                 if waiter.waiting:
                     self._forget(waiter)
+                    granted = self._grant_waiters()  # it may have held the others back
+            self._resolve(granted)
             if ticket is not None:
                 self.release(ticket)
             raise
@@ -307,22 +317,26 @@ class AdmissionControl:
 
     @staticmethod
     def _resolve(granted: list[_Waiter]) -> None:
-        """Outside the lock: wake the granted requests on their event loop."""
+        """Outside the lock (from any thread): wake the granted requests on their event loop,
+        which cancels their timers there (asyncio's handles are the loop's alone)."""
         for waiter in granted:
-            if waiter.timer is not None:
-                waiter.timer.cancel()
-            waiter.loop.call_soon_threadsafe(_set_ticket, waiter)
+            # A closed loop (shutdown): nobody waits any more.
+            with contextlib.suppress(RuntimeError):
+                waiter.loop.call_soon_threadsafe(_set_ticket, waiter)
 
-    def _expire(self, waiter: _Waiter) -> None:
-        """On the event loop: `waiter` has waited `max_wait`; refuse it unless it got in."""
+    def _expire(self, waiter: _Waiter, waited: float) -> None:
+        """On the event loop: `waiter` has waited as long as it may; refuse it unless it got
+        in, and let in those it held back."""
         with self._lock:
             if not waiter.waiting:
                 return
             self._forget(waiter)
+            granted = self._grant_waiters()
             why = (
-                f"this request needs {waiter.estimate} tokens and waited {self.max_wait:g} s "
+                f"this request needs {waiter.estimate} tokens and waited {waited:g} s "
                 "(--max-admission-wait) without room"
             )
+        self._resolve(granted)
         if not waiter.future.done():
             waiter.future.set_exception(self._overloaded(why))
 
@@ -338,7 +352,9 @@ class AdmissionControl:
         the room the bound leaves for it. 0 while the engine has no measured rate yet."""
         if not rate:
             return 0.0
-        return max(0.0, self._work(estimate) - self.max_tokens) / rate
+        # Its own estimate is among the waiting (priced at the average): count it once, whole.
+        work = self._work(estimate) - self._cost_per_estimate * estimate
+        return max(0.0, work - self.max_tokens) / rate
 
     def _work(self, estimate: int) -> float:
         """Under the lock: the tokens the engine runs before room for a new request of
@@ -383,6 +399,8 @@ def _set_ticket(waiter: _Waiter) -> None:
     """On the event loop: hand a granted request its ticket (unless it was cancelled, in which
     case its `enter` gives the ticket back)."""
     assert waiter.granted is not None
+    if waiter.timer is not None:
+        waiter.timer.cancel()
     if not waiter.future.done():
         waiter.future.set_result(waiter.granted)
 
@@ -391,6 +409,19 @@ def content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             return int(value) if value.isdigit() else None
+    return None
+
+
+def asked_timeout(scope: Scope) -> float | None:
+    """The `x-request-timeout` a client asked for, if it is a number of seconds (the handler
+    refuses a bad one): it bounds the wait at the door too."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                return None
+            return seconds if seconds > 0 else None
     return None
 
 
@@ -412,7 +443,7 @@ class AdmissionMiddleware:
             return
         length = content_length(scope)
         try:
-            ticket = await self.control.enter(length)
+            ticket = await self.control.enter(length, asked_timeout(scope))
         except OverloadedError as refusal:
             response = error_response(refusal.status, refusal.message, headers=refusal.headers)
             await response(scope, receive, send)

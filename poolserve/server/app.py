@@ -118,13 +118,14 @@ def create_app(
     for each in (*COMMON_ROUTERS, *(r for s in models for r in task_routers(s.tasks))):
         if not any(each is known for known in routers):
             routers.append(each)
-    # Starlette runs the middleware added last first: metrics, auth, admission, body size, then
-    # our routes dispatched directly (the rest goes on to FastAPI).
+    # Starlette runs the middleware added last first: metrics, auth, body size (a body too
+    # large for any route is refused before it waits for admission), admission, then our
+    # routes dispatched directly (the rest goes on to FastAPI).
     app.add_middleware(
         DirectRouteMiddleware, routes=[route for each in routers for route in each.routes]
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     app.add_middleware(AdmissionMiddleware, control=admission)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     if config.api_keys:
         open_paths = (
             DOCS_PATHS | {"/health", PAGE} | ({"/metrics"} if not config.protect_metrics else set())

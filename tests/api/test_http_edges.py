@@ -10,8 +10,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
+from poolserve.server import create_app
 from tests.api.helpers import serving
 
 pytestmark = pytest.mark.anyio
@@ -148,3 +150,26 @@ async def test_a_gzipped_body_is_read_and_a_bomb_is_refused(engine: Any) -> None
             headers={"content-encoding": "gzip"},
         )
         assert tei.status_code == 200 and len(tei.json()) == 1
+
+
+async def test_a_body_too_large_is_refused_before_it_waits_for_admission(engine: Any) -> None:
+    """With admission full, a `Content-Length` past --max-request-bytes gets its 413 at once:
+    it never waits at the door for room it could not use."""
+    app = create_app(engine.service, ServerConfig(max_request_bytes=4096, max_queued_tokens=16384))
+    admission = app.state.serving.admission
+    async with (
+        LifespanManager(app) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://poolserve.test"
+        ) as client,
+    ):
+        held = [admission.admit(4096), admission.admit(4096)]
+        for ticket in held:
+            admission.resize(ticket, 8192)  # together, the whole bound
+        try:
+            response = await client.post("/v1/embeddings", content=b"x" * 5000)
+            assert response.status_code == 413, response.text
+            assert admission.waited == 0 and admission.waiting == 0
+        finally:
+            for ticket in held:
+                admission.release(ticket)

@@ -432,3 +432,32 @@ def test_help_states_each_default_once(command: str, capsys: pytest.CaptureFixtu
     for flag in flags:
         assert flag.count("default") <= 1 or "POOLSERVE_" in flag, flag
     assert "(default: 256)" in text  # a default the help does not state is still shown
+
+
+def test_the_memory_limit_is_read_from_the_processs_own_cgroups_too() -> None:
+    from pathlib import Path
+
+    from poolserve.memory_bound import cgroup_limit_files
+
+    v2 = cgroup_limit_files("0::/system.slice/poolserve.service\n")
+    assert v2 == [
+        Path("/sys/fs/cgroup/system.slice/poolserve.service/memory.max"),
+        Path("/sys/fs/cgroup/system.slice/memory.max"),
+        Path("/sys/fs/cgroup/memory.max"),
+    ]
+    v1 = cgroup_limit_files("5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n")
+    assert v1 == [
+        Path("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory/docker/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory.max"),
+    ]
+
+
+def test_servers_sharing_a_machine_size_their_bounds_from_their_share() -> None:
+    """A Ray replica of a quarter of the node's cores sizes its default bound from a quarter
+    of its memory: replicas together stay within an eighth of it."""
+    defaults = configs()[2]
+    whole = defaults.sized_for([(384, False)], 256).queued_tokens
+    quarter = defaults.sized_for([(384, False)], 256, memory_share=0.25).queued_tokens
+    assert quarter < whole / 3

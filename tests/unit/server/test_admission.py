@@ -219,7 +219,8 @@ def test_a_request_that_does_not_fit_waits_and_gets_in_when_room_is_made() -> No
         assert admission.admitted_tokens == 990
         first.tokenized([40], last=True)  # tokenized: its cost shrinks to ~its real tokens
         ticket = await third
-        assert ticket.reserved == 300 and admission.waiting == 0 and admission.waited == 2
+        # One waited; the other passed it on arrival.
+        assert ticket.reserved == 300 and admission.waiting == 0 and admission.waited == 1
         for each in (first, second, ticket, await fourth):
             admission.release(each)
         assert admission.admitted_tokens == 0 and admission.in_flight == 0
@@ -349,3 +350,51 @@ def test_a_large_waiting_request_is_passed_over_a_bounded_number_of_times() -> N
         admission.release(held)
 
     asyncio.run(scenario())
+
+
+def test_a_waiting_request_that_gives_up_lets_those_it_held_back_in() -> None:
+    """Passed over MAX_PASSED_OVER times, a waiting request holds the later ones back; when it
+    leaves (its wait is over), they get in at once if they fit."""
+
+    async def scenario() -> None:
+        admission = waiting_control()
+        held = await admission.enter(500)
+        await admission.enter(200)
+        large = await entering_with(admission, 400, max_wait=0.05)
+        small = [await entering(admission, 10) for _ in range(MAX_PASSED_OVER + 2)]
+        assert sum(task.done() for task in small) == MAX_PASSED_OVER
+        with pytest.raises(OverloadedError, match=r"waited 0\.05 s"):
+            await large
+        for task in small:
+            assert (await task).reserved == 10
+        assert admission.waiting == 0
+        admission.release(held)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_fits_is_let_in_whatever_the_forecast_for_the_queue() -> None:
+    """A small request that fits now and may pass the waiting ones gets in, even when the work
+    waiting is more than it may wait for."""
+
+    async def scenario() -> None:
+        admission = waiting_control(rate=100.0, max_wait=10.0, cost_per_estimate=1.0)
+        held = await admission.enter(450)
+        held.tokenized([450], last=True)
+        other = await admission.enter(450)
+        other.tokenized([450], last=True)
+        waiting = await entering(admission, 450)  # 450 tokens of work before it: 4.5 s
+        # 650 tokens before a newcomer: 6.5 s, more than the 2 s it may wait, yet it fits.
+        small = await admission.enter(50, max_wait=2.0)
+        assert small.reserved == 50 and not waiting.done()
+        waiting.cancel()
+
+    asyncio.run(scenario())
+
+
+async def entering_with(
+    admission: AdmissionControl, length: int, *, max_wait: float
+) -> asyncio.Task[Ticket]:
+    task = asyncio.create_task(admission.enter(length, max_wait=max_wait))
+    await asyncio.sleep(0)
+    return task
