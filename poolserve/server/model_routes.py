@@ -9,13 +9,9 @@ from fastapi import APIRouter
 
 from poolserve.server.apis.cohere import cohere_router
 from poolserve.server.apis.openai import embeddings_router
+from poolserve.server.apis.vllm import classify_router, pooling_router
 from poolserve.server.playground_routes import playground_router
-from poolserve.server.pooling_routes import (
-    classify_router,
-    pooling_router,
-    score_router,
-    sparse_router,
-)
+from poolserve.server.pooling_routes import score_router, sparse_router
 from poolserve.server.routes import router
 from poolserve.server.tei_routes import (
     tei_embed_router,

@@ -1,4 +1,5 @@
-"""Routes of the pooling tasks beyond embeddings: classify, score, rerank, pooling, sparse.
+"""Routes of the score and sparse tasks: score, rerank (vLLM's, Jina's, Cohere's and
+text-embeddings-inference's shapes), embed_sparse.
 
 `create_app` includes a router when a served model has its task (see `server/model_routes.py`).
 """
@@ -15,18 +16,14 @@ from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
 from poolserve.server.body import parse_body
 from poolserve.server.errors import answer_tei_errors, name_inputs
-from poolserve.server.handlers import parse_tei_or_other, read_inputs, serve_task, state_of
+from poolserve.server.handlers import parse_tei_or_other, serve_task, state_of
 from poolserve.server.protocol import (
-    ClassifyRequest,
-    PoolingRequest,
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
     TeiRerankRequest,
 )
 from poolserve.server.schemas import (
-    ClassifyResponse,
-    PoolingResponse,
     RerankResponse,
     ScoreResponse,
     SparseResponse,
@@ -36,15 +33,12 @@ from poolserve.server.schemas import (
 from poolserve.server.wire import tei, vllm
 from poolserve.service import ModelService
 from poolserve.tasks.base import Encoder, PoolingParams
-from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
 from poolserve.tasks.score import pair_up
 
-classify_router = APIRouter()
 score_router = APIRouter()
 sparse_router = APIRouter()
-pooling_router = APIRouter()
 
 
 def _params(
@@ -60,29 +54,6 @@ def _params(
         truncate_prompt_tokens=truncate_prompt_tokens,
         truncation_side=truncation_side,
         use_activation=use_activation is not False,
-    )
-
-
-@classify_router.post("/classify", **documented(ClassifyResponse, ClassifyRequest))
-async def classify(request: Request) -> Response:
-    _, service, wire, inputs = await read_inputs(request, ClassifyRequest)
-    task = service.tasks.classify
-    assert task is not None  # model_for chose a model that serves this route
-    params = _params(
-        service,
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-        use_activation=wire.use_activation,
-    )
-    encode = partial(vllm.classify_body, labels=task.classifier.labels)
-    return await serve_task(
-        request,
-        service,
-        task,
-        ClassifyInternal(inputs),
-        params,
-        encode,
-        timeout=wire.request_timeout,
     )
 
 
@@ -200,37 +171,6 @@ async def rerank(request: Request) -> Response:
         rerank=True,
         timeout=wire.request_timeout,
         scorer=wire.scorer,
-    )
-
-
-@pooling_router.post("/pooling", **documented(PoolingResponse, PoolingRequest))
-async def pooling(request: Request) -> Response:
-    _, service, wire, inputs = await read_inputs(request, PoolingRequest)
-    heads = service.tasks.heads
-    head = wire.task or heads[0]
-    if head not in heads:
-        raise InvalidRequestError(
-            f"Unsupported task {head!r} for this {service.kind} model; it supports: "
-            + ", ".join(heads),
-            param="task",
-        )
-    params = _params(
-        service,
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-        use_activation=wire.use_activation,
-        normalize=wire.normalize,
-    )
-    pooling = service.tasks.pooling
-    encode = partial(
-        vllm.pooling_body,
-        head=head,
-        encoding_format=wire.encoding_format,
-        labels=pooling.classifier.labels if pooling.classifier is not None else None,
-    )
-    internal = PoolingInternal(inputs, head)
-    return await serve_task(
-        request, service, pooling, internal, params, encode, timeout=wire.request_timeout
     )
 
 

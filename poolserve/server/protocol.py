@@ -114,18 +114,6 @@ class InputRequest(WireModel):
         return value
 
 
-class ClassifyRequest(InputRequest):
-    """vLLM `POST /classify`."""
-
-
-class PoolingRequest(InputRequest):
-    """vLLM `POST /pooling`: the raw output of one of the model's heads."""
-
-    task: Literal["embed", "classify", "token_embed", "token_classify", "sparse"] | None = None
-    normalize: StrictBool | None = None
-    encoding_format: Literal["float", "base64"] = "float"
-
-
 class SparseEmbedRequest(WireModel):
     """Text-embeddings-inference `POST /embed_sparse`."""
 

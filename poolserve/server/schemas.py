@@ -118,35 +118,8 @@ class SparseEntry(Documented):
     value: float
 
 
-class PoolingItem(Documented):
-    object: Literal["pooling"]
-    index: int
-    data: list[float] | list[list[float]] | list[SparseEntry] | str = Field(
-        description="the head's output: a vector, a vector per token, sparse entries, or "
-        "base64 float32 bytes"
-    )
-    labels: list[str] | None = Field(
-        default=None, description="token_classify: each token's most likely label"
-    )
-
-
-class PoolingResponse(ListEnvelope):
-    data: list[PoolingItem]
-
-
 class SparseResponse(RootModel[list[list[SparseEntry]]]):
     """text-embeddings-inference's /embed_sparse: the non-zero weights of each input."""
-
-
-class ClassifyItem(Documented):
-    index: int
-    label: str | None
-    probs: list[float] = Field(description="probabilities (raw logits with use_activation false)")
-    num_classes: int
-
-
-class ClassifyResponse(ListEnvelope):
-    data: list[ClassifyItem]
 
 
 class ScoreItem(Documented):

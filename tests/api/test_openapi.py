@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai
+from poolserve.server.apis import cohere, openai, vllm
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio
@@ -36,9 +36,9 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ),
     ("/v1/embed", {"texts": ["a", "b"]}, cohere.CohereEmbedResponse),
     ("/v1/embed", {"texts": ["a"], "embedding_types": ["int8"]}, cohere.CohereEmbedResponse),
-    ("/pooling", {"input": ["a"]}, schemas.PoolingResponse),
-    ("/pooling", {"input": ["a"], "task": "token_embed"}, schemas.PoolingResponse),
-    ("/pooling", {"input": "a", "encoding_format": "base64"}, schemas.PoolingResponse),
+    ("/pooling", {"input": ["a"]}, vllm.PoolingResponse),
+    ("/pooling", {"input": ["a"], "task": "token_embed"}, vllm.PoolingResponse),
+    ("/pooling", {"input": "a", "encoding_format": "base64"}, vllm.PoolingResponse),
     ("/score", {"queries": "a", "documents": ["b", "c"]}, schemas.ScoreResponse),
     ("/rerank", {"query": "a", "documents": ["b", "c"]}, schemas.RerankResponse),
     (
@@ -70,15 +70,15 @@ GETS: list[tuple[str, type[BaseModel]]] = [
 ]
 OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
     "classifier_dir": [
-        ("/classify", {"input": ["a", "b"]}, schemas.ClassifyResponse),
-        ("/pooling", {"input": ["a"], "task": "classify"}, schemas.PoolingResponse),
+        ("/classify", {"input": ["a", "b"]}, vllm.ClassifyResponse),
+        ("/pooling", {"input": ["a"], "task": "classify"}, vllm.PoolingResponse),
     ],
     "splade_dir": [
         ("/embed_sparse", {"inputs": ["a b"]}, schemas.SparseResponse),
-        ("/pooling", {"input": ["a b"], "task": "sparse"}, schemas.PoolingResponse),
+        ("/pooling", {"input": ["a b"], "task": "sparse"}, vllm.PoolingResponse),
     ],
     "token_classifier_dir": [
-        ("/pooling", {"input": ["a b"], "task": "token_classify"}, schemas.PoolingResponse),
+        ("/pooling", {"input": ["a b"], "task": "token_classify"}, vllm.PoolingResponse),
     ],
 }
 

@@ -1,0 +1,159 @@
+"""vLLM's pooling API beyond embeddings: `POST /classify` (a classifier's labels and
+probabilities) and `POST /pooling` (the raw output of any of the model's heads): the request
+schemas, the answers (documented and encoded) and the endpoints."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, StrictBool
+
+from poolserve.errors import InvalidRequestError
+from poolserve.models.kinds import Head
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
+from poolserve.server.protocol import InputRequest
+from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
+from poolserve.server.wire.openai import EncodingFormat, base64_float32, list_body
+from poolserve.service import ModelService
+from poolserve.tasks.base import PoolingParams, ServeContext
+from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
+from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
+
+# -- the requests --------------------------------------------------------------------------------
+
+
+class ClassifyRequest(InputRequest):
+    """vLLM `POST /classify`."""
+
+
+class PoolingRequest(InputRequest):
+    """vLLM `POST /pooling`: the raw output of one of the model's heads."""
+
+    task: Literal["embed", "classify", "token_embed", "token_classify", "sparse"] | None = None
+    normalize: StrictBool | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+
+
+# -- the answers ---------------------------------------------------------------------------------
+
+
+class ClassifyItem(Documented):
+    index: int
+    label: str | None
+    probs: list[float] = Field(description="probabilities (raw logits with use_activation false)")
+    num_classes: int
+
+
+class ClassifyResponse(ListEnvelope):
+    data: list[ClassifyItem]
+
+
+class PoolingItem(Documented):
+    object: Literal["pooling"]
+    index: int
+    data: list[float] | list[list[float]] | list[SparseEntry] | str = Field(
+        description="the head's output: a vector, a vector per token, sparse entries, or "
+        "base64 float32 bytes"
+    )
+    labels: list[str] | None = Field(
+        default=None, description="token_classify: each token's most likely label"
+    )
+
+
+class PoolingResponse(ListEnvelope):
+    data: list[PoolingItem]
+
+
+def classify_body(
+    ctx: ServeContext[Any], probabilities: np.ndarray, *, labels: tuple[str, ...]
+) -> bytes:
+    data = [
+        {
+            "index": index,
+            "label": labels[int(np.argmax(row))] if len(labels) == len(row) else None,
+            "probs": row.astype(np.float32),
+            "num_classes": len(row),
+        }
+        for index, row in enumerate(probabilities)
+    ]
+    return list_body(ctx, "classify", data)
+
+
+def pooling_body(
+    ctx: ServeContext[Any],
+    outputs: list[Any],
+    *,
+    head: Head,
+    encoding_format: EncodingFormat,
+    labels: tuple[str, ...] | None,
+) -> bytes:
+    """`/pooling`: each input's output of `head` (sparse: `{index, value}` entries)."""
+    data: list[dict[str, Any]] = []
+    base64_arrays = encoding_format == "base64" and head != "sparse"
+    for index, output in enumerate(outputs):
+        encoded = base64_float32(output) if base64_arrays else output
+        entry: dict[str, Any] = {"index": index, "object": "pooling", "data": encoded}
+        if head == "token_classify" and labels is not None:
+            entry["labels"] = [labels[int(i)] for i in np.argmax(output, -1)]
+        data.append(entry)
+    return list_body(ctx, "pool", data)
+
+
+# -- the endpoints -------------------------------------------------------------------------------
+
+
+def _params(
+    service: ModelService, wire: InputRequest, normalize: bool | None = None
+) -> PoolingParams:
+    return service.pooling_params(
+        normalize=normalize,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
+        use_activation=wire.use_activation is not False,
+    )
+
+
+def _classify(call: Call[ClassifyRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.classify
+    assert task is not None  # model_for chose a model that serves this route
+    encode = partial(classify_body, labels=task.classifier.labels)
+    internal = ClassifyInternal(wire.inputs())
+    return Served(task, internal, _params(service, wire), encode, wire.request_timeout)
+
+
+def _pooling(call: Call[PoolingRequest]) -> Served:
+    wire, service = call.wire, call.service
+    heads = service.tasks.heads
+    head = wire.task or heads[0]
+    if head not in heads:
+        raise InvalidRequestError(
+            f"Unsupported task {head!r} for this {service.kind} model; it supports: "
+            + ", ".join(heads),
+            param="task",
+        )
+    pooling = service.tasks.pooling
+    encode = partial(
+        pooling_body,
+        head=head,
+        encoding_format=wire.encoding_format,
+        labels=pooling.classifier.labels if pooling.classifier is not None else None,
+    )
+    params = _params(service, wire, normalize=wire.normalize)
+    internal = PoolingInternal(wire.inputs(), head)
+    return Served(pooling, internal, params, encode, wire.request_timeout)
+
+
+def _count(wire: InputRequest) -> int:
+    return len(wire.inputs())
+
+
+INPUTS = Inputs[Any]("input", _count)
+classify_router = router_of(
+    [Endpoint("/classify", ClassifyRequest, ClassifyResponse, _classify, INPUTS, "classify")]
+)
+pooling_router = router_of(
+    [Endpoint("/pooling", PoolingRequest, PoolingResponse, _pooling, INPUTS, "pooling")]
+)
