@@ -7,10 +7,18 @@ turns a parsed body, for the model chosen to serve it, into what the request tem
 `handle` runs the same steps for every endpoint: errors in the family's shape, parse the body
 (in the CPU pool), pick the model, check the input count, translate, serve. `router_of` makes
 the routes, and `/docs` documents them, from the declarations alone.
+
+Several families may declare one path (`/rerank`: text-embeddings-inference's body has
+`texts`, Jina's, Cohere's and vLLM's `documents`): each such shape but one says which bodies
+are its own (`matches`, given the decoded JSON and the model the path serves by default), the
+one without is the rest's. The path is one route; the body picks its shape, and its errors take
+that shape's family's form.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -19,7 +27,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from poolserve.server.body import parse_body
+from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.errors import answer_tei_errors, name_inputs
 from poolserve.server.handlers import serve_task, state_of
 from poolserve.server.schemas import ErrorShape, documented
@@ -79,16 +87,52 @@ class Endpoint(Generic[WireT]):
     errors: ErrorShape = "openai"
     # The body's field that names the model (None: the first model that serves the path).
     model_field: str | None = "model"
+    # Where several shapes share the path: whether a body (decoded JSON) is this shape's, for
+    # the model the path serves by default. None: the shape of the bodies no other claims.
+    matches: Callable[[Any, ModelService], bool] | None = None
 
 
-async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
-    """Serve `request` as `endpoint` declares."""
+def _shape_errors(request: Request, endpoint: Endpoint[Any]) -> None:
+    """From here on, `request`'s errors take `endpoint`'s family's form."""
     if endpoint.errors == "tei":
         answer_tei_errors(request)
     if endpoint.inputs.cut_with is not None:
         name_inputs(request, endpoint.inputs.field, endpoint.inputs.cut_with)
+
+
+async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
+    """Serve `request` as `endpoint` declares."""
+    _shape_errors(request, endpoint)
     state = state_of(request)
     wire = await parse_body(request, endpoint.body, state.cpu)
+    return await _serve(request, state, endpoint, wire)
+
+
+async def handle_shapes(request: Request, shapes: Sequence[Endpoint[Any]]) -> Response:
+    """Serve `request` as the shape its body is (see the module's docstring)."""
+    if all(shape.errors == "tei" for shape in shapes):
+        _shape_errors(request, shapes[0])  # a body that is not JSON too: one family's form
+    state = state_of(request)
+    default = state.model_for(request.scope, None)
+    picked: list[Endpoint[Any]] = []
+
+    def choose(data: Any) -> type[BaseModel]:
+        shape = next(
+            (s for s in shapes if s.matches is not None and s.matches(data, default)),
+            next(s for s in shapes if s.matches is None),
+        )
+        picked.append(shape)
+        return shape.body
+
+    wire = await parse_chosen_body(
+        request, choose, state.cpu, lambda schema: _shape_errors(request, picked[-1])
+    )
+    return await _serve(request, state, picked[-1], wire)
+
+
+async def _serve(
+    request: Request, state: ServingState, endpoint: Endpoint[Any], wire: Any
+) -> Response:
     model = getattr(wire, endpoint.model_field) if endpoint.model_field else None
     service = state.model_for(request.scope, model)
     state.check_batch(endpoint.inputs.count(wire), endpoint.inputs.field)
@@ -104,23 +148,47 @@ async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
     )
 
 
-def router_of(endpoints: Sequence[Endpoint[Any]]) -> APIRouter:
-    """The routes of `endpoints`, each documented from its declaration."""
-    router = APIRouter()
+def router_of(endpoints: Sequence[Endpoint[Any]], into: APIRouter | None = None) -> APIRouter:
+    """The routes of `endpoints` (added to `into`, or a new router), each documented from its
+    declaration; the shapes of one path are one route (named and described by the first)."""
+    by_path: dict[str, list[Endpoint[Any]]] = {}
     for endpoint in endpoints:
+        by_path.setdefault(endpoint.path, []).append(endpoint)
+    router = into if into is not None else APIRouter()
+    for path, shapes in by_path.items():
+        first = shapes[0]
+        if len(shapes) == 1:
+            docs = documented(first.answer, first.body, errors=first.errors)
+        else:
+            fallbacks = [shape for shape in shapes if shape.matches is None]
+            assert len(fallbacks) == 1, f"{path}: exactly one shape takes the other bodies"
+            errors = {shape.errors for shape in shapes}
+            docs = documented(
+                functools.reduce(operator.or_, [shape.answer for shape in shapes]),
+                *[shape.body for shape in shapes],
+                errors=errors.pop() if len(errors) == 1 else "either",
+            )
         router.add_api_route(
-            endpoint.path,
-            _route(endpoint),
+            path,
+            _route(shapes),
             methods=["POST"],
-            name=endpoint.name,
-            description=endpoint.description,
-            **documented(endpoint.answer, endpoint.body, errors=endpoint.errors),
+            name=first.name,
+            description=first.description,
+            **docs,
         )
     return router
 
 
-def _route(endpoint: Endpoint[Any]) -> Callable[[Request], Any]:
-    async def route(request: Request) -> Response:
-        return await handle(request, endpoint)
+def _route(shapes: list[Endpoint[Any]]) -> Callable[[Request], Any]:
+    if len(shapes) == 1:
+        (endpoint,) = shapes
 
-    return route
+        async def route(request: Request) -> Response:
+            return await handle(request, endpoint)
+
+        return route
+
+    async def shaped_route(request: Request) -> Response:
+        return await handle_shapes(request, shapes)
+
+    return shaped_route

@@ -9,16 +9,17 @@ from fastapi import APIRouter
 
 from poolserve.server.apis.cohere import cohere_router
 from poolserve.server.apis.openai import embeddings_router
-from poolserve.server.apis.vllm import classify_router, pooling_router
-from poolserve.server.playground_routes import playground_router
-from poolserve.server.pooling_routes import score_router, sparse_router
-from poolserve.server.routes import router
-from poolserve.server.tei_routes import (
+from poolserve.server.apis.tei import (
+    sparse_router,
     tei_embed_router,
     tei_inference_router,
     tei_predict_router,
     tei_router,
 )
+from poolserve.server.apis.vllm import classify_router, pooling_router
+from poolserve.server.playground_routes import playground_router
+from poolserve.server.pooling_routes import score_router
+from poolserve.server.routes import router
 from poolserve.tasks.registry import TaskSet
 
 # Served whatever the models are (a body's `model`, if any, picks one; else the first).

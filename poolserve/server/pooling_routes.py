@@ -1,5 +1,6 @@
-"""Routes of the score and sparse tasks: score, rerank (vLLM's, Jina's, Cohere's and
-text-embeddings-inference's shapes), embed_sparse.
+"""Routes of the score task: vLLM's `/score`, and the rerank paths (`/rerank`, `/v1/rerank`,
+`/v2/rerank`) in Jina's, Cohere's and vLLM's shape (declared here) beside
+text-embeddings-inference's (`apis/tei.py`).
 
 `create_app` includes a router when a served model has its task (see `server/model_routes.py`).
 """
@@ -7,6 +8,7 @@ text-embeddings-inference's shapes), embed_sparse.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -14,31 +16,19 @@ from starlette.responses import Response
 
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
+from poolserve.server.apis.tei import RERANK_SHAPES
 from poolserve.server.body import parse_body
-from poolserve.server.errors import answer_tei_errors, name_inputs
-from poolserve.server.handlers import parse_tei_or_other, serve_task, state_of
-from poolserve.server.protocol import (
-    RerankRequest,
-    ScoreRequest,
-    SparseEmbedRequest,
-    TeiRerankRequest,
-)
-from poolserve.server.schemas import (
-    RerankResponse,
-    ScoreResponse,
-    SparseResponse,
-    TeiRerankResponse,
-    documented,
-)
-from poolserve.server.wire import tei, vllm
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
+from poolserve.server.handlers import serve_task, state_of
+from poolserve.server.protocol import RerankRequest, ScoreRequest
+from poolserve.server.schemas import RerankResponse, ScoreResponse, documented
+from poolserve.server.wire import vllm
 from poolserve.service import ModelService
 from poolserve.tasks.base import Encoder, PoolingParams
-from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
 from poolserve.tasks.score import pair_up
 
 score_router = APIRouter()
-sparse_router = APIRouter()
 
 
 def _params(
@@ -123,75 +113,40 @@ async def score(request: Request) -> Response:
     )
 
 
-RERANK_DOCS = documented(
-    RerankResponse | TeiRerankResponse, RerankRequest, TeiRerankRequest, errors="either"
-)
-
-
-@score_router.post("/rerank", **RERANK_DOCS)
-@score_router.post("/v1/rerank", **RERANK_DOCS)
-@score_router.post("/v2/rerank", **RERANK_DOCS)
-async def rerank(request: Request) -> Response:
-    # text-embeddings-inference's shape has `texts`; vLLM's, Jina's and Cohere's `documents`.
-    wire = await parse_tei_or_other(request, "texts", TeiRerankRequest, RerankRequest)
-    if isinstance(wire, TeiRerankRequest):
-        return await _score(
-            request,
-            None,
-            [wire.query],
-            wire.texts,
-            partial(tei.rerank_body, texts=wire.texts, return_text=wire.return_text),
-            truncate_prompt_tokens=-1 if wire.truncate else None,
-            truncation_side=wire.side(),
-            max_tokens_per_doc=None,
-            use_activation=not wire.raw_scores,
-            rerank=True,
-            timeout=wire.request_timeout,
-        )
+def _rerank(call: Call[RerankRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.score
+    assert task is not None  # model_for chose a model that serves this route
     try:
         documents = wire.document_texts()
     except ValueError as exc:
         raise InvalidRequestError(str(exc), param="documents") from None
+    internal = ScoreInternal(
+        queries=[wire.query],
+        documents=documents,
+        pairs=pair_up(1, len(documents)),
+        rerank=True,
+        max_tokens_per_doc=wire.max_tokens_per_doc,
+        scorer=wire.scorer,
+    )
+    params = _params(
+        service,
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
+        use_activation=wire.use_activation,
+    )
     encode = partial(
         vllm.rerank_body,
         documents=documents,
         top_n=wire.top_n,
         return_documents=wire.return_documents,
     )
-    return await _score(
-        request,
-        wire.model,
-        [wire.query],
-        documents,
-        encode,
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-        max_tokens_per_doc=wire.max_tokens_per_doc,
-        use_activation=wire.use_activation,
-        rerank=True,
-        timeout=wire.request_timeout,
-        scorer=wire.scorer,
-    )
+    return Served(task, internal, params, encode, wire.request_timeout)
 
 
-@sparse_router.post("/embed_sparse", **documented(SparseResponse, SparseEmbedRequest, errors="tei"))
-async def embed_sparse(request: Request) -> Response:
-    """text-embeddings-inference's sparse route: each input's nonzero weights."""
-    answer_tei_errors(request)
-    name_inputs(request, "inputs", "`truncate: true`")
-    state = state_of(request)
-    wire = await parse_body(request, SparseEmbedRequest, state.cpu)
-    service = state.model_for(request.scope, wire.model)
-    texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
-    state.check_batch(len(texts), "inputs")
-    params = _params(service, truncate_prompt_tokens=-1 if wire.truncate else None)
-    internal = PoolingInternal(texts, "sparse")
-    return await serve_task(
-        request,
-        service,
-        service.tasks.pooling,
-        internal,
-        params,
-        tei.sparse_body,
-        timeout=wire.request_timeout,
-    )
+DOCUMENTS = Inputs[Any]("documents", lambda wire: len(wire.documents))
+RERANK = [
+    Endpoint(path, RerankRequest, RerankResponse, _rerank, DOCUMENTS, "rerank")
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank")
+]
+router_of([*RERANK, *RERANK_SHAPES], into=score_router)

@@ -9,14 +9,11 @@ from starlette.responses import Response
 
 from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
+from poolserve.server.apis.tei import TeiTokenizeRequest, TeiTokenizeResponse, tokens_body
 from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response
 from poolserve.server.handlers import parse_tei_or_other, state_of
-from poolserve.server.protocol import (
-    DetokenizeRequest,
-    TeiTokenizeRequest,
-    TokenizeRequest,
-)
+from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
     DetokenizeResponse,
@@ -24,13 +21,11 @@ from poolserve.server.schemas import (
     ModelCard,
     ModelList,
     StatsBody,
-    TeiTokenizeResponse,
     TokenizeResponse,
     VersionBody,
     documented,
 )
 from poolserve.server.state import ServingState
-from poolserve.server.wire import tei
 from poolserve.service import ModelService
 
 router = APIRouter()
@@ -72,7 +67,7 @@ async def tokenize(request: Request) -> Response:
             raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
         state.check_batch(len(texts), "inputs")
         body = await cpu.run(
-            lambda: tei.tokens_body(service.tokenizer(), texts, wire.add_special_tokens)
+            lambda: tokens_body(service.tokenizer(), texts, wire.add_special_tokens)
         )
         return json_response(body)
     service = state.model_for(request.scope, wire.model)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from poolserve.server.body import json_body_schema
 
@@ -53,73 +53,9 @@ class ListEnvelope(Documented):
     usage: Usage
 
 
-class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
-    """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
-    input (`/embed_all`)."""
-
-
-class TeiPrediction(Documented):
-    score: float
-    label: str
-
-
-class TeiPredictResponse(RootModel[list[TeiPrediction] | list[list[TeiPrediction]]]):
-    """Each input's labels with their scores, best first (one input sent as a string: its list
-    alone)."""
-
-
-class TeiSimilarityResponse(RootModel[list[float]]):
-    """The cosine of the source sentence with each sentence."""
-
-
-class TeiRerankResult(Documented):
-    index: int
-    score: float
-    text: str | None = None
-
-
-class TeiRerankResponse(RootModel[list[TeiRerankResult]]):
-    """text-embeddings-inference's rerank shape, best first."""
-
-
-class TeiToken(Documented):
-    id: int
-    text: str
-    special: bool
-    start: int | None
-    stop: int | None
-
-
-class TeiTokenizeResponse(RootModel[list[list[TeiToken]]]):
-    """Each text's tokens."""
-
-
-class TeiInfo(Documented):
-    """text-embeddings-inference's `/info`."""
-
-    model_id: str
-    model_sha: str | None
-    model_dtype: str
-    model_type: dict[str, Any]
-    max_concurrent_requests: int
-    max_input_length: int
-    max_batch_tokens: int
-    max_batch_requests: int
-    max_client_batch_size: int
-    auto_truncate: bool
-    tokenization_workers: int
-    version: str
-    prompts: dict[str, str]
-    default_prompt_name: str | None
-
-
 class SparseEntry(Documented):
     index: int = Field(description="vocabulary id")
     value: float
-
-
-class SparseResponse(RootModel[list[list[SparseEntry]]]):
-    """text-embeddings-inference's /embed_sparse: the non-zero weights of each input."""
 
 
 class ScoreItem(Documented):

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai, vllm
+from poolserve.server.apis import cohere, openai, tei, vllm
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio
@@ -49,16 +49,16 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/tokenize", {"prompt": "a b", "return_token_strs": True}, schemas.TokenizeResponse),
     ("/tokenize", {"prompt": "a b"}, schemas.TokenizeResponse),
     ("/detokenize", {"tokens": [101, 102]}, schemas.DetokenizeResponse),
-    ("/embed", {"inputs": ["a", "b"]}, schemas.TeiEmbedResponse),
-    ("/embed_all", {"inputs": "a b"}, schemas.TeiEmbedResponse),
+    ("/embed", {"inputs": ["a", "b"]}, tei.TeiEmbedResponse),
+    ("/embed_all", {"inputs": "a b"}, tei.TeiEmbedResponse),
     (
         "/similarity",
         {"inputs": {"source_sentence": "a", "sentences": ["b"]}},
-        schemas.TeiSimilarityResponse,
+        tei.TeiSimilarityResponse,
     ),
-    ("/rerank", {"query": "a", "texts": ["b"], "return_text": True}, schemas.TeiRerankResponse),
-    ("/tokenize", {"inputs": ["a b"]}, schemas.TeiTokenizeResponse),
-    ("/", {"inputs": "a"}, schemas.TeiEmbedResponse),
+    ("/rerank", {"query": "a", "texts": ["b"], "return_text": True}, tei.TeiRerankResponse),
+    ("/tokenize", {"inputs": ["a b"]}, tei.TeiTokenizeResponse),
+    ("/", {"inputs": "a"}, tei.TeiEmbedResponse),
 ]
 GETS: list[tuple[str, type[BaseModel]]] = [
     ("/v1/models", schemas.ModelList),
@@ -66,7 +66,7 @@ GETS: list[tuple[str, type[BaseModel]]] = [
     ("/health", schemas.Health),
     ("/version", schemas.VersionBody),
     ("/stats", schemas.StatsBody),
-    ("/info", schemas.TeiInfo),
+    ("/info", tei.TeiInfo),
 ]
 OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
     "classifier_dir": [
@@ -74,7 +74,7 @@ OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
         ("/pooling", {"input": ["a"], "task": "classify"}, vllm.PoolingResponse),
     ],
     "splade_dir": [
-        ("/embed_sparse", {"inputs": ["a b"]}, schemas.SparseResponse),
+        ("/embed_sparse", {"inputs": ["a b"]}, tei.SparseResponse),
         ("/pooling", {"input": ["a b"], "task": "sparse"}, vllm.PoolingResponse),
     ],
     "token_classifier_dir": [

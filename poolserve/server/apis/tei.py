@@ -1,0 +1,574 @@
+"""text-embeddings-inference's API (`/embed`, `/embed_all`, `/predict`, `/similarity`,
+`/embed_sparse`, `/info`, and `POST /`, which the Hugging Face `InferenceClient` calls), over the
+same tasks: its request schemas, its answers (documented and encoded: bare lists, no
+envelope) and its endpoints. Its errors take TEI's shape, `{"error", "error_type"}`. Its shapes
+of `/rerank` and `/tokenize` are served by those paths when the body has TEI's fields."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import Field, RootModel, StrictBool, StrictInt, StrictStr, field_validator
+from starlette.responses import Response
+
+from poolserve._version import __version__
+from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.errors import InvalidRequestError
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
+from poolserve.server.errors import answer_tei_errors
+from poolserve.server.handlers import state_of
+from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
+from poolserve.server.responses import json_response
+from poolserve.server.schemas import Documented, SparseEntry, documented
+from poolserve.service import ModelService
+from poolserve.tasks.base import ServeContext
+from poolserve.tasks.classify import ClassifyRequest
+from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.pooling import PoolingRequest
+from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+
+# -- the requests --------------------------------------------------------------------------------
+
+
+class TeiRequest(WireModel):
+    """What text-embeddings-inference's routes share: truncation, off by default."""
+
+    truncate: StrictBool = Field(
+        False, description="cut inputs longer than the model takes (else they are a 400)"
+    )
+    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
+        "Right", description="which end truncation cuts"
+    )
+
+    def side(self) -> Literal["right", "left"]:
+        return "left" if self.truncation_direction.lower() == "left" else "right"
+
+
+class TeiEmbedRequest(TeiRequest):
+    """Text-embeddings-inference `POST /embed` (and `POST /` for an embedding model)."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    normalize: StrictBool = True
+    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
+    dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class TeiEmbedAllRequest(TeiRequest):
+    """Text-embeddings-inference `POST /embed_all`: every token's vector."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+
+
+class ClassificationParameters(StrictModel):
+    """The Hugging Face Inference API's text-classification parameters."""
+
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+    top_k: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+TextPair = Annotated[list[StrictStr], Field(min_length=2, max_length=2)]
+
+
+class TeiPredictRequest(TeiRequest):
+    """Text-embeddings-inference `POST /predict` (and `POST /` for a classifier)."""
+
+    inputs: StrictStr | list[StrictStr] | list[TextPair] = Field(
+        description="a string, an array of strings, or (for a cross-encoder) an array of "
+        "[text, text] pairs"
+    )
+    raw_scores: StrictBool = False
+    parameters: ClassificationParameters | None = None
+
+
+class EmptyParameters(StrictModel):
+    """The Hugging Face Inference API sends `parameters: {}` with some tasks."""
+
+
+class SimilarityInputs(StrictModel):
+    source_sentence: StrictStr
+    sentences: list[StrictStr] = Field(min_length=1)
+
+
+class TeiSimilarityRequest(TeiRequest):
+    """Text-embeddings-inference `POST /similarity` (and `POST /` with these inputs)."""
+
+    inputs: SimilarityInputs
+    parameters: EmptyParameters | None = None
+
+
+class TeiRerankRequest(TeiRequest):
+    """Text-embeddings-inference's `POST /rerank` shape: `query` and `texts`."""
+
+    query: StrictStr
+    texts: list[StrictStr] = Field(min_length=1)
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+
+
+class TeiTokenizeRequest(WireModel):
+    """Text-embeddings-inference's `POST /tokenize` shape: `inputs`."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    add_special_tokens: StrictBool = True
+
+
+class SparseEmbedRequest(WireModel):
+    """Text-embeddings-inference `POST /embed_sparse`."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    model: StrictStr | None = None
+    truncate: StrictBool = False
+
+    @field_validator("inputs")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value and isinstance(value, list):
+            raise ValueError("send at least one input")
+        return value
+
+
+# -- the answers ---------------------------------------------------------------------------------
+
+
+class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
+    """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
+    input (`/embed_all`)."""
+
+
+class TeiPrediction(Documented):
+    score: float
+    label: str
+
+
+class TeiPredictResponse(RootModel[list[TeiPrediction] | list[list[TeiPrediction]]]):
+    """Each input's labels with their scores, best first (one input sent as a string: its list
+    alone)."""
+
+
+class TeiSimilarityResponse(RootModel[list[float]]):
+    """The cosine of the source sentence with each sentence."""
+
+
+class TeiRerankResult(Documented):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TeiRerankResponse(RootModel[list[TeiRerankResult]]):
+    """text-embeddings-inference's rerank shape, best first."""
+
+
+class TeiToken(Documented):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class TeiTokenizeResponse(RootModel[list[list[TeiToken]]]):
+    """Each text's tokens."""
+
+
+class TeiInfo(Documented):
+    """text-embeddings-inference's `/info`."""
+
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    model_type: dict[str, Any]
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+
+
+class SparseResponse(RootModel[list[list[SparseEntry]]]):
+    """text-embeddings-inference's /embed_sparse: the non-zero weights of each input."""
+
+
+NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def sparse_body(ctx: ServeContext[Any], outputs: list[Any]) -> bytes:
+    """`/embed_sparse`: per input, its non-zero `{index, value}` weights."""
+    return orjson.dumps(outputs)
+
+
+def vectors_body(ctx: ServeContext[Any], vectors: np.ndarray) -> bytes:
+    """`/embed`: one vector per input; `/embed_all`: one matrix (a vector per token) each."""
+    return orjson.dumps(vectors, option=NUMPY)
+
+
+def token_vectors_body(ctx: ServeContext[Any], outputs: list[np.ndarray]) -> bytes:
+    return orjson.dumps([output.astype(np.float32) for output in outputs], option=NUMPY)
+
+
+def predictions_body(
+    ctx: ServeContext[Any],
+    scores: np.ndarray,
+    *,
+    labels: tuple[str, ...],
+    top_k: int | None,
+    single: bool,
+) -> bytes:
+    """`/predict`: each input's labels with their scores, best first (the first `top_k`); one
+    input sent as a string gets its list alone, as text-embeddings-inference answers."""
+    per_input = [
+        [
+            {"score": float(row[index]), "label": labels[index]}
+            for index in np.argsort(-row, kind="stable")[:top_k]
+        ]
+        for row in np.atleast_2d(scores)
+    ]
+    return orjson.dumps(per_input[0] if single else per_input)
+
+
+def similarity_body(ctx: ServeContext[Any], scores: np.ndarray) -> bytes:
+    """`/similarity`: the cosine of the source sentence with each sentence."""
+    return orjson.dumps([float(score) for score in scores])
+
+
+def rerank_body(
+    ctx: ServeContext[Any], scores: np.ndarray, *, texts: list[str], return_text: bool
+) -> bytes:
+    """`/rerank` in text-embeddings-inference's shape: `[{index, score, text?}]`, best first."""
+    results: list[dict[str, Any]] = []
+    for index, score in ranked(scores, None):
+        entry: dict[str, Any] = {"index": index, "score": score}
+        if return_text:
+            entry["text"] = texts[index]
+        results.append(entry)
+    return orjson.dumps(results)
+
+
+def tokens_body(tokenizer: TextTokenizer, texts: list[str], add_special_tokens: bool) -> bytes:
+    """`/tokenize` in text-embeddings-inference's shape: per text, its tokens with their ids,
+    text, whether special, and character offsets (null for special tokens)."""
+    answer = []
+    for text, encoding in zip(
+        texts, tokenizer.encodings(texts, add_special_tokens=add_special_tokens), strict=True
+    ):
+        tokens = []
+        for token_id, token, special, (start, stop) in zip(
+            encoding.ids,
+            encoding.tokens,
+            encoding.special_tokens_mask,
+            encoding.offsets,
+            strict=True,
+        ):
+            tokens.append(
+                {
+                    "id": token_id,
+                    "text": token if special else text[start:stop],
+                    "special": bool(special),
+                    "start": None if special else start,
+                    "stop": None if special else stop,
+                }
+            )
+        answer.append(tokens)
+    return orjson.dumps(answer)
+
+
+# -- the endpoints -------------------------------------------------------------------------------
+
+TRUNCATE = "`truncate: true`"
+
+
+def _texts(inputs: str | list[str]) -> list[str]:
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    if not texts:
+        raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
+    return texts
+
+
+def _count(wire: Any) -> int:
+    return 1 if isinstance(wire.inputs, str) else len(wire.inputs)
+
+
+def _embed(call: Call[TeiEmbedRequest]) -> Served:
+    wire, service = call.wire, call.service
+    embed = service.tasks.embed
+    assert embed is not None  # model_for chose a model that serves this route
+    params = service.pooling_params(
+        normalize=wire.normalize,
+        dimensions=wire.dimensions,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    prompt = service.tasks.prompts.resolve(wire.prompt_name, None)
+    internal = EmbedRequest(_texts(wire.inputs), prompt)
+    return Served(embed, internal, params, vectors_body, wire.request_timeout)
+
+
+def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
+    wire, service = call.wire, call.service
+    params = service.pooling_params(
+        normalize=False,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    internal = PoolingRequest(_texts(wire.inputs), "token_embed")
+    return Served(service.tasks.pooling, internal, params, token_vectors_body, wire.request_timeout)
+
+
+def _predict(call: Call[TeiPredictRequest], *, nested: bool) -> Served:
+    wire, service = call.wire, call.service
+    parameters = wire.parameters
+    raw = wire.raw_scores or (parameters is not None and parameters.function_to_apply == "none")
+    asked = parameters.function_to_apply if parameters is not None else None
+    own = service.tasks.classify.classifier.activation if service.tasks.classify else None
+    if asked in ("sigmoid", "softmax") and own is not None and asked != own:
+        raise InvalidRequestError(
+            f"this model's scores come through {own}, not {asked}: leave function_to_apply "
+            'out (or pass it as "none" for the raw logits)',
+            param="parameters.function_to_apply",
+        )
+    params = service.pooling_params(
+        use_activation=not raw,
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+    )
+    top_k = parameters.top_k if parameters is not None else None
+    single = isinstance(wire.inputs, str) and not nested
+    inputs = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
+    if not inputs:
+        raise InvalidRequestError(
+            "inputs is empty; send a text, a list of texts or of [text, text] pairs",
+            param="inputs",
+        )
+    pairs = [item for item in inputs if isinstance(item, list)]
+    if pairs:  # the schema allows texts or pairs, never a mix
+        return _predict_pairs(service, wire, pairs, params)
+    task = service.tasks.classify
+    if task is None and nested:  # POST / served for another model of the server
+        raise InvalidRequestError(
+            "POST / serves embedding models and classifiers; the first model is "
+            f"{service.kind}: use /pooling"
+        )
+    if task is None:
+        raise InvalidRequestError(f"/predict needs a classifier; this is {service.kind}")
+    encode = partial(predictions_body, labels=task.classifier.labels, top_k=top_k, single=single)
+    internal = ClassifyRequest([text for text in inputs if isinstance(text, str)])
+    return Served(task, internal, params, encode, wire.request_timeout)
+
+
+def _predict_pairs(
+    service: ModelService, wire: TeiPredictRequest, pairs: list[list[str]], params: Any
+) -> Served:
+    """[text, text] pairs through a cross-encoder: one score each, labelled."""
+    task = service.tasks.score
+    if service.kind != "cross_encoder" or task is None or service.tasks.classify is None:
+        raise InvalidRequestError(
+            "[text, text] pairs need a cross-encoder; send texts", param="inputs"
+        )
+    queries, documents = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    internal = ScoreRequest(queries, documents, pair_up(len(queries), len(documents)))
+    encode = partial(
+        predictions_body,
+        labels=service.tasks.classify.classifier.labels[:1],
+        top_k=None,
+        single=False,
+    )
+    return Served(
+        task,
+        internal,
+        params,
+        lambda ctx, scores: encode(ctx, scores.reshape(-1, 1)),
+        wire.request_timeout,
+    )
+
+
+def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.score
+    if service.kind != "embedding" or task is None:
+        raise InvalidRequestError(f"/similarity needs an embedding model; this is {service.kind}")
+    sentences = wire.inputs.sentences
+    params = service.pooling_params(
+        truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
+    )
+    internal = ScoreRequest([wire.inputs.source_sentence], sentences, pair_up(1, len(sentences)))
+    return Served(task, internal, params, similarity_body, wire.request_timeout)
+
+
+def _sparse(call: Call[SparseEmbedRequest]) -> Served:
+    wire, service = call.wire, call.service
+    params = service.pooling_params(truncate_prompt_tokens=-1 if wire.truncate else None)
+    internal = PoolingRequest(_texts(wire.inputs), "sparse")
+    return Served(service.tasks.pooling, internal, params, sparse_body, wire.request_timeout)
+
+
+def _rerank(call: Call[TeiRerankRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.score
+    assert task is not None  # model_for chose a model that serves this route
+    internal = ScoreRequest([wire.query], wire.texts, pair_up(1, len(wire.texts)), rerank=True)
+    params = service.pooling_params(
+        truncate_prompt_tokens=-1 if wire.truncate else None,
+        truncation_side=wire.side(),
+        use_activation=not wire.raw_scores,
+    )
+    encode = partial(rerank_body, texts=wire.texts, return_text=wire.return_text)
+    return Served(task, internal, params, encode, wire.request_timeout)
+
+
+INPUTS = Inputs[Any]("inputs", _count, cut_with=TRUNCATE)
+SENTENCES = Inputs[TeiSimilarityRequest](
+    "sentences", lambda wire: len(wire.inputs.sentences), cut_with=TRUNCATE
+)
+TEXTS = Inputs[TeiRerankRequest]("texts", lambda wire: len(wire.texts), cut_with=TRUNCATE)
+
+
+def _tei(
+    path: str, body: Any, answer: Any, translate: Any, inputs: Inputs[Any], name: str, **more: Any
+) -> Endpoint[Any]:
+    return Endpoint(
+        path, body, answer, translate, inputs, name, errors="tei", model_field=None, **more
+    )
+
+
+def _is_similarity(data: Any, service: ModelService) -> bool:
+    return (
+        service.kind == "embedding"
+        and isinstance(data, dict)
+        and isinstance(data.get("inputs"), dict)
+    )
+
+
+def _is_feature_extraction(data: Any, service: ModelService) -> bool:
+    return service.kind == "embedding" and not _is_similarity(data, service)
+
+
+def _has_texts(data: Any, service: ModelService) -> bool:
+    """TEI's rerank body: `texts` where the others have `documents`."""
+    return isinstance(data, dict) and "texts" in data
+
+
+INFERENCE_API = (
+    "The Hugging Face Inference API's one route, as text-embeddings-inference serves it: "
+    "feature extraction and sentence similarity on an embedding model, text classification on "
+    "a classifier or cross-encoder (a single text's labels in a list of one)."
+)
+EMBED_ENDPOINTS = [
+    _tei("/embed", TeiEmbedRequest, TeiEmbedResponse, _embed, INPUTS, "embed"),
+    _tei("/embed_all", TeiEmbedAllRequest, TeiEmbedResponse, _embed_all, INPUTS, "embed_all"),
+    _tei(
+        "/similarity",
+        TeiSimilarityRequest,
+        TeiSimilarityResponse,
+        _similarity,
+        SENTENCES,
+        "similarity",
+    ),
+]
+PREDICT_ENDPOINTS = [
+    _tei(
+        "/predict",
+        TeiPredictRequest,
+        TeiPredictResponse,
+        partial(_predict, nested=False),
+        INPUTS,
+        "predict",
+    )
+]
+# POST /: feature extraction or similarity on an embedding model, else classification.
+INFERENCE_ENDPOINTS = [
+    _tei(
+        "/",
+        TeiEmbedRequest,
+        TeiEmbedResponse,
+        _embed,
+        INPUTS,
+        "inference_api",
+        description=INFERENCE_API,
+        matches=_is_feature_extraction,
+    ),
+    _tei(
+        "/",
+        TeiSimilarityRequest,
+        TeiSimilarityResponse,
+        _similarity,
+        SENTENCES,
+        "inference_api",
+        matches=_is_similarity,
+    ),
+    _tei(
+        "/",
+        TeiPredictRequest,
+        TeiPredictResponse,
+        partial(_predict, nested=True),
+        INPUTS,
+        "inference_api",
+    ),
+]
+SPARSE_ENDPOINTS = [
+    Endpoint(
+        "/embed_sparse",
+        SparseEmbedRequest,
+        SparseResponse,
+        _sparse,
+        INPUTS,
+        "embed_sparse",
+        description="text-embeddings-inference's sparse route: each input's nonzero weights.",
+        errors="tei",
+    )
+]
+# TEI's shape of the rerank paths, beside Jina's, Cohere's and vLLM's (`pooling_routes.py`).
+RERANK_SHAPES = [
+    _tei(path, TeiRerankRequest, TeiRerankResponse, _rerank, TEXTS, "rerank", matches=_has_texts)
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank")
+]
+
+tei_embed_router = router_of(EMBED_ENDPOINTS)
+tei_predict_router = router_of(PREDICT_ENDPOINTS)
+tei_inference_router = router_of(INFERENCE_ENDPOINTS)
+sparse_router = router_of(SPARSE_ENDPOINTS)
+tei_router = APIRouter()
+
+
+@tei_router.get("/info", **documented(TeiInfo, errors="tei"))
+async def info(request: Request) -> Response:
+    """What text-embeddings-inference's `/info` says about the served model."""
+    answer_tei_errors(request)
+    state = state_of(request)
+    service = state.model_for(request.scope, None)
+    classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
+    if classifier is not None:
+        id2label = dict(enumerate(classifier.labels))
+        model_type: dict[str, Any] = {
+            "reranker" if service.kind == "cross_encoder" else "classifier": {
+                "id2label": {str(i): label for i, label in id2label.items()},
+                "label2id": {label: i for i, label in id2label.items()},
+            }
+        }
+    else:
+        pooling = "+".join(service.core.model.layout.pooling_modes)
+        model_type = {"embedding": {"pooling": pooling}}
+    body = {
+        "model_id": service.served_name,
+        "model_sha": None,
+        "model_dtype": str(service.core.model.dtype).removeprefix("torch."),
+        "model_type": model_type,
+        "max_concurrent_requests": state.admission.max_requests,
+        "max_input_length": service.max_model_len,
+        "max_batch_tokens": service.core.config.max_batch_tokens,
+        "max_batch_requests": service.core.config.max_batch_size,
+        "max_client_batch_size": state.max_client_batch_size,
+        "auto_truncate": False,
+        "tokenization_workers": state.cpu.workers,
+        "version": __version__,
+        **service.tasks.prompts.card(),
+    }
+    return json_response(orjson.dumps(body))
