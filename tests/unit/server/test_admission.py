@@ -201,10 +201,19 @@ def waiting_control(
     )
 
 
-async def entering(admission: AdmissionControl, length: int) -> asyncio.Task[Ticket]:
-    """`admission.enter(length)` started, and run until it is admitted or waiting."""
-    task = asyncio.create_task(admission.enter(length))
-    await asyncio.sleep(0)  # one turn of the loop: enter() runs up to its first await
+async def entering(
+    admission: AdmissionControl, length: int, *, max_wait: float | None = None
+) -> asyncio.Task[Ticket]:
+    """`admission.enter(length)` started, and run until it is admitted or waiting: the event
+    is set as the task starts, and the task runs on, without yielding, to its first wait."""
+    started = asyncio.Event()
+
+    async def enter() -> Ticket:
+        started.set()
+        return await admission.enter(length, max_wait)
+
+    task = asyncio.create_task(enter())
+    await started.wait()
     return task
 
 
@@ -360,7 +369,7 @@ def test_a_waiting_request_that_gives_up_lets_those_it_held_back_in() -> None:
         admission = waiting_control()
         held = await admission.enter(500)
         await admission.enter(200)
-        large = await entering_with(admission, 400, max_wait=0.05)
+        large = await entering(admission, 400, max_wait=0.05)
         small = [await entering(admission, 10) for _ in range(MAX_PASSED_OVER + 2)]
         assert sum(task.done() for task in small) == MAX_PASSED_OVER
         with pytest.raises(OverloadedError, match=r"waited 0\.05 s"):
@@ -390,11 +399,3 @@ def test_a_request_that_fits_is_let_in_whatever_the_forecast_for_the_queue() -> 
         waiting.cancel()
 
     asyncio.run(scenario())
-
-
-async def entering_with(
-    admission: AdmissionControl, length: int, *, max_wait: float
-) -> asyncio.Task[Ticket]:
-    task = asyncio.create_task(admission.enter(length, max_wait=max_wait))
-    await asyncio.sleep(0)
-    return task
