@@ -9,7 +9,7 @@ from fastapi import APIRouter
 
 from poolserve.server.apis.cohere import cohere_router
 from poolserve.server.apis.openai import embeddings_router
-from poolserve.server.apis.tei import (
+from poolserve.server.apis.tei.endpoints import (
     sparse_router,
     tei_embed_router,
     tei_inference_router,

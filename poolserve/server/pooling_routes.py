@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.tei import RERANK_SHAPES
+from poolserve.server.apis.tei.endpoints import RERANK_SHAPES
 from poolserve.server.body import parse_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
 from poolserve.server.handlers import serve_task, state_of

@@ -9,7 +9,8 @@ from starlette.responses import Response
 
 from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.tei import TeiTokenizeRequest, TeiTokenizeResponse, tokens_body
+from poolserve.server.apis.tei.answers import TeiTokenizeResponse, tokens_body
+from poolserve.server.apis.tei.requests import TeiTokenizeRequest
 from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response
 from poolserve.server.handlers import parse_tei_or_other, state_of

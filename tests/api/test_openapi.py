@@ -16,7 +16,8 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai, tei, vllm
+from poolserve.server.apis import cohere, openai, vllm
+from poolserve.server.apis.tei import answers as tei
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio

@@ -1,285 +1,52 @@
-"""text-embeddings-inference's API (`/embed`, `/embed_all`, `/predict`, `/similarity`,
-`/embed_sparse`, `/info`, and `POST /`, which the Hugging Face `InferenceClient` calls), over the
-same tasks: its request schemas, its answers (documented and encoded: bare lists, no
-envelope) and its endpoints. Its errors take TEI's shape, `{"error", "error_type"}`. Its shapes
-of `/rerank` and `/tokenize` are served by those paths when the body has TEI's fields."""
+"""text-embeddings-inference's endpoints (`/embed`, `/embed_all`, `/predict`, `/similarity`,
+`/embed_sparse`, `/info`, and `POST /`, which the Hugging Face `InferenceClient` calls), over
+the same tasks, declared; their errors take TEI's shape, `{"error", "error_type"}`. TEI's shape
+of the rerank paths is declared here too (beside the others', `pooling_routes.py`); its
+`/tokenize` shape is served by `/tokenize` (`routes.py`)."""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import numpy as np
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import Field, RootModel, StrictBool, StrictInt, StrictStr, field_validator
 from starlette.responses import Response
 
 from poolserve._version import __version__
-from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
+from poolserve.server.apis.tei.answers import (
+    SparseResponse,
+    TeiEmbedResponse,
+    TeiInfo,
+    TeiPredictResponse,
+    TeiRerankResponse,
+    TeiSimilarityResponse,
+    predictions_body,
+    rerank_body,
+    similarity_body,
+    sparse_body,
+    token_vectors_body,
+    vectors_body,
+)
+from poolserve.server.apis.tei.requests import (
+    SparseEmbedRequest,
+    TeiEmbedAllRequest,
+    TeiEmbedRequest,
+    TeiPredictRequest,
+    TeiRerankRequest,
+    TeiSimilarityRequest,
+)
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
 from poolserve.server.errors import answer_tei_errors
 from poolserve.server.handlers import state_of
-from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
 from poolserve.server.responses import json_response
-from poolserve.server.schemas import Documented, SparseEntry, documented
+from poolserve.server.schemas import documented
 from poolserve.service import ModelService
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest
-from poolserve.tasks.score import ScoreRequest, pair_up, ranked
-
-# -- the requests --------------------------------------------------------------------------------
-
-
-class TeiRequest(WireModel):
-    """What text-embeddings-inference's routes share: truncation, off by default."""
-
-    truncate: StrictBool = Field(
-        False, description="cut inputs longer than the model takes (else they are a 400)"
-    )
-    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
-        "Right", description="which end truncation cuts"
-    )
-
-    def side(self) -> Literal["right", "left"]:
-        return "left" if self.truncation_direction.lower() == "left" else "right"
-
-
-class TeiEmbedRequest(TeiRequest):
-    """Text-embeddings-inference `POST /embed` (and `POST /` for an embedding model)."""
-
-    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
-    normalize: StrictBool = True
-    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
-    dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
-
-
-class TeiEmbedAllRequest(TeiRequest):
-    """Text-embeddings-inference `POST /embed_all`: every token's vector."""
-
-    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
-
-
-class ClassificationParameters(StrictModel):
-    """The Hugging Face Inference API's text-classification parameters."""
-
-    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
-    top_k: Annotated[StrictInt, Field(ge=1)] | None = None
-
-
-TextPair = Annotated[list[StrictStr], Field(min_length=2, max_length=2)]
-
-
-class TeiPredictRequest(TeiRequest):
-    """Text-embeddings-inference `POST /predict` (and `POST /` for a classifier)."""
-
-    inputs: StrictStr | list[StrictStr] | list[TextPair] = Field(
-        description="a string, an array of strings, or (for a cross-encoder) an array of "
-        "[text, text] pairs"
-    )
-    raw_scores: StrictBool = False
-    parameters: ClassificationParameters | None = None
-
-
-class EmptyParameters(StrictModel):
-    """The Hugging Face Inference API sends `parameters: {}` with some tasks."""
-
-
-class SimilarityInputs(StrictModel):
-    source_sentence: StrictStr
-    sentences: list[StrictStr] = Field(min_length=1)
-
-
-class TeiSimilarityRequest(TeiRequest):
-    """Text-embeddings-inference `POST /similarity` (and `POST /` with these inputs)."""
-
-    inputs: SimilarityInputs
-    parameters: EmptyParameters | None = None
-
-
-class TeiRerankRequest(TeiRequest):
-    """Text-embeddings-inference's `POST /rerank` shape: `query` and `texts`."""
-
-    query: StrictStr
-    texts: list[StrictStr] = Field(min_length=1)
-    raw_scores: StrictBool = False
-    return_text: StrictBool = False
-
-
-class TeiTokenizeRequest(WireModel):
-    """Text-embeddings-inference's `POST /tokenize` shape: `inputs`."""
-
-    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
-    add_special_tokens: StrictBool = True
-
-
-class SparseEmbedRequest(WireModel):
-    """Text-embeddings-inference `POST /embed_sparse`."""
-
-    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
-    model: StrictStr | None = None
-    truncate: StrictBool = False
-
-    @field_validator("inputs")
-    @classmethod
-    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
-        if not value and isinstance(value, list):
-            raise ValueError("send at least one input")
-        return value
-
-
-# -- the answers ---------------------------------------------------------------------------------
-
-
-class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):
-    """text-embeddings-inference: a vector per input (`/embed`), or a vector per token of each
-    input (`/embed_all`)."""
-
-
-class TeiPrediction(Documented):
-    score: float
-    label: str
-
-
-class TeiPredictResponse(RootModel[list[TeiPrediction] | list[list[TeiPrediction]]]):
-    """Each input's labels with their scores, best first (one input sent as a string: its list
-    alone)."""
-
-
-class TeiSimilarityResponse(RootModel[list[float]]):
-    """The cosine of the source sentence with each sentence."""
-
-
-class TeiRerankResult(Documented):
-    index: int
-    score: float
-    text: str | None = None
-
-
-class TeiRerankResponse(RootModel[list[TeiRerankResult]]):
-    """text-embeddings-inference's rerank shape, best first."""
-
-
-class TeiToken(Documented):
-    id: int
-    text: str
-    special: bool
-    start: int | None
-    stop: int | None
-
-
-class TeiTokenizeResponse(RootModel[list[list[TeiToken]]]):
-    """Each text's tokens."""
-
-
-class TeiInfo(Documented):
-    """text-embeddings-inference's `/info`."""
-
-    model_id: str
-    model_sha: str | None
-    model_dtype: str
-    model_type: dict[str, Any]
-    max_concurrent_requests: int
-    max_input_length: int
-    max_batch_tokens: int
-    max_batch_requests: int
-    max_client_batch_size: int
-    auto_truncate: bool
-    tokenization_workers: int
-    version: str
-    prompts: dict[str, str]
-    default_prompt_name: str | None
-
-
-class SparseResponse(RootModel[list[list[SparseEntry]]]):
-    """text-embeddings-inference's /embed_sparse: the non-zero weights of each input."""
-
-
-NUMPY = orjson.OPT_SERIALIZE_NUMPY
-
-
-def sparse_body(ctx: ServeContext[Any], outputs: list[Any]) -> bytes:
-    """`/embed_sparse`: per input, its non-zero `{index, value}` weights."""
-    return orjson.dumps(outputs)
-
-
-def vectors_body(ctx: ServeContext[Any], vectors: np.ndarray) -> bytes:
-    """`/embed`: one vector per input; `/embed_all`: one matrix (a vector per token) each."""
-    return orjson.dumps(vectors, option=NUMPY)
-
-
-def token_vectors_body(ctx: ServeContext[Any], outputs: list[np.ndarray]) -> bytes:
-    return orjson.dumps([output.astype(np.float32) for output in outputs], option=NUMPY)
-
-
-def predictions_body(
-    ctx: ServeContext[Any],
-    scores: np.ndarray,
-    *,
-    labels: tuple[str, ...],
-    top_k: int | None,
-    single: bool,
-) -> bytes:
-    """`/predict`: each input's labels with their scores, best first (the first `top_k`); one
-    input sent as a string gets its list alone, as text-embeddings-inference answers."""
-    per_input = [
-        [
-            {"score": float(row[index]), "label": labels[index]}
-            for index in np.argsort(-row, kind="stable")[:top_k]
-        ]
-        for row in np.atleast_2d(scores)
-    ]
-    return orjson.dumps(per_input[0] if single else per_input)
-
-
-def similarity_body(ctx: ServeContext[Any], scores: np.ndarray) -> bytes:
-    """`/similarity`: the cosine of the source sentence with each sentence."""
-    return orjson.dumps([float(score) for score in scores])
-
-
-def rerank_body(
-    ctx: ServeContext[Any], scores: np.ndarray, *, texts: list[str], return_text: bool
-) -> bytes:
-    """`/rerank` in text-embeddings-inference's shape: `[{index, score, text?}]`, best first."""
-    results: list[dict[str, Any]] = []
-    for index, score in ranked(scores, None):
-        entry: dict[str, Any] = {"index": index, "score": score}
-        if return_text:
-            entry["text"] = texts[index]
-        results.append(entry)
-    return orjson.dumps(results)
-
-
-def tokens_body(tokenizer: TextTokenizer, texts: list[str], add_special_tokens: bool) -> bytes:
-    """`/tokenize` in text-embeddings-inference's shape: per text, its tokens with their ids,
-    text, whether special, and character offsets (null for special tokens)."""
-    answer = []
-    for text, encoding in zip(
-        texts, tokenizer.encodings(texts, add_special_tokens=add_special_tokens), strict=True
-    ):
-        tokens = []
-        for token_id, token, special, (start, stop) in zip(
-            encoding.ids,
-            encoding.tokens,
-            encoding.special_tokens_mask,
-            encoding.offsets,
-            strict=True,
-        ):
-            tokens.append(
-                {
-                    "id": token_id,
-                    "text": token if special else text[start:stop],
-                    "special": bool(special),
-                    "start": None if special else start,
-                    "stop": None if special else stop,
-                }
-            )
-        answer.append(tokens)
-    return orjson.dumps(answer)
-
+from poolserve.tasks.score import ScoreRequest, pair_up
 
 # -- the endpoints -------------------------------------------------------------------------------
 

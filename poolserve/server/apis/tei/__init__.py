@@ -1,0 +1,2 @@
+"""text-embeddings-inference's API: its request bodies (`requests.py`), its answers, documented
+and encoded (`answers.py`), and its endpoints (`endpoints.py`)."""

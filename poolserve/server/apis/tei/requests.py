@@ -1,0 +1,106 @@
+"""text-embeddings-inference's request bodies, validated at the edge."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
+
+from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
+
+
+class TeiRequest(WireModel):
+    """What text-embeddings-inference's routes share: truncation, off by default."""
+
+    truncate: StrictBool = Field(
+        False, description="cut inputs longer than the model takes (else they are a 400)"
+    )
+    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
+        "Right", description="which end truncation cuts"
+    )
+
+    def side(self) -> Literal["right", "left"]:
+        return "left" if self.truncation_direction.lower() == "left" else "right"
+
+
+class TeiEmbedRequest(TeiRequest):
+    """Text-embeddings-inference `POST /embed` (and `POST /` for an embedding model)."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    normalize: StrictBool = True
+    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
+    dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class TeiEmbedAllRequest(TeiRequest):
+    """Text-embeddings-inference `POST /embed_all`: every token's vector."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+
+
+class ClassificationParameters(StrictModel):
+    """The Hugging Face Inference API's text-classification parameters."""
+
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+    top_k: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+TextPair = Annotated[list[StrictStr], Field(min_length=2, max_length=2)]
+
+
+class TeiPredictRequest(TeiRequest):
+    """Text-embeddings-inference `POST /predict` (and `POST /` for a classifier)."""
+
+    inputs: StrictStr | list[StrictStr] | list[TextPair] = Field(
+        description="a string, an array of strings, or (for a cross-encoder) an array of "
+        "[text, text] pairs"
+    )
+    raw_scores: StrictBool = False
+    parameters: ClassificationParameters | None = None
+
+
+class EmptyParameters(StrictModel):
+    """The Hugging Face Inference API sends `parameters: {}` with some tasks."""
+
+
+class SimilarityInputs(StrictModel):
+    source_sentence: StrictStr
+    sentences: list[StrictStr] = Field(min_length=1)
+
+
+class TeiSimilarityRequest(TeiRequest):
+    """Text-embeddings-inference `POST /similarity` (and `POST /` with these inputs)."""
+
+    inputs: SimilarityInputs
+    parameters: EmptyParameters | None = None
+
+
+class TeiRerankRequest(TeiRequest):
+    """Text-embeddings-inference's `POST /rerank` shape: `query` and `texts`."""
+
+    query: StrictStr
+    texts: list[StrictStr] = Field(min_length=1)
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+
+
+class TeiTokenizeRequest(WireModel):
+    """Text-embeddings-inference's `POST /tokenize` shape: `inputs`."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    add_special_tokens: StrictBool = True
+
+
+class SparseEmbedRequest(WireModel):
+    """Text-embeddings-inference `POST /embed_sparse`."""
+
+    inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    model: StrictStr | None = None
+    truncate: StrictBool = False
+
+    @field_validator("inputs")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value and isinstance(value, list):
+            raise ValueError("send at least one input")
+        return value
