@@ -13,10 +13,9 @@ from starlette.responses import Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.admission import ticket_of
-from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.body import parse_chosen_body
 from poolserve.server.errors import answer_tei_errors
 from poolserve.server.metrics import REQUEST_ID_KEY
-from poolserve.server.protocol import InputRequest
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
@@ -24,7 +23,6 @@ from poolserve.tasks.base import Encoder, PoolingParams, ServeContext, Task, ser
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
-InputRequestT = TypeVar("InputRequestT", bound=InputRequest)
 
 
 def state_of(request: Request) -> ServingState:
@@ -60,18 +58,6 @@ def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
         "x-inference-time": f"{timings.inference * 1000:.3f}",
         "x-total-time": f"{timings.total * 1000:.3f}",
     }
-
-
-async def read_inputs(
-    request: Request, schema: type[InputRequestT]
-) -> tuple[ServingState, ModelService, InputRequestT, list[str] | list[list[int]]]:
-    """Parse a body whose `input` lists the inputs; choose the model, check the input count."""
-    state = state_of(request)
-    wire = await parse_body(request, schema, state.cpu)
-    service = state.model_for(request.scope, wire.model)
-    inputs = wire.inputs()
-    state.check_batch(len(inputs), "input")
-    return state, service, wire, inputs
 
 
 def _timeout(request: Request, state: ServingState, asked_in_body: float | None) -> float | None:
