@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 
@@ -24,7 +24,7 @@ from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.direct_routes import DirectRouteMiddleware
 from poolserve.server.errors import UnexpectedErrorMiddleware, install_error_handlers
 from poolserve.server.metrics import Metrics, MetricsMiddleware
-from poolserve.server.model_routes import COMMON_ROUTERS, COMMON_ROUTES, model_routes, task_routers
+from poolserve.server.model_routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.playground_routes import ASSETS, PAGE
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
@@ -113,11 +113,7 @@ def create_app(
         gzip_min_bytes=config.gzip_min_bytes,
         max_request_bytes=config.max_request_bytes,
     )
-    # Each router once, if any model serves it.
-    routers: list[APIRouter] = []
-    for each in (*COMMON_ROUTERS, *(r for s in models for r in task_routers(s.tasks))):
-        if not any(each is known for known in routers):
-            routers.append(each)
+    routers = routers_for([service.tasks for service in models])
     # Starlette runs the middleware added last first: metrics, auth, body size (a body too
     # large for any route is refused before it waits for admission), admission, then our
     # routes dispatched directly (the rest goes on to FastAPI).

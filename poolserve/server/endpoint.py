@@ -5,8 +5,9 @@ the documented answer and error shape, how the body names its inputs, and `trans
 turns a parsed body, for the model chosen to serve it, into what the request template runs
 (`Served`: the task, its internal request and options, the encoder of the family's answer).
 `handle` runs the same steps for every endpoint: errors in the family's shape, parse the body
-(in the CPU pool), pick the model, check the input count, translate, serve. `router_of` makes
-the routes, and `/docs` documents them, from the declarations alone.
+(in the CPU pool), pick the model, check the input count, translate, serve. `serves` says which
+models serve it (by their tasks); `router_of` makes the routes, and `/docs` documents them, from
+the declarations alone (`server/apis/__init__.py` lists every family's).
 
 Several families may declare one path (`/rerank`: text-embeddings-inference's body has
 `texts`, Jina's, Cohere's and vLLM's `documents`): each such shape but one says which bodies
@@ -28,12 +29,13 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import answer_tei_errors, name_inputs
+from poolserve.server.errors import ErrorForm, answer_errors_as, name_inputs
 from poolserve.server.handlers import serve_task, state_of
-from poolserve.server.schemas import ErrorShape, documented
+from poolserve.server.schemas import documented
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
 from poolserve.tasks.base import Encoder, PoolingParams, Task
+from poolserve.tasks.registry import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
 
@@ -70,6 +72,24 @@ class Inputs(Generic[WireT]):
     cut_with: str | None = None
 
 
+def every_model(tasks: TaskSet) -> bool:
+    """`Endpoint.serves` of a route every model serves (vLLM's `/pooling`)."""
+    return True
+
+
+def embedders(tasks: TaskSet) -> bool:
+    return tasks.embed is not None
+
+
+def classifiers(tasks: TaskSet) -> bool:
+    return tasks.classify is not None
+
+
+def scorers(tasks: TaskSet) -> bool:
+    """Models that score pairs: cross-encoders, and bi-encoders by their vectors' similarity."""
+    return tasks.score is not None
+
+
 @dataclass(frozen=True)
 class Endpoint(Generic[WireT]):
     """One POST route of an API family."""
@@ -83,19 +103,24 @@ class Endpoint(Generic[WireT]):
     # The route's name in the OpenAPI document (its summary and operation id come from it),
     # and what it does (its description there).
     name: str
+    # Which models serve it, by the tasks they have.
+    serves: Callable[[TaskSet], bool] = every_model
     description: str | None = None
-    errors: ErrorShape = "openai"
+    errors: ErrorForm = "openai"
     # The body's field that names the model (None: the first model that serves the path).
     model_field: str | None = "model"
     # Where several shapes share the path: whether a body (decoded JSON) is this shape's, for
     # the model the path serves by default. None: the shape of the bodies no other claims.
     matches: Callable[[Any, ModelService], bool] | None = None
+    # Other fields whose item counts `--max-client-batch-size` bounds (vLLM's `/score`: queries
+    # and documents), checked after `inputs`.
+    more_inputs: tuple[Inputs[WireT], ...] = ()
 
 
 def _shape_errors(request: Request, endpoint: Endpoint[Any]) -> None:
     """From here on, `request`'s errors take `endpoint`'s family's form."""
-    if endpoint.errors == "tei":
-        answer_tei_errors(request)
+    if endpoint.errors != "openai":
+        answer_errors_as(request, endpoint.errors)
     if endpoint.inputs.cut_with is not None:
         name_inputs(request, endpoint.inputs.field, endpoint.inputs.cut_with)
 
@@ -110,8 +135,9 @@ async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
 
 async def handle_shapes(request: Request, shapes: Sequence[Endpoint[Any]]) -> Response:
     """Serve `request` as the shape its body is (see the module's docstring)."""
-    if all(shape.errors == "tei" for shape in shapes):
-        _shape_errors(request, shapes[0])  # a body that is not JSON too: one family's form
+    forms = {shape.errors for shape in shapes}
+    if len(forms) == 1 and "openai" not in forms:  # a body that is not JSON too: their form
+        answer_errors_as(request, shapes[0].errors)
     state = state_of(request)
     default = state.model_for(request.scope, None)
     picked: list[Endpoint[Any]] = []
@@ -135,7 +161,8 @@ async def _serve(
 ) -> Response:
     model = getattr(wire, endpoint.model_field) if endpoint.model_field else None
     service = state.model_for(request.scope, model)
-    state.check_batch(endpoint.inputs.count(wire), endpoint.inputs.field)
+    for inputs in (endpoint.inputs, *endpoint.more_inputs):
+        state.check_batch(inputs.count(wire), inputs.field)
     served = endpoint.translate(Call(wire, service, state))
     return await serve_task(
         request,
@@ -162,11 +189,10 @@ def router_of(endpoints: Sequence[Endpoint[Any]], into: APIRouter | None = None)
         else:
             fallbacks = [shape for shape in shapes if shape.matches is None]
             assert len(fallbacks) == 1, f"{path}: exactly one shape takes the other bodies"
-            errors = {shape.errors for shape in shapes}
             docs = documented(
                 functools.reduce(operator.or_, [shape.answer for shape in shapes]),
                 *[shape.body for shape in shapes],
-                errors=errors.pop() if len(errors) == 1 else "either",
+                errors=tuple(shape.errors for shape in shapes),
             )
         router.add_api_route(
             path,

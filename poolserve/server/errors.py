@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from difflib import get_close_matches
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import FastAPI, Request
@@ -181,15 +181,17 @@ def _no_such_route(request: Request) -> str:
     )
 
 
-# Set in a request's scope by a handler that answers in text-embeddings-inference's shape: its
-# errors take that shape too, `{"error", "error_type"}`.
-TEI_ERRORS = "poolserve.tei_errors"
+# Set in a request's scope by a handler whose API family answers errors in its own shape
+# (`ErrorForm`: absent, OpenAI's): text-embeddings-inference's `{"error", "error_type"}`,
+# Voyage AI's `{"detail"}`.
+ERROR_FORM = "poolserve.error_form"
+ErrorForm = Literal["openai", "tei", "voyage"]
 _TEI_ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
 
 
-def answer_tei_errors(request: Request) -> None:
-    """From here on, `request`'s errors take text-embeddings-inference's shape."""
-    request.scope[TEI_ERRORS] = True
+def answer_errors_as(request: Request, form: ErrorForm) -> None:
+    """From here on, `request`'s errors take `form`'s shape."""
+    request.scope[ERROR_FORM] = form
 
 
 def tei_error_response(
@@ -199,6 +201,29 @@ def tei_error_response(
     return Response(
         orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )
+
+
+def detail_error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """Voyage AI's error shape (FastAPI's): `{"detail": message}`."""
+    return Response(
+        orjson.dumps({"detail": message}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+_FAMILY_ERRORS = {"tei": tei_error_response, "voyage": detail_error_response}
+
+
+def _family_error(
+    request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response | None:
+    """The error in the shape the request's family answers in, unless that is OpenAI's."""
+    render = _FAMILY_ERRORS.get(request.scope.get(ERROR_FORM, "openai"))
+    return render(status, message, headers) if render is not None else None
 
 
 # A route of another API family: how its request names its inputs and how to cut one.
@@ -217,8 +242,9 @@ def poolserve_error_response(request: Request, exc: PoolserveError) -> Response:
         exc = exc.reworded(*naming)
     if exc.status == 500:  # the model failed; overload, timeouts and 503s are expected
         logger.error("request %s failed: %s", request.url.path, exc.message)
-    if request.scope.get(TEI_ERRORS):
-        return tei_error_response(exc.status, exc.message, exc.headers)
+    family = _family_error(request, exc.status, exc.message, exc.headers)
+    if family is not None:
+        return family
     return error_response(
         exc.status, exc.message, error_type=exc.error_type, param=exc.param, headers=exc.headers
     )
@@ -250,9 +276,7 @@ def unexpected_error_response(request: Request) -> Response:
     from the `except` block)."""
     logger.exception("unexpected error on %s", request.url.path)
     message = "internal server error; the server log has the details"
-    if request.scope.get(TEI_ERRORS):
-        return tei_error_response(500, message)
-    return error_response(500, message)
+    return _family_error(request, 500, message) or error_response(500, message)
 
 
 class UnexpectedErrorMiddleware:

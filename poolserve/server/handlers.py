@@ -14,7 +14,7 @@ from starlette.responses import Response
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.server.admission import ticket_of
 from poolserve.server.body import parse_chosen_body
-from poolserve.server.errors import answer_tei_errors
+from poolserve.server.errors import answer_errors_as
 from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
@@ -45,7 +45,7 @@ async def parse_tei_or_other(
 
     def chosen(schema: type[TeiT] | type[OtherT]) -> None:
         if schema is tei:
-            answer_tei_errors(request)
+            answer_errors_as(request, "tei")
 
     return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
 

@@ -72,6 +72,11 @@ class WireModel(StrictModel):
 Truncation = Annotated[StrictInt, Field(ge=-1)]
 TextOrTexts = StrictStr | list[StrictStr]
 TEXT_OR_TEXTS = "a string or an array of strings"
+Scorer = Literal["dense", "sparse", "colbert", "m3"]
+SCORER = (
+    "BGE-M3: score by its dense vectors (default), lexical weights, ColBERT vectors, or M3's "
+    "weighted sum of the three; other models score one way"
+)
 
 
 class InputRequest(WireModel):
@@ -112,66 +117,6 @@ class InputRequest(WireModel):
         if isinstance(value[0], int):
             return [value]
         return value
-
-
-class ScoreRequest(WireModel):
-    """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
-
-    model: StrictStr | None = None
-    queries: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    documents: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    truncate_prompt_tokens: Truncation | None = None
-    truncation_side: Literal["right", "left"] = Field(
-        "right", description="which end truncation cuts: the last tokens, or the first"
-    )
-    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
-    use_activation: StrictBool | None = None
-    scorer: Literal["dense", "sparse", "colbert", "m3"] | None = Field(
-        None,
-        description="BGE-M3: score by its dense vectors (default), lexical weights, ColBERT "
-        "vectors, or M3's weighted sum of the three; other models score one way",
-    )
-
-    def sides(self) -> tuple[list[str], list[str]]:
-        first = self.queries if self.queries is not None else self.text_1
-        second = self.documents if self.documents is not None else self.text_2
-        if first is None or second is None:
-            raise ValueError("send `queries` and `documents` (or `text_1` and `text_2`)")
-        queries = [first] if isinstance(first, str) else first
-        documents = [second] if isinstance(second, str) else second
-        return queries, documents
-
-
-class RerankDocument(StrictModel):
-    text: StrictStr
-
-
-class RerankRequest(WireModel):
-    """`POST /rerank`, `/v1/rerank`, `/v2/rerank` (Jina / Cohere shape)."""
-
-    model: StrictStr | None = None
-    query: StrictStr
-    documents: list[StrictStr | RerankDocument] = Field(
-        min_length=1, description="an array of strings or of objects with a `text` string"
-    )
-    top_n: Annotated[StrictInt, Field(ge=0)] | None = None
-    return_documents: StrictBool = True
-    truncate_prompt_tokens: Truncation | None = None
-    truncation_side: Literal["right", "left"] = Field(
-        "right", description="which end truncation cuts: the last tokens, or the first"
-    )
-    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
-    use_activation: StrictBool | None = None
-    scorer: Literal["dense", "sparse", "colbert", "m3"] | None = Field(
-        None,
-        description="BGE-M3: score by its dense vectors (default), lexical weights, ColBERT "
-        "vectors, or M3's weighted sum of the three; other models score one way",
-    )
-
-    def document_texts(self) -> list[str]:
-        return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
 
 
 class TokenizeRequest(WireModel):

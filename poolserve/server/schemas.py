@@ -7,11 +7,14 @@ documentation cannot drift from what is sent.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from poolserve.server.body import json_body_schema
+from poolserve.server.errors import ErrorForm
 
 
 class Documented(BaseModel):
@@ -40,6 +43,12 @@ class TeiErrorBody(Documented):
     error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
 
 
+class DetailErrorBody(Documented):
+    """Voyage AI's error shape (FastAPI's), on its routes' Voyage bodies."""
+
+    detail: str = Field(description="what went wrong and how to fix the request")
+
+
 class Usage(Documented):
     prompt_tokens: int
     total_tokens: int
@@ -56,35 +65,6 @@ class ListEnvelope(Documented):
 class SparseEntry(Documented):
     index: int = Field(description="vocabulary id")
     value: float
-
-
-class ScoreItem(Documented):
-    object: Literal["score"]
-    index: int
-    score: float
-
-
-class ScoreResponse(ListEnvelope):
-    data: list[ScoreItem]
-
-
-class RerankedDocument(Documented):
-    text: str
-
-
-class RerankResult(Documented):
-    index: int = Field(description="the document's position in the request")
-    relevance_score: float
-    document: RerankedDocument | None = Field(
-        default=None, description="absent with return_documents false"
-    )
-
-
-class RerankResponse(Documented):
-    id: str
-    model: str
-    results: list[RerankResult] = Field(description="best first")
-    usage: Usage
 
 
 class TokenizeResponse(Documented):
@@ -234,36 +214,41 @@ _ERRORS = {
 }
 
 
-# Which shape a route's errors take: OpenAI's, text-embeddings-inference's, or either (a route
-# that takes both families' bodies answers in the family of the body).
-ErrorShape = Literal["openai", "tei", "either"]
 # What the door refuses before any route reads the body is in OpenAI's shape: 401 always, 413
 # and 429 sometimes (later, the route's own).
 _AT_THE_DOOR = {401}
 _AT_THE_DOOR_OR_LATER = {413, 429}
+_ERROR_BODIES: dict[ErrorForm, Any] = {
+    "openai": ErrorBody,
+    "tei": TeiErrorBody,
+    "voyage": DetailErrorBody,
+}
 
 
-def _error_model(shape: ErrorShape, status: int) -> Any:
-    if shape == "openai" or status in _AT_THE_DOOR:
-        return ErrorBody
-    if shape == "either" or status in _AT_THE_DOOR_OR_LATER:
-        return ErrorBody | TeiErrorBody
-    return TeiErrorBody
+def _error_model(forms: tuple[ErrorForm, ...], status: int) -> Any:
+    """The documented error body of a route whose errors take `forms`' shapes (a route that
+    takes several families' bodies answers in the family of the body)."""
+    if status in _AT_THE_DOOR:
+        forms = ("openai",)
+    elif status in _AT_THE_DOOR_OR_LATER:
+        forms = ("openai", *forms)
+    return functools.reduce(operator.or_, [_ERROR_BODIES[form] for form in dict.fromkeys(forms)])
 
 
 def documented(
     response: Any,
     request: type[BaseModel] | None = None,
     *more_requests: type[BaseModel],
-    errors: ErrorShape = "openai",
+    errors: ErrorForm | tuple[ErrorForm, ...] = "openai",
 ) -> dict[str, Any]:
     """Route keywords that document a request body (read by the route itself; one of several
     where the route serves several API families' shapes), responses (`response` a model,
     or a union of models) and the shape of its errors."""
     responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
     statuses = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
+    forms = (errors,) if isinstance(errors, str) else errors
     for status, description in statuses.items():
-        responses[status] = {"model": _error_model(errors, status), "description": description}
+        responses[status] = {"model": _error_model(forms, status), "description": description}
     keywords: dict[str, Any] = {"responses": responses}
     if request is not None:
         keywords["openapi_extra"] = json_body_schema(request, *more_requests)

@@ -4,7 +4,7 @@
              ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
 A task supplies only its differences (`Task`) and stops at its result; how a result is written
-on the wire belongs to each API family (`server/wire/`), passed in as `encode`. `serve` (async,
+on the wire belongs to each API family (`server/apis/`), passed in as `encode`. `serve` (async,
 for HTTP, with an encoder), `run_async` and `run_sync` (the Python API, results) drive the same
 stages, so every entrance gives identical results.
 """

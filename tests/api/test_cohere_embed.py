@@ -180,3 +180,11 @@ async def test_input_type_picks_the_models_prompt(tmp_path: Path) -> None:
                 )
                 expected = reference.encode(QUERIES, **options)
                 assert_close_vectors(body["embeddings"]["float"], expected, FP32_COSINE)
+            # Voyage AI's input types pick the same prompts (its shape of /v1/embeddings).
+            for input_type, prompt_name in (("query", "query"), ("document", "document")):
+                body = await post_ok(
+                    http, "/v1/embeddings", {"input": QUERIES, "input_type": input_type}
+                )
+                expected = reference.encode(QUERIES, prompt_name=prompt_name)
+                got = [item["embedding"] for item in body["data"]]
+                assert_close_vectors(got, expected, FP32_COSINE)

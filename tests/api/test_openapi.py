@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai, vllm
+from poolserve.server.apis import cohere, openai, rerank, vllm, voyage
 from poolserve.server.apis.tei import answers as tei
 from tests.api.helpers import load_engine, serving
 
@@ -40,12 +40,27 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/pooling", {"input": ["a"]}, vllm.PoolingResponse),
     ("/pooling", {"input": ["a"], "task": "token_embed"}, vllm.PoolingResponse),
     ("/pooling", {"input": "a", "encoding_format": "base64"}, vllm.PoolingResponse),
-    ("/score", {"queries": "a", "documents": ["b", "c"]}, schemas.ScoreResponse),
-    ("/rerank", {"query": "a", "documents": ["b", "c"]}, schemas.RerankResponse),
+    ("/score", {"queries": "a", "documents": ["b", "c"]}, vllm.ScoreResponse),
+    ("/rerank", {"query": "a", "documents": ["b", "c"]}, rerank.RerankResponse),
     (
         "/rerank",
         {"query": "a", "documents": ["b"], "return_documents": False},
-        schemas.RerankResponse,
+        rerank.RerankResponse,
+    ),
+    (
+        "/v1/embeddings",
+        {"input": ["a", "b"], "input_type": "query", "output_dtype": "int8"},
+        voyage.VoyageEmbedResponse,
+    ),
+    (
+        "/v1/embeddings",
+        {"input": "a", "truncation": True, "encoding_format": "base64"},
+        voyage.VoyageEmbedResponse,
+    ),
+    (
+        "/v1/rerank",
+        {"query": "a", "documents": ["b", "c"], "top_k": 1, "return_documents": True},
+        voyage.VoyageRerankResponse,
     ),
     ("/tokenize", {"prompt": "a b", "return_token_strs": True}, schemas.TokenizeResponse),
     ("/tokenize", {"prompt": "a b"}, schemas.TokenizeResponse),
@@ -143,6 +158,7 @@ def documented_error_shapes(spec: dict[str, Any], path: str, status: int) -> set
 ERROR_MODELS: dict[str, type[BaseModel]] = {
     "ErrorBody": schemas.ErrorBody,
     "TeiErrorBody": schemas.TeiErrorBody,
+    "DetailErrorBody": schemas.DetailErrorBody,
 }
 
 
@@ -162,8 +178,8 @@ def assert_documented_error(spec: dict[str, Any], path: str, response: httpx.Res
 
 
 # Bad bodies on every route of text-embeddings-inference's family, and on the routes that take
-# its bodies next to another family's: each error in the documented shape.
-TEI_ROUTE_ERRORS = [
+# its bodies or Voyage AI's next to another family's: each error in the documented shape.
+FAMILY_ROUTE_ERRORS = [
     ("/embed", {"inputs": []}, "TeiErrorBody"),
     ("/embed", {"inputs": "a", "unknown": 1}, "TeiErrorBody"),
     ("/embed_all", {"inputs": 5}, "TeiErrorBody"),
@@ -173,13 +189,17 @@ TEI_ROUTE_ERRORS = [
     ("/rerank", {"query": "a", "documents": ["b"], "top_n": "x"}, "ErrorBody"),
     ("/tokenize", {"inputs": ["a"], "add_special_tokens": 2}, "TeiErrorBody"),
     ("/tokenize", {"prompt": 5}, "ErrorBody"),
+    ("/v1/embeddings", {"input": [], "input_type": "query"}, "DetailErrorBody"),
+    ("/v1/embeddings", {"input": "a", "truncation": True, "dimensions": 8}, "DetailErrorBody"),
+    ("/v1/embeddings", {"input": "a", "dimensions": "8"}, "ErrorBody"),
+    ("/v1/rerank", {"query": "a", "documents": ["b"], "top_k": 0}, "DetailErrorBody"),
 ]
 
 
 async def test_errors_take_the_shape_the_spec_documents_for_their_route(engine: Any) -> None:
     async with serving(engine) as client:
         spec = (await client.get("/openapi.json")).json()
-        for path, body, shape in TEI_ROUTE_ERRORS:
+        for path, body, shape in FAMILY_ROUTE_ERRORS:
             response = await client.post(path, json=body)
             assert response.status_code == 400, (path, body, response.text)
             assert assert_documented_error(spec, path, response) == shape, (path, body)

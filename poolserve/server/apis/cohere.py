@@ -15,10 +15,10 @@ import orjson
 from pydantic import Field, StrictInt, StrictStr
 
 from poolserve.errors import InvalidRequestError
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
+from poolserve.server.apis.envelope import base64_float32
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
-from poolserve.server.wire.openai import base64_float32
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
@@ -172,7 +172,14 @@ VERSIONS: tuple[tuple[str, Version, str], ...] = (
     ("/v1/embed", "1", "embed_v1"),
 )
 ENDPOINTS = [
-    Endpoint(path, CohereEmbedRequest, CohereEmbedResponse, partial(_embed, version), TEXTS, name)
+    Endpoint(
+        path,
+        CohereEmbedRequest,
+        CohereEmbedResponse,
+        partial(_embed, version),
+        TEXTS,
+        name,
+        serves=embedders,
+    )
     for path, version, name in VERSIONS
 ]
-cohere_router = router_of(ENDPOINTS)

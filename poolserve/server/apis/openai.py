@@ -11,10 +11,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
+from poolserve.server.apis.envelope import EncodingFormat, list_body
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import InputRequest
 from poolserve.server.schemas import Documented, ListEnvelope
-from poolserve.server.wire.openai import EncodingFormat, list_body
 from poolserve.tasks.base import ServeContext
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import EmbedDType, as_dtype, as_floats
@@ -129,6 +129,6 @@ ENDPOINTS = [
         _embeddings,
         Inputs("input", lambda wire: len(wire.inputs())),
         "create_embeddings",
+        serves=embedders,
     )
 ]
-embeddings_router = router_of(ENDPOINTS)

@@ -1,31 +1,70 @@
 """vLLM's pooling API beyond embeddings: `POST /classify` (a classifier's labels and
-probabilities) and `POST /pooling` (the raw output of any of the model's heads): the request
-schemas, the answers (documented and encoded) and the endpoints."""
+probabilities), `POST /score` (pairs' scores, 1:1, 1:N or N:N) and `POST /pooling` (the raw
+output of any of the model's heads): the request schemas, the answers (documented and encoded)
+and the endpoints. vLLM's rerank shape, which Jina and Cohere share, is `apis/rerank.py`'s."""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
-from poolserve.server.protocol import InputRequest
+from poolserve.server.apis.envelope import EncodingFormat, base64_float32, list_body
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, classifiers, scorers
+from poolserve.server.protocol import (
+    SCORER,
+    TEXT_OR_TEXTS,
+    InputRequest,
+    Scorer,
+    TextOrTexts,
+    Truncation,
+    WireModel,
+)
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
-from poolserve.server.wire.openai import EncodingFormat, base64_float32, list_body
 from poolserve.service import ModelService
 from poolserve.tasks.base import PoolingParams, ServeContext
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
+from poolserve.tasks.score import ScoreRequest as ScoreInternal
+from poolserve.tasks.score import pair_up
 
 # -- the requests --------------------------------------------------------------------------------
 
 
 class ClassifyRequest(InputRequest):
     """vLLM `POST /classify`."""
+
+
+class ScoreRequest(WireModel):
+    """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
+
+    model: StrictStr | None = None
+    queries: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    documents: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    use_activation: StrictBool | None = None
+    scorer: Scorer | None = Field(None, description=SCORER)
+
+    def sides(self) -> tuple[list[str], list[str]]:
+        first = self.queries if self.queries is not None else self.text_1
+        second = self.documents if self.documents is not None else self.text_2
+        if first is None or second is None:
+            raise InvalidRequestError(
+                "send `queries` and `documents` (or `text_1` and `text_2`)", param="queries"
+            )
+        queries = [first] if isinstance(first, str) else first
+        documents = [second] if isinstance(second, str) else second
+        return queries, documents
 
 
 class PoolingRequest(InputRequest):
@@ -48,6 +87,16 @@ class ClassifyItem(Documented):
 
 class ClassifyResponse(ListEnvelope):
     data: list[ClassifyItem]
+
+
+class ScoreItem(Documented):
+    object: Literal["score"]
+    index: int
+    score: float
+
+
+class ScoreResponse(ListEnvelope):
+    data: list[ScoreItem]
 
 
 class PoolingItem(Documented):
@@ -81,6 +130,14 @@ def classify_body(
     return list_body(ctx, "classify", data)
 
 
+def score_body(ctx: ServeContext[Any], scores: np.ndarray) -> bytes:
+    data = [
+        {"index": index, "object": "score", "score": float(score)}
+        for index, score in enumerate(scores)
+    ]
+    return list_body(ctx, "score", data)
+
+
 def pooling_body(
     ctx: ServeContext[Any],
     outputs: list[Any],
@@ -105,7 +162,7 @@ def pooling_body(
 
 
 def _params(
-    service: ModelService, wire: InputRequest, normalize: bool | None = None
+    service: ModelService, wire: InputRequest | ScoreRequest, normalize: bool | None = None
 ) -> PoolingParams:
     return service.pooling_params(
         normalize=normalize,
@@ -122,6 +179,21 @@ def _classify(call: Call[ClassifyRequest]) -> Served:
     encode = partial(classify_body, labels=task.classifier.labels)
     internal = ClassifyInternal(wire.inputs())
     return Served(task, internal, _params(service, wire), encode, wire.request_timeout)
+
+
+def _score(call: Call[ScoreRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.score
+    assert task is not None  # model_for chose a model that serves this route
+    queries, documents = wire.sides()
+    internal = ScoreInternal(
+        queries=queries,
+        documents=documents,
+        pairs=pair_up(len(queries), len(documents)),
+        max_tokens_per_doc=wire.max_tokens_per_doc,
+        scorer=wire.scorer,
+    )
+    return Served(task, internal, _params(service, wire), score_body, wire.request_timeout)
 
 
 def _pooling(call: Call[PoolingRequest]) -> Served:
@@ -151,9 +223,30 @@ def _count(wire: InputRequest) -> int:
 
 
 INPUTS = Inputs[Any]("input", _count)
-classify_router = router_of(
-    [Endpoint("/classify", ClassifyRequest, ClassifyResponse, _classify, INPUTS, "classify")]
-)
-pooling_router = router_of(
-    [Endpoint("/pooling", PoolingRequest, PoolingResponse, _pooling, INPUTS, "pooling")]
-)
+QUERIES = Inputs[ScoreRequest]("queries", lambda wire: len(wire.sides()[0]))
+DOCUMENTS = Inputs[ScoreRequest]("documents", lambda wire: len(wire.sides()[1]))
+ENDPOINTS = [
+    Endpoint(
+        "/classify",
+        ClassifyRequest,
+        ClassifyResponse,
+        _classify,
+        INPUTS,
+        "classify",
+        serves=classifiers,
+    ),
+    *[
+        Endpoint(
+            path,
+            ScoreRequest,
+            ScoreResponse,
+            _score,
+            QUERIES,
+            "score",
+            serves=scorers,
+            more_inputs=(DOCUMENTS,),
+        )
+        for path in ("/score", "/v1/score")
+    ],
+    Endpoint("/pooling", PoolingRequest, PoolingResponse, _pooling, INPUTS, "pooling"),
+]

@@ -1,8 +1,8 @@
 """text-embeddings-inference's endpoints (`/embed`, `/embed_all`, `/predict`, `/similarity`,
 `/embed_sparse`, `/info`, and `POST /`, which the Hugging Face `InferenceClient` calls), over
 the same tasks, declared; their errors take TEI's shape, `{"error", "error_type"}`. TEI's shape
-of the rerank paths is declared here too (beside the others', `pooling_routes.py`); its
-`/tokenize` shape is served by `/tokenize` (`routes.py`)."""
+of the rerank paths is declared here too (beside the others', `apis/rerank.py`); its
+`/tokenize` shape is served by `/tokenize` (`apis/admin.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
+from poolserve.server.apis.rerank import PATHS as RERANK_PATHS
 from poolserve.server.apis.tei.answers import (
     SparseResponse,
     TeiEmbedResponse,
@@ -37,8 +38,16 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, router_of
-from poolserve.server.errors import answer_tei_errors
+from poolserve.server.endpoint import (
+    Call,
+    Endpoint,
+    Inputs,
+    Served,
+    classifiers,
+    embedders,
+    scorers,
+)
+from poolserve.server.errors import answer_errors_as
 from poolserve.server.handlers import state_of
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
@@ -46,6 +55,7 @@ from poolserve.service import ModelService
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest
+from poolserve.tasks.registry import TaskSet
 from poolserve.tasks.score import ScoreRequest, pair_up
 
 # -- the endpoints -------------------------------------------------------------------------------
@@ -199,11 +209,35 @@ TEXTS = Inputs[TeiRerankRequest]("texts", lambda wire: len(wire.texts), cut_with
 
 
 def _tei(
-    path: str, body: Any, answer: Any, translate: Any, inputs: Inputs[Any], name: str, **more: Any
+    path: str,
+    body: Any,
+    answer: Any,
+    translate: Any,
+    inputs: Inputs[Any],
+    name: str,
+    serves: Any,
+    **more: Any,
 ) -> Endpoint[Any]:
     return Endpoint(
-        path, body, answer, translate, inputs, name, errors="tei", model_field=None, **more
+        path,
+        body,
+        answer,
+        translate,
+        inputs,
+        name,
+        serves,
+        errors="tei",
+        model_field=None,
+        **more,
     )
+
+
+def _embedders_or_classifiers(tasks: TaskSet) -> bool:
+    return embedders(tasks) or classifiers(tasks)
+
+
+def _sparse_models(tasks: TaskSet) -> bool:
+    return bool(tasks.sparse)
 
 
 def _is_similarity(data: Any, service: ModelService) -> bool:
@@ -228,9 +262,17 @@ INFERENCE_API = (
     "feature extraction and sentence similarity on an embedding model, text classification on "
     "a classifier or cross-encoder (a single text's labels in a list of one)."
 )
-EMBED_ENDPOINTS = [
-    _tei("/embed", TeiEmbedRequest, TeiEmbedResponse, _embed, INPUTS, "embed"),
-    _tei("/embed_all", TeiEmbedAllRequest, TeiEmbedResponse, _embed_all, INPUTS, "embed_all"),
+ENDPOINTS = [
+    _tei("/embed", TeiEmbedRequest, TeiEmbedResponse, _embed, INPUTS, "embed", embedders),
+    _tei(
+        "/embed_all",
+        TeiEmbedAllRequest,
+        TeiEmbedResponse,
+        _embed_all,
+        INPUTS,
+        "embed_all",
+        embedders,
+    ),
     _tei(
         "/similarity",
         TeiSimilarityRequest,
@@ -238,9 +280,8 @@ EMBED_ENDPOINTS = [
         _similarity,
         SENTENCES,
         "similarity",
+        embedders,
     ),
-]
-PREDICT_ENDPOINTS = [
     _tei(
         "/predict",
         TeiPredictRequest,
@@ -248,10 +289,9 @@ PREDICT_ENDPOINTS = [
         partial(_predict, nested=False),
         INPUTS,
         "predict",
-    )
-]
-# POST /: feature extraction or similarity on an embedding model, else classification.
-INFERENCE_ENDPOINTS = [
+        classifiers,
+    ),
+    # POST /: feature extraction or similarity on an embedding model, else classification.
     _tei(
         "/",
         TeiEmbedRequest,
@@ -259,6 +299,7 @@ INFERENCE_ENDPOINTS = [
         _embed,
         INPUTS,
         "inference_api",
+        _embedders_or_classifiers,
         description=INFERENCE_API,
         matches=_is_feature_extraction,
     ),
@@ -269,6 +310,7 @@ INFERENCE_ENDPOINTS = [
         _similarity,
         SENTENCES,
         "inference_api",
+        _embedders_or_classifiers,
         matches=_is_similarity,
     ),
     _tei(
@@ -278,9 +320,22 @@ INFERENCE_ENDPOINTS = [
         partial(_predict, nested=True),
         INPUTS,
         "inference_api",
+        _embedders_or_classifiers,
     ),
-]
-SPARSE_ENDPOINTS = [
+    # TEI's shape of the rerank paths, beside Jina's, Cohere's and vLLM's (`apis/rerank.py`).
+    *[
+        _tei(
+            path,
+            TeiRerankRequest,
+            TeiRerankResponse,
+            _rerank,
+            TEXTS,
+            "rerank",
+            scorers,
+            matches=_has_texts,
+        )
+        for path in RERANK_PATHS
+    ],
     Endpoint(
         "/embed_sparse",
         SparseEmbedRequest,
@@ -288,27 +343,18 @@ SPARSE_ENDPOINTS = [
         _sparse,
         INPUTS,
         "embed_sparse",
+        _sparse_models,
         description="text-embeddings-inference's sparse route: each input's nonzero weights.",
         errors="tei",
-    )
+    ),
 ]
-# TEI's shape of the rerank paths, beside Jina's, Cohere's and vLLM's (`pooling_routes.py`).
-RERANK_SHAPES = [
-    _tei(path, TeiRerankRequest, TeiRerankResponse, _rerank, TEXTS, "rerank", matches=_has_texts)
-    for path in ("/rerank", "/v1/rerank", "/v2/rerank")
-]
-
-tei_embed_router = router_of(EMBED_ENDPOINTS)
-tei_predict_router = router_of(PREDICT_ENDPOINTS)
-tei_inference_router = router_of(INFERENCE_ENDPOINTS)
-sparse_router = router_of(SPARSE_ENDPOINTS)
-tei_router = APIRouter()
+ROUTES = APIRouter()
 
 
-@tei_router.get("/info", **documented(TeiInfo, errors="tei"))
+@ROUTES.get("/info", **documented(TeiInfo, errors="tei"))
 async def info(request: Request) -> Response:
     """What text-embeddings-inference's `/info` says about the served model."""
-    answer_tei_errors(request)
+    answer_errors_as(request, "tei")
     state = state_of(request)
     service = state.model_for(request.scope, None)
     classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None

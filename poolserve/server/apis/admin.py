@@ -1,4 +1,7 @@
-"""Routes every model serves, and OpenAI embeddings: validate, then hand over to the template."""
+"""The routes every server has, whatever its models: tokenize and detokenize (vLLM's shape, and
+text-embeddings-inference's `/tokenize`), the model list, health, version, metrics and stats.
+
+They run no task, so they are routes written out rather than declared endpoints."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from poolserve.server.schemas import (
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
 
-router = APIRouter()
+ROUTES = APIRouter()
 
 
 def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:
@@ -47,13 +50,13 @@ def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:
     )
 
 
-@router.post(
+@ROUTES.post(
     "/tokenize",
     **documented(
         TokenizeResponse | TeiTokenizeResponse,
         TokenizeRequest,
         TeiTokenizeRequest,
-        errors="either",
+        errors=("openai", "tei"),
     ),
 )
 async def tokenize(request: Request) -> Response:
@@ -81,7 +84,7 @@ def _detokenize(service: ModelService, wire: DetokenizeRequest) -> bytes:
     return orjson.dumps({"prompt": tokenizer.decode(wire.tokens)})
 
 
-@router.post("/detokenize", **documented(DetokenizeResponse, DetokenizeRequest))
+@ROUTES.post("/detokenize", **documented(DetokenizeResponse, DetokenizeRequest))
 async def detokenize(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, DetokenizeRequest, state.cpu)
@@ -104,7 +107,7 @@ def _model_card(state: ServingState, service: ModelService, name: str) -> dict[s
     }
 
 
-@router.get("/v1/models", **documented(ModelList))
+@ROUTES.get("/v1/models", **documented(ModelList))
 async def list_models(request: Request) -> Response:
     """Every served name of every model, in the models' order."""
     state = state_of(request)
@@ -116,7 +119,7 @@ async def list_models(request: Request) -> Response:
     return json_response(orjson.dumps({"object": "list", "data": models}))
 
 
-@router.get("/v1/models/{model_id:path}", **documented(ModelCard))
+@ROUTES.get("/v1/models/{model_id:path}", **documented(ModelCard))
 async def retrieve_model(request: Request, model_id: str) -> Response:
     """One served model (the OpenAI client's `models.retrieve`); 404 names the served ones."""
     state = state_of(request)
@@ -124,8 +127,8 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
     return json_response(orjson.dumps(_model_card(state, service, model_id)))
 
 
-@router.get("/health", **documented(Health))
-@router.head("/health", operation_id="health_head")
+@ROUTES.get("/health", **documented(Health))
+@ROUTES.head("/health", operation_id="health_head")
 async def health(request: Request) -> Response:
     models = state_of(request).models
     dead = [service.served_name for service in models if not service.alive]
@@ -144,12 +147,12 @@ async def health(request: Request) -> Response:
     )
 
 
-@router.get("/version", **documented(VersionBody))
+@ROUTES.get("/version", **documented(VersionBody))
 async def version() -> Response:
     return json_response(orjson.dumps({"version": __version__}))
 
 
-@router.get(
+@ROUTES.get(
     "/metrics",
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
 )
@@ -160,7 +163,7 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/stats", **documented(StatsBody))
+@ROUTES.get("/stats", **documented(StatsBody))
 async def engine_stats(request: Request) -> Response:
     """Engine and admission counters since start-up (batches, batch sizes, skipped items,
     tokens in work, admitted cost), as JSON; /metrics has them for Prometheus. The engine's

@@ -1,4 +1,5 @@
-"""OpenAI's list envelope, which vLLM's shapes use too, and base64 of float32 vectors."""
+"""What the API families' answers share: OpenAI's list envelope (vLLM's shapes use it too),
+its usage, and base64 of float32 vectors."""
 
 from __future__ import annotations
 

@@ -1,0 +1,133 @@
+"""The rerank API vLLM, Jina and Cohere share (`POST /rerank`, `/v1/rerank`, `/v2/rerank`: a
+query and documents, answered best first), over the score task: its request schema, its answer
+(documented and encoded) and its endpoints. Other families' shapes of the same paths
+(text-embeddings-inference's `texts`, Voyage AI's `top_k`) are declared in theirs."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import orjson
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
+from poolserve.server.apis.envelope import usage
+from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, scorers
+from poolserve.server.protocol import SCORER, Scorer, StrictModel, Truncation, WireModel
+from poolserve.server.schemas import Documented, Usage
+from poolserve.tasks.base import ServeContext
+from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+
+PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+class RerankDocument(StrictModel):
+    text: StrictStr
+
+
+class RerankRequest(WireModel):
+    """`POST /rerank`, `/v1/rerank`, `/v2/rerank` (Jina / Cohere shape)."""
+
+    model: StrictStr | None = None
+    query: StrictStr
+    documents: list[StrictStr | RerankDocument] = Field(
+        min_length=1, description="an array of strings or of objects with a `text` string"
+    )
+    top_n: Annotated[StrictInt, Field(ge=0)] | None = None
+    return_documents: StrictBool = True
+    truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    use_activation: StrictBool | None = None
+    scorer: Scorer | None = Field(None, description=SCORER)
+
+    def document_texts(self) -> list[str]:
+        return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
+
+
+# -- the answer ----------------------------------------------------------------------------------
+
+
+class RerankedDocument(Documented):
+    text: str
+
+
+class RerankResult(Documented):
+    index: int = Field(description="the document's position in the request")
+    relevance_score: float
+    document: RerankedDocument | None = Field(
+        default=None, description="absent with return_documents false"
+    )
+
+
+class RerankResponse(Documented):
+    id: str
+    model: str
+    results: list[RerankResult] = Field(description="best first")
+    usage: Usage
+
+
+def rerank_body(
+    ctx: ServeContext[Any],
+    scores: np.ndarray,
+    *,
+    documents: list[str],
+    top_n: int | None,
+    return_documents: bool,
+) -> bytes:
+    results: list[dict[str, Any]] = []
+    for index, score in ranked(scores, top_n):
+        entry: dict[str, Any] = {"index": index, "relevance_score": score}
+        if return_documents:
+            entry["document"] = {"text": documents[index]}
+        results.append(entry)
+    return orjson.dumps(
+        {
+            "id": f"rerank-{ctx.request_id}",
+            "model": ctx.model_name,
+            "results": results,
+            "usage": usage(ctx),
+        }
+    )
+
+
+# -- the endpoints -------------------------------------------------------------------------------
+
+
+def _rerank(call: Call[RerankRequest]) -> Served:
+    wire, service = call.wire, call.service
+    task = service.tasks.score
+    assert task is not None  # model_for chose a model that serves this route
+    documents = wire.document_texts()
+    internal = ScoreRequest(
+        queries=[wire.query],
+        documents=documents,
+        pairs=pair_up(1, len(documents)),
+        rerank=True,
+        max_tokens_per_doc=wire.max_tokens_per_doc,
+        scorer=wire.scorer,
+    )
+    params = service.pooling_params(
+        truncate_prompt_tokens=wire.truncate_prompt_tokens,
+        truncation_side=wire.truncation_side,
+        use_activation=wire.use_activation is not False,
+    )
+    encode = partial(
+        rerank_body,
+        documents=documents,
+        top_n=wire.top_n,
+        return_documents=wire.return_documents,
+    )
+    return Served(task, internal, params, encode, wire.request_timeout)
+
+
+DOCUMENTS = Inputs[RerankRequest]("documents", lambda wire: len(wire.documents))
+ENDPOINTS = [
+    Endpoint(path, RerankRequest, RerankResponse, _rerank, DOCUMENTS, "rerank", serves=scorers)
+    for path in PATHS
+]
