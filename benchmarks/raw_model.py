@@ -22,9 +22,12 @@ import torch
 from benchmarks.load import CORPORA, texts_of
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import collate
-from poolserve.engine.tokenizer import TextTokenizer
-from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.engine.executor import to_torch
+from poolserve.engine.tokenizer import TextTokenizer, text_item
+from poolserve.engine.work import RequestGroup
 from poolserve.models.loader import load_module, prepare_model
+
+CPU = torch.device("cpu")
 
 
 def main() -> None:
@@ -47,9 +50,10 @@ def main() -> None:
     def encode(batch: list[str]) -> torch.Tensor:
         ids = tokenizer.encode_batch(batch, truncate_to=None)
         group = RequestGroup(len(ids))
-        collated = collate([WorkItem(group, i, row) for i, row in enumerate(ids)], pad_token_id=0)
+        collated = collate([text_item(group, i, row) for i, row in enumerate(ids)], pad_token_id=0)
+        tensors = to_torch(collated, CPU)
         with torch.inference_mode():
-            return module("embed", collated.input_ids, collated.attention_mask, None)
+            return module("embed", tensors.input_ids, tensors.attention_mask, None)
 
     rates: dict[int, float] = {}
     for size in args.batch_sizes:
@@ -64,16 +68,17 @@ def main() -> None:
         rates[size] = done / (time.perf_counter() - started)
 
     one = collate(
-        [WorkItem(RequestGroup(1), 0, tokenizer.encode_batch(texts[:1], truncate_to=None)[0])],
+        [text_item(RequestGroup(1), 0, tokenizer.encode_batch(texts[:1], truncate_to=None)[0])],
         pad_token_id=0,
     )
+    one_tensors = to_torch(one, CPU)
     timings = []
     with torch.inference_mode():
         for _ in range(20):
-            module("embed", one.input_ids, one.attention_mask, None)
+            module("embed", one_tensors.input_ids, one_tensors.attention_mask, None)
         for _ in range(300):
             started = time.perf_counter()
-            module("embed", one.input_ids, one.attention_mask, None)
+            module("embed", one_tensors.input_ids, one_tensors.attention_mask, None)
             timings.append(time.perf_counter() - started)
     print(
         json.dumps(

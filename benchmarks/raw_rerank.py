@@ -18,8 +18,9 @@ from benchmarks.rerank import QUERIES
 from benchmarks.sentences import sentences
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import collate
-from poolserve.engine.tokenizer import TextTokenizer
-from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.engine.executor import to_torch
+from poolserve.engine.tokenizer import TextTokenizer, text_item
+from poolserve.engine.work import RequestGroup
 from poolserve.models.loader import load_module, prepare_model
 
 
@@ -44,10 +45,10 @@ def main() -> None:
         else:
             encoded = [(ids, None) for ids in tokenizer.encode_batch(batch, truncate_to=None)]
         group = RequestGroup(len(encoded))
-        items = [WorkItem(group, i, ids, types, head) for i, (ids, types) in enumerate(encoded)]
-        collated = collate(items, pad_token_id=spec.pad_token_id)
+        items = [text_item(group, i, ids, types, head) for i, (ids, types) in enumerate(encoded)]
+        tensors = to_torch(collate(items, pad_token_id=spec.pad_token_id), torch.device("cpu"))
         with torch.inference_mode():
-            module(head, collated.input_ids, collated.attention_mask, collated.token_type_ids)
+            module(head, tensors.input_ids, tensors.attention_mask, tensors.token_type_ids)
 
     rates: dict[int, float] = {}
     for size in args.batch_sizes:

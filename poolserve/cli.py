@@ -20,7 +20,7 @@ from poolserve.errors import InvalidRequestError, ModelLoadError, SettingError
 from poolserve.model_flags import model_engine_configs
 
 if TYPE_CHECKING:
-    from poolserve.engine.core import BackendFactory
+    from poolserve.engine.backend import BackendFactory
 
 logger = logging.getLogger("poolserve")
 
@@ -115,7 +115,6 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
 
     import uvicorn
 
-    from poolserve.engine.core import torch_backend
     from poolserve.models.loader import prepare_model
     from poolserve.server import create_app
     from poolserve.server.gc_freeze import freeze_loaded_objects
@@ -135,7 +134,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
             )
         )
         models = ServiceRegistry.load(
-            served, cpu_workers=engine_config.cpu_workers, backend=backend or torch_backend
+            served, cpu_workers=engine_config.cpu_workers, backend=backend
         )
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poolserve._version import __version__
-from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.config import LOG_LEVELS, EngineConfig, ModelConfig, ServerConfig
 from poolserve.errors import SettingError
 from poolserve.flags import (
     Parser,
@@ -21,19 +21,17 @@ from poolserve.flags import (
     env_list,
     integer,
     name_and_text,
-    non_negative_seconds,
     one_of,
     positive_number,
-    positive_seconds,
 )
 from poolserve.model_flags import add_engine_flags, add_model_flags, model_engine_configs
+from poolserve.settings import add_flags, flag_values
 
 DESCRIPTION = (
     "A serving engine for pooling models: serve them over HTTP, embed a corpus, compile them "
     "ahead of time. Every flag can also be set with its POOLSERVE_* environment variable."
 )
 
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # Flags whose value is a boolean (their variables are read as text, then checked).
 BOOLEAN_FLAGS = ("protect_metrics", "access_log", "ray", "trust_remote_code")
 # Flags that mean something only with --ray.
@@ -70,78 +68,13 @@ def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
         help="a TOML, YAML or JSON file listing the models to serve, each with its own "
         "settings (README, 'Several models'); the flags are the defaults of every entry",
     )
-    defaults = ServerConfig()
-    serve.add_argument(
-        "--host",
-        type=str,
-        default=env_default("--host", defaults.host),
-        help="address to listen on",
-    )
-    serve.add_argument(
-        "--port",
-        type=integer(1, 65535),
-        default=env_default("--port", defaults.port),
-        help="port to listen on",
-    )
+    add_flags(serve, ServerConfig)
     serve.add_argument(
         "--served-model-name",
         nargs="+",
         default=env_list("--served-model-name"),
         help="names clients may pass as `model` (the first is used in responses); one model "
         "only (with several, name them in --config)",
-    )
-    serve.add_argument(
-        "--log-level",
-        type=one_of(LOG_LEVELS),
-        default=env_default("--log-level", defaults.log_level),
-        help="one of " + ", ".join(LOG_LEVELS),
-    )
-    serve.add_argument(
-        "--max-request-bytes",
-        type=integer(1),
-        default=env_default("--max-request-bytes", defaults.max_request_bytes),
-        help="larger request bodies are refused with 413",
-    )
-    serve.add_argument(
-        "--max-client-batch-size",
-        type=integer(1),
-        default=env_default("--max-client-batch-size", defaults.max_client_batch_size),
-        help="inputs (or documents) one request may carry",
-    )
-    serve.add_argument(
-        "--max-concurrent-requests",
-        type=integer(1),
-        default=env_default("--max-concurrent-requests", defaults.max_concurrent_requests),
-        help="requests in flight before new ones get 429",
-    )
-    serve.add_argument(
-        "--max-queued-tokens",
-        type=integer(1),
-        default=env_default("--max-queued-tokens", defaults.max_queued_tokens),
-        help="what admitted requests may cost in all, in tokens, before new ones wait at the "
-        "door (default: what an eighth of the machine's memory holds by the README's bound, "
-        "logged at start-up)",
-    )
-    serve.add_argument(
-        "--max-admission-wait",
-        type=non_negative_seconds,
-        default=env_default("--max-admission-wait", defaults.max_admission_wait),
-        help="seconds a request that does not fit may wait, unread, for room before its 429 "
-        "(refused at once when the measured rate says room will not come in time); 0: no wait",
-    )
-    serve.add_argument(
-        "--max-request-tokens",
-        type=integer(1),
-        default=env_default("--max-request-tokens", None),
-        help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
-        "(default: half of --max-queued-tokens, the most it may be)",
-    )
-    serve.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=env_default("--request-timeout", None),
-        help="seconds from admission before a request is answered 504 and its work cancelled "
-        "(default: none)",
     )
     serve.add_argument(
         "--allowed-origins",
@@ -152,24 +85,11 @@ def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
         "default: none)",
     )
     serve.add_argument(
-        "--gzip-min-bytes",
-        type=integer(0),
-        default=env_default("--gzip-min-bytes", defaults.gzip_min_bytes),
-        help="gzip responses of at least this many bytes for clients that accept it "
-        "(compressed in the CPU pool); 0: never",
-    )
-    serve.add_argument(
         "--api-key",
         action="append",
         default=None,
         help="require `Authorization: Bearer KEY` on the API routes; repeat for several keys "
         "(POOLSERVE_API_KEY: comma-separated)",
-    )
-    serve.add_argument(
-        "--shutdown-timeout",
-        type=integer(0),
-        default=env_default("--shutdown-timeout", defaults.shutdown_timeout),
-        help="seconds that admitted requests get to finish after SIGTERM",
     )
     serve.add_argument(
         "--protect-metrics",
@@ -414,22 +334,11 @@ def _check_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
     model, engine = model_engine_configs(args)
     server = ServerConfig(
-        host=args.host,
-        port=args.port,
         served_model_name=tuple(args.served_model_name) if args.served_model_name else None,
-        log_level=args.log_level,
         access_log=args.access_log,
-        max_request_bytes=args.max_request_bytes,
-        max_client_batch_size=args.max_client_batch_size,
-        max_concurrent_requests=args.max_concurrent_requests,
-        max_queued_tokens=args.max_queued_tokens,
-        max_request_tokens=args.max_request_tokens,
-        max_admission_wait=args.max_admission_wait,
-        request_timeout=args.request_timeout,
         protect_metrics=args.protect_metrics,
-        shutdown_timeout=args.shutdown_timeout,
         api_keys=tuple(args.api_key or env_list("--api-key") or ()),
         allowed_origins=tuple(args.allowed_origins or env_list("--allowed-origins") or ()),
-        gzip_min_bytes=args.gzip_min_bytes,
+        **flag_values(args, ServerConfig),
     )
     return model, engine, server

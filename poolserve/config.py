@@ -13,35 +13,52 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from poolserve.backends import BACKENDS
 from poolserve.errors import SettingError
 from poolserve.memory_bound import default_queued_tokens, machine_memory
+from poolserve.settings import check_settings, setting
 
 # What the shortest input costs in admission (it still holds an output row); see
 # server/admission.py.
 MIN_INPUT_TOKENS = 4
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: tuple[DType, ...] = ("auto", "float32", "bfloat16", "float16")
 Device = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[Device, ...] = ("auto", "cpu", "cuda")
 # auto: compile ahead of time where it can work (or load it from the cache); cached: load it
 # from the cache where it is there, else run eagerly (what `poolserve embed`'s auto means: a
 # job pays for no compile); on: compile or refuse to start.
 CompileMode = Literal["off", "on", "auto", "cached"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("off", "on", "auto", "cached")
 PackingMode = Literal["auto", "off"]
+PACKING_MODES: tuple[PackingMode, ...] = ("auto", "off")
 # Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
 Attention = Literal["auto", "sdpa", "eager"]
+ATTENTIONS: tuple[Attention, ...] = ("auto", "sdpa", "eager")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """What model to load and how."""
+    """What model to load and how. Each field made by `setting` is also a flag (see
+    poolserve/settings.py)."""
 
     # A local directory or a Hugging Face hub id; None means the bundled default model.
     model: str | None = None
-    revision: str | None = None
-    dtype: DType = "auto"
-    device: Device = "auto"
+    revision: str | None = setting(
+        None, help="the model's revision (a branch, tag or commit) when it comes from the hub"
+    )
+    dtype: DType = setting(
+        "auto",
+        choices=DTYPES,
+        help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
+    )
+    device: Device = setting("auto", choices=DEVICES, help="auto: CUDA when available, else CPU")
     # Overrides the length limit read from the model (must not exceed what the model supports).
-    max_model_len: int | None = None
+    max_model_len: int | None = setting(
+        None, minimum=1, help="lower the model's length limit (tokens)"
+    )
     # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
     task: str | None = None
     # Prompts by name, added to (or replacing) those in the model's
@@ -50,10 +67,20 @@ class ModelConfig:
     # Run model code shipped with the checkpoint (config.json's auto_map); off: such a model is
     # refused, or loaded with transformers' own classes where it has them.
     trust_remote_code: bool = False
-    attention: Attention = "auto"
+    attention: Attention = setting(
+        "auto",
+        choices=ATTENTIONS,
+        help="attention implementation: auto (sdpa where the architecture has it, else eager)",
+    )
     # A JSON file saying how a causal LM scores a query-document pair (models/score_template.py);
     # None: the built-in template of the model's family.
-    score_template: str | None = None
+    score_template: str | None = setting(
+        None,
+        metavar="FILE",
+        help="a JSON file saying how a causal LM served with --task cross_encoder scores a pair "
+        "(its prompt segments and yes/no tokens); default: its family's (Qwen3-Reranker, "
+        "bge-reranker-v2-gemma)",
+    )
 
     @staticmethod
     def of(model: str | None, config: ModelConfig | None) -> ModelConfig:
@@ -72,38 +99,75 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the engine tokenizes, batches and schedules work."""
+    """How the engine tokenizes, batches and schedules work. Each field made by `setting` is
+    also a flag of `serve` and `embed` (poolserve/settings.py)."""
 
-    # Padded tokens (batch size x longest sequence) one forward pass may hold.
-    max_batch_tokens: int = 16384
-    # Items one forward pass may hold, whatever their length.
-    max_batch_size: int = 256
-    # Threads of the shared CPU pool (tokenization, post-processing, response building).
-    cpu_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    max_batch_tokens: int = setting(
+        16384,
+        minimum=1,
+        help="padded tokens (batch size x longest input) one forward pass may hold",
+    )
+    max_batch_size: int = setting(256, minimum=1, help="inputs one forward pass may hold")
+    # See engine/scheduler.py.
+    bucket_padding_tokens: int | None = setting(
+        32,
+        minimum=0,
+        off=True,
+        help="cut a batch into length buckets where its next-longer input would add more than "
+        "this many padding tokens in all (real text varies in length; 32 measured best on "
+        "CPU; 0: each length alone; off: one batch padded to its longest)",
+    )
+    # See models/packing.py.
+    packing: PackingMode = setting(
+        "auto",
+        choices=PACKING_MODES,
+        help="run several inputs in one row of a batch, each attending to itself only (no "
+        "padding to the longest input); auto: where the model packs correctly, which is checked "
+        "at start-up (others run length buckets); off: padded batches only",
+    )
+    cpu_workers: int = setting(
+        default_factory=lambda: os.cpu_count() or 1,
+        minimum=1,
+        help="threads for tokenization and response building (default: cores)",
+    )
+    runners: int | None = setting(
+        None,
+        minimum=1,
+        help="model runner threads, each running its own batches over one copy of the weights "
+        "(default: one per core on CPU, one on CUDA)",
+    )
+    torch_threads: int | None = setting(
+        None,
+        minimum=1,
+        help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
+    )
+    # See engine/executor.py and engine/scheduler.py.
+    single_thread_tokens: int = setting(
+        256,
+        minimum=0,
+        help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
+        "also use the cores of idle runners (0: never one thread)",
+    )
+    backend: str = setting(
+        "torch",
+        choices=tuple(BACKENDS),
+        help="what runs the model (torch: PyTorch, eager or compiled; poolserve/backends.py)",
+    )
+    # Off in Python (compiling takes tens of seconds at start-up); the commands default to auto.
+    compile: CompileMode = setting(
+        "off",
+        choices=COMPILE_MODES,
+        cli_default="auto",
+        help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
+        "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "
+        "where a C++ compiler is found (`embed`: only what the cache holds, else eagerly: a "
+        "job never waits for a compile); cached: only what the cache holds",
+    )
     # Inputs per CPU-pool task when a request is tokenized; large requests are split in chunks of
     # this size so that they interleave with small requests instead of blocking them.
     tokenize_chunk_size: int = 64
     # How many waiting items the scheduler looks at when it sorts by length to cut padding.
     schedule_window: int = 1024
-    # A batch is cut into length buckets where its next-longer item would add more than this
-    # many padding tokens (see engine/scheduler.py); None: one batch, padded to its longest.
-    bucket_padding_tokens: int | None = 32
-    # Several inputs to a row of the batch, attention kept within each (models/packing.py):
-    # auto where the model's backbone packs correctly (checked at load), off: padded batches.
-    packing: PackingMode = "auto"
-    # Runner threads, each running its own batches over the one copy of the weights; None: one
-    # per core on CPU, one on CUDA.
-    runners: int | None = None
-    # Threads torch uses inside one operator, per runner; None: the cores divided among the
-    # runners on CPU (torch's default on CUDA).
-    torch_threads: int | None = None
-    # On CPU, batches of fewer padded tokens run on one torch thread, and batches of at least
-    # this many borrow the cores of idle runners (see engine/executor.py, engine/scheduler.py).
-    single_thread_tokens: int = 256
-    # torch.compile the model's forward: off, on, or auto (where it can work; see
-    # engine/compiled.py). Off here, for the Python API (compiling takes tens of seconds at
-    # start-up); `poolserve serve` defaults to auto.
-    compile: CompileMode = "off"
     # The cores this engine may use, for its default runners and torch threads; None: the
     # process's CPU affinity. Set where several engines share a machine (Ray replicas).
     cores: int | None = None
@@ -123,40 +187,68 @@ class ServedModel:
 class ServerConfig:
     """How the HTTP server listens and what it calls the model."""
 
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = setting("127.0.0.1", help="address to listen on")
+    port: int = setting(8000, minimum=1, maximum=65535, help="port to listen on")
     # The names clients may pass as `model` (responses carry the first); default: the model's id.
     served_model_name: tuple[str, ...] | None = None
-    log_level: str = "info"
+    log_level: str = setting("info", choices=LOG_LEVELS, help="one of " + ", ".join(LOG_LEVELS))
     access_log: bool = False
-    # Bodies larger than this are refused with 413 before they are read in full.
-    max_request_bytes: int = 8 * 1024 * 1024
-    # Inputs (or documents) one request may carry; more is a 413 that names the limit.
-    max_client_batch_size: int = 2048
+    max_request_bytes: int = setting(
+        8 * 1024 * 1024, minimum=1, help="larger request bodies are refused with 413"
+    )
+    # More is a 413 that names the limit.
+    max_client_batch_size: int = setting(
+        2048, minimum=1, help="inputs (or documents) one request may carry"
+    )
     # Bearer keys any of which opens the API routes; empty: no authentication.
     api_keys: tuple[str, ...] = ()
     # Require the API key on /metrics too (it is open by default, like /health).
     protect_metrics: bool = False
     # Origins whose browser pages may call the API (CORS); empty: none, "*": any.
     allowed_origins: tuple[str, ...] = ()
-    # Responses of at least this many bytes are gzipped (in the CPU pool) for clients that
-    # accept it; 0: never.
-    gzip_min_bytes: int = 256 * 1024
-    # Seconds admitted requests get to finish after SIGTERM/SIGINT before the server exits.
-    shutdown_timeout: int = 30
+    gzip_min_bytes: int = setting(
+        256 * 1024,
+        minimum=0,
+        help="gzip responses of at least this many bytes for clients that accept it "
+        "(compressed in the CPU pool); 0: never",
+    )
+    # After SIGTERM/SIGINT, before the server exits.
+    shutdown_timeout: int = setting(
+        30, minimum=0, help="seconds that admitted requests get to finish after SIGTERM"
+    )
     # Admission: requests in flight, and tokens waiting for the model, before new requests get
     # 429 with Retry-After.
-    max_concurrent_requests: int = 1024
+    max_concurrent_requests: int = setting(
+        1024, minimum=1, help="requests in flight before new ones get 429"
+    )
     # None: sized from the machine's memory once the models are known (`sized_for`).
-    max_queued_tokens: int | None = None
-    # Seconds a request that does not fit may wait at the door for room before its 429 (it is
-    # refused at once when the measured rate says room will not come in time); 0: no wait.
-    max_admission_wait: float = 10.0
-    # The most one request may cost, in tokens (None: half of max_queued_tokens); more is a 413.
-    max_request_tokens: int | None = None
-    # Seconds a request may take before it is answered 504 and its work cancelled; None: no
-    # limit. A client may ask for a shorter one with the `x-request-timeout` header.
-    request_timeout: float | None = None
+    max_queued_tokens: int | None = setting(
+        None,
+        minimum=1,
+        help="what admitted requests may cost in all, in tokens, before new ones wait at the "
+        "door (default: what an eighth of the machine's memory holds by the README's bound, "
+        "logged at start-up)",
+    )
+    max_admission_wait: float = setting(
+        10.0,
+        seconds="non_negative",
+        help="seconds a request that does not fit may wait, unread, for room before its 429 "
+        "(refused at once when the measured rate says room will not come in time); 0: no wait",
+    )
+    # None: half of max_queued_tokens.
+    max_request_tokens: int | None = setting(
+        None,
+        minimum=1,
+        help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
+        "(default: half of --max-queued-tokens, the most it may be)",
+    )
+    # A client may ask for a shorter one with the `x-request-timeout` header.
+    request_timeout: float | None = setting(
+        None,
+        seconds="positive",
+        help="seconds from admission before a request is answered 504 and its work cancelled "
+        "(default: none)",
+    )
 
     @property
     def request_tokens(self) -> int:
@@ -206,6 +298,7 @@ class ServerConfig:
         that fit together"): one request of the largest size leaves room for others, one input
         of the model's full length fits a request, and so does a request of
         `max_client_batch_size` of the shortest inputs."""
+        check_settings(self)  # what each flag would refuse, given in Python
         if self.max_queued_tokens is None and self.max_request_tokens is None:
             return  # both sized from memory later, to fit
         request, queued = self.request_tokens, self.max_queued_tokens

@@ -31,6 +31,7 @@ from poolserve.config import EngineConfig, ModelConfig, ServedModel
 from poolserve.errors import SettingError
 from poolserve.flags import RaisingParser, flag_arguments, unknown_setting
 from poolserve.model_flags import add_engine_flags, add_model_flags, model_engine_configs
+from poolserve.settings import setting_values
 
 # Settings of the whole server, not of one model: the one CPU pool all models share.
 SERVER_WIDE = {"cpu_workers": "one CPU pool serves every model: pass --cpu-workers"}
@@ -50,24 +51,11 @@ def base_settings(model: ModelConfig, engine: EngineConfig) -> argparse.Namespac
     """The settings an entry starts from, as the flags' parser names them."""
     return argparse.Namespace(
         served_model_name=None,
-        revision=model.revision,
-        dtype=model.dtype,
-        device=model.device,
         task=model.task or "auto",
-        max_model_len=model.max_model_len,
         prompt=list(model.prompts),
         trust_remote_code=model.trust_remote_code,
-        attention=model.attention,
-        score_template=model.score_template,
-        max_batch_tokens=engine.max_batch_tokens,
-        max_batch_size=engine.max_batch_size,
-        bucket_padding_tokens=engine.bucket_padding_tokens,
-        packing=engine.packing,
-        cpu_workers=engine.cpu_workers,
-        runners=engine.runners,
-        torch_threads=engine.torch_threads,
-        single_thread_tokens=engine.single_thread_tokens,
-        compile=engine.compile,
+        **setting_values(model),
+        **setting_values(engine),
     )
 
 

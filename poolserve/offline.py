@@ -6,28 +6,29 @@ import itertools
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
-from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
-from poolserve.engine.work import RequestGroup
-from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.engine.backend import BackendFactory
+from poolserve.engine.core import EngineCore
+from poolserve.engine.pipeline import submit
+from poolserve.engine.request import PoolingParams, ServeContext
+from poolserve.engine.tokenizer import Side
+from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head, describe
+from poolserve.python_arguments import Document, check_rerank, texts_of
+from poolserve.python_results import CountedEmbed, CountedEmbeddings, PythonPooling
 from poolserve.service import ModelService
-from poolserve.tasks.base import PoolingParams, ServeContext, run_async, run_sync, submit
-from poolserve.tasks.classify import ClassifyRequest, ClassifyTask
+from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
-from poolserve.tasks.pooling import PoolingRequest, PoolingTask
-from poolserve.tasks.score import ScoreRequest, ScoreTask, pair_up, ranked
-
-T = TypeVar("T")
+from poolserve.tasks.pooling import PoolingRequest
+from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+from poolserve.variants import Prepared, awaited, blocking, cancellable, later
 
 
 class Engine:
@@ -43,7 +44,7 @@ class Engine:
         *,
         model_config: ModelConfig | None = None,
         engine_config: EngineConfig | None = None,
-        backend: BackendFactory = torch_backend,
+        backend: BackendFactory | None = None,
     ) -> None:
         model_config = ModelConfig.of(model, model_config)
         engine_config = engine_config or EngineConfig()
@@ -102,10 +103,11 @@ class Engine:
             raise self._cannot("embed")
         return self.tasks.embed
 
-    # Each method has an async twin (`aembed`, ...) for a running event loop: the work runs on
-    # the engine's threads and the loop only awaits it. Both build the same request.
+    # Each method is written once, as the builder of its request (`_embed`, ...); `embed`,
+    # `aembed` (awaited: the work runs on the engine's threads and the loop only awaits it) and
+    # `embed_later` (a future) are made from it (poolserve/variants.py).
 
-    def embed(
+    def _embed(
         self,
         texts: str | Sequence[str],
         *,
@@ -114,7 +116,7 @@ class Engine:
         truncate_prompt_tokens: int | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
-    ) -> np.ndarray:
+    ) -> Prepared[np.ndarray]:
         """Embed texts; returns a float32 array of shape (len(texts), dim).
 
         `normalize` None follows the model's configuration; `dimensions` keeps the first N
@@ -123,78 +125,40 @@ class Engine:
         model's prompts (`prompts` lists them), `prompt` gives one; with neither, the model's
         default prompt (if it has one) goes before each text, as sentence-transformers does.
         """
-        return run_sync(
-            self.core,
-            *self._embed(texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt),
+        params = self.pooling_params(
+            normalize=normalize,
+            dimensions=dimensions,
+            truncate_prompt_tokens=truncate_prompt_tokens,
         )
+        prompt = self.tasks.prompts.resolve(prompt_name, prompt)
+        request = EmbedRequest(texts_of(texts, "texts"), prompt)
+        return Prepared(self.embed_task, ServeContext(request, self.name, params))
 
-    async def aembed(
-        self,
-        texts: str | Sequence[str],
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-    ) -> np.ndarray:
-        """`embed`, awaited."""
-        request = self._embed(
-            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
-        )
-        return await run_async(self.core, *request)
-
-    def embed_later(
-        self,
-        texts: str | Sequence[str],
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-    ) -> Future[np.ndarray]:
-        """Queue `embed` and return at once: a future of its array. Cancelling the future
-        drops the inputs that have not reached the model."""
-        request = self._embed(
-            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
-        )
-        return _cancellable(*submit(self.core, *request))
+    embed = blocking(_embed, "embed")
+    aembed = awaited(_embed, "aembed", of="embed")
+    embed_later = later(_embed, "embed_later", of="embed")
 
     def embed_counted_later(
         self,
         texts: Sequence[str],
         *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
         skip_too_long: bool = False,
+        **options: Any,
     ) -> Future[CountedEmbeddings]:
-        """`embed_later`, with each text's token count (special tokens included, after any
-        truncation) next to its vectors. With `skip_too_long`, a text too long for the model
-        (without truncation) is left out and named in `too_long` instead of failing the call:
-        the others are embedded once (a bulk job's bad rows)."""
-        _, ctx = self._embed(
-            texts, normalize, dimensions, truncate_prompt_tokens, prompt_name, prompt
-        )
+        """`embed_later` (with its options), with each text's token count (special tokens
+        included, after any truncation) next to its vectors. With `skip_too_long`, a text too
+        long for the model (without truncation) is left out and named in `too_long` instead of
+        failing the call: the others are embedded once (a bulk job's bad rows)."""
+        ctx = self._embed(texts, **options).ctx
         task = CountedEmbed(self.embed_task, skip_too_long=skip_too_long)
-        return _cancellable(*submit(self.core, task, ctx))
+        return cancellable(*submit(self.core, task, ctx))
 
     def embed_iter(
-        self,
-        texts: Iterable[str],
-        *,
-        batch_size: int = 256,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
+        self, texts: Iterable[str], *, batch_size: int = 256, **options: Any
     ) -> Iterator[np.ndarray]:
-        """Embed an iterable of any length, a batch at a time: yields one float32 array of up
-        to `batch_size` rows per batch, in order (concatenated, they are `embed(texts)`).
+        """Embed an iterable of any length, a batch at a time, with `embed`'s options: yields
+        one float32 array of up to `batch_size` rows per batch, in order (concatenated, they
+        are `embed(texts)`).
 
         The texts are read lazily and a few batches are in flight at once, so tokenizing the
         next batches overlaps the model's work on this one, and memory holds only those.
@@ -206,16 +170,7 @@ class Engine:
         remaining = iter(texts)
         try:
             while batch := list(itertools.islice(remaining, batch_size)):
-                in_flight.append(
-                    self.embed_later(
-                        batch,
-                        normalize=normalize,
-                        dimensions=dimensions,
-                        truncate_prompt_tokens=truncate_prompt_tokens,
-                        prompt_name=prompt_name,
-                        prompt=prompt,
-                    )
-                )
+                in_flight.append(self.embed_later(batch, **options))
                 if len(in_flight) > BATCHES_IN_FLIGHT:
                     yield in_flight.popleft().result()
             while in_flight:
@@ -224,57 +179,28 @@ class Engine:
             for future in in_flight:
                 future.cancel()
 
-    def _embed(
-        self,
-        texts: str | Sequence[str],
-        normalize: bool | None,
-        dimensions: int | None,
-        truncate_prompt_tokens: int | None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-    ) -> tuple[EmbedTask, ServeContext[EmbedRequest]]:
-        params = self.pooling_params(
-            normalize=normalize,
-            dimensions=dimensions,
-            truncate_prompt_tokens=truncate_prompt_tokens,
-        )
-        prompt = self.tasks.prompts.resolve(prompt_name, prompt)
-        request = EmbedRequest(_texts(texts, "texts"), prompt)
-        return self.embed_task, ServeContext(request, self.name, params)
-
-    def classify(
-        self,
-        texts: str | Sequence[str],
-        *,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> np.ndarray:
-        """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
-        return run_sync(self.core, *self._classify(texts, use_activation, truncate_prompt_tokens))
-
-    async def aclassify(
-        self,
-        texts: str | Sequence[str],
-        *,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> np.ndarray:
-        """`classify`, awaited."""
-        request = self._classify(texts, use_activation, truncate_prompt_tokens)
-        return await run_async(self.core, *request)
-
     def _classify(
-        self, texts: str | Sequence[str], use_activation: bool, truncate_prompt_tokens: int | None
-    ) -> tuple[ClassifyTask, ServeContext[ClassifyRequest]]:
+        self,
+        texts: str | Sequence[str],
+        *,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Prepared[np.ndarray]:
+        """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
         task = self.tasks.classify
         if task is None:
             raise self._cannot("classify")
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
         )
-        return task, ServeContext(ClassifyRequest(_texts(texts, "texts")), self.name, params)
+        ctx = ServeContext(ClassifyRequest(texts_of(texts, "texts")), self.name, params)
+        return Prepared(task, ctx)
 
-    def score(
+    classify = blocking(_classify, "classify")
+    aclassify = awaited(_classify, "aclassify", of="classify")
+    classify_later = later(_classify, "classify_later", of="classify")
+
+    def _score(
         self,
         queries: str | Sequence[str],
         documents: str | Sequence[Document],
@@ -283,47 +209,17 @@ class Engine:
         truncate_prompt_tokens: int | None = None,
         max_tokens_per_doc: int | None = None,
         scorer: str | None = None,
-    ) -> np.ndarray:
+    ) -> Prepared[np.ndarray]:
         """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them.
 
         A document is a string or a mapping with a `text` key (as the rerank APIs send them).
         `scorer` chooses among BGE-M3's ways (dense, sparse, colbert, m3); other models score
         one way.
         """
-        request = self._score(
-            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc, scorer
-        )
-        return run_sync(self.core, *request)
-
-    async def ascore(
-        self,
-        queries: str | Sequence[str],
-        documents: str | Sequence[Document],
-        *,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-        max_tokens_per_doc: int | None = None,
-        scorer: str | None = None,
-    ) -> np.ndarray:
-        """`score`, awaited."""
-        request = self._score(
-            queries, documents, use_activation, truncate_prompt_tokens, max_tokens_per_doc, scorer
-        )
-        return await run_async(self.core, *request)
-
-    def _score(
-        self,
-        queries: str | Sequence[str],
-        documents: str | Sequence[Document],
-        use_activation: bool,
-        truncate_prompt_tokens: int | None,
-        max_tokens_per_doc: int | None,
-        scorer: str | None,
-    ) -> tuple[ScoreTask, ServeContext[ScoreRequest]]:
         task = self.tasks.score
         if task is None:
             raise self._cannot("score")
-        query_list, document_list = _texts(queries, "queries"), _texts(documents, "documents")
+        query_list, document_list = texts_of(queries, "queries"), texts_of(documents, "documents")
         request = ScoreRequest(
             queries=query_list,
             documents=document_list,
@@ -334,110 +230,82 @@ class Engine:
         params = self.pooling_params(
             use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
         )
-        return task, ServeContext(request, self.name, params)
+        return Prepared(task, ServeContext(request, self.name, params))
 
-    def rerank(
+    score = blocking(_score, "score")
+    ascore = awaited(_score, "ascore", of="score")
+    score_later = later(_score, "score_later", of="score")
+
+    def _rerank(
         self,
         query: str,
         documents: Sequence[Document],
         *,
         top_n: int | None = None,
         scorer: str | None = None,
-    ) -> list[tuple[int, float]]:
+    ) -> Prepared[list[tuple[int, float]]]:
         """(document index, score) pairs, best first; the first `top_n` (None: all).
 
         A document is a string or a mapping with a `text` key."""
-        _check_rerank(query, top_n)
-        return ranked(self.score(query, documents, scorer=scorer), top_n)
+        check_rerank(query, top_n)
+        scores = self._score(query, documents, scorer=scorer)
+        return Prepared(scores.task, scores.ctx, lambda result: ranked(result, top_n))
 
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[Document],
-        *,
-        top_n: int | None = None,
-        scorer: str | None = None,
-    ) -> list[tuple[int, float]]:
-        """`rerank`, awaited."""
-        _check_rerank(query, top_n)
-        return ranked(await self.ascore(query, documents, scorer=scorer), top_n)
+    rerank = blocking(_rerank, "rerank")
+    arerank = awaited(_rerank, "arerank", of="rerank")
+    rerank_later = later(_rerank, "rerank_later", of="rerank")
 
-    def embed_sparse(
+    def _embed_sparse(
         self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
-    ) -> list[dict[int, float]]:
+    ) -> Prepared[list[dict[int, float]]]:
         """A sparse (SPLADE) model's vocabulary weights of each text: {token id: weight}, the
         non-zero ones (`tokenize`'s ids; the tokenizer's vocabulary names them)."""
-        request = self._pool(texts, "sparse", None, True, truncate_prompt_tokens, "embed_sparse")
-        return run_sync(self.core, *request)
+        if not self.tasks.sparse:
+            raise self._cannot("embed_sparse")
+        return self._pool(texts, task="sparse", truncate_prompt_tokens=truncate_prompt_tokens)
 
-    async def aembed_sparse(
-        self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
-    ) -> list[dict[int, float]]:
-        """`embed_sparse`, awaited."""
-        request = self._pool(texts, "sparse", None, True, truncate_prompt_tokens, "embed_sparse")
-        return await run_async(self.core, *request)
-
-    def pool(
-        self,
-        texts: str | Sequence[str],
-        *,
-        task: Head | None = None,
-        normalize: bool | None = None,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> list[Any]:
-        """The raw output of one of the model's heads for each text, as `/pooling` returns it:
-        a vector (`embed`, `classify`), a matrix of one row per token (`token_embed`,
-        `token_classify`), or {token id: weight} (`sparse`). `task` None: the model's main head.
-        """
-        request = self._pool(texts, task, normalize, use_activation, truncate_prompt_tokens, "pool")
-        return run_sync(self.core, *request)
-
-    async def apool(
-        self,
-        texts: str | Sequence[str],
-        *,
-        task: Head | None = None,
-        normalize: bool | None = None,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> list[Any]:
-        """`pool`, awaited."""
-        request = self._pool(texts, task, normalize, use_activation, truncate_prompt_tokens, "pool")
-        return await run_async(self.core, *request)
+    embed_sparse = blocking(_embed_sparse, "embed_sparse")
+    aembed_sparse = awaited(_embed_sparse, "aembed_sparse", of="embed_sparse")
+    embed_sparse_later = later(_embed_sparse, "embed_sparse_later", of="embed_sparse")
 
     def _pool(
         self,
         texts: str | Sequence[str],
-        head: Head | None,
-        normalize: bool | None,
-        use_activation: bool,
-        truncate_prompt_tokens: int | None,
-        method: str,
-    ) -> tuple[PythonPooling, ServeContext[PoolingRequest]]:
+        *,
+        task: Head | None = None,
+        normalize: bool | None = None,
+        use_activation: bool = True,
+        truncate_prompt_tokens: int | None = None,
+    ) -> Prepared[list[Any]]:
+        """The raw output of one of the model's heads for each text, as `/pooling` returns it:
+        a vector (`embed`, `classify`), a matrix of one row per token (`token_embed`,
+        `token_classify`), or {token id: weight} (`sparse`). `task` None: the model's main head.
+        """
         heads = self.tasks.heads
-        chosen = head or heads[0]
+        chosen = task or heads[0]
         if chosen not in heads:
-            if method == "embed_sparse":
-                raise self._cannot("embed_sparse")
             raise InvalidRequestError(
                 f"{self.name} is {describe(self.kind)}; task must be one of its heads: "
-                f"{', '.join(heads)} (got {head!r})"
+                f"{', '.join(heads)} (got {task!r})"
             )
         params = self.pooling_params(
             normalize=normalize,
             use_activation=use_activation,
             truncate_prompt_tokens=truncate_prompt_tokens,
         )
-        request = PoolingRequest(_texts(texts, "texts"), chosen)
-        return self._pooling, ServeContext(request, self.name, params)
+        request = PoolingRequest(texts_of(texts, "texts"), chosen)
+        return Prepared(self._pooling, ServeContext(request, self.name, params))
+
+    pool = blocking(_pool, "pool")
+    apool = awaited(_pool, "apool", of="pool")
+    pool_later = later(_pool, "pool_later", of="pool")
 
     def tokenize(
         self, texts: str | Sequence[str], *, add_special_tokens: bool = True
     ) -> list[int] | list[list[int]]:
         """Token ids as the model sees them: a list for one text, a list of lists for several
         (no length limit applied: `max_model_len` says what the model takes)."""
-        inputs = [texts] if isinstance(texts, str) else _texts(texts, "texts")
+        inputs = [texts] if isinstance(texts, str) else texts_of(texts, "texts")
         ids = self.core.cpu.submit(self._encode, inputs, add_special_tokens).result()
         return ids[0] if isinstance(texts, str) else ids
 
@@ -445,7 +313,7 @@ class Engine:
         self, texts: str | Sequence[str], *, add_special_tokens: bool = True
     ) -> list[int] | list[list[int]]:
         """`tokenize`, awaited."""
-        inputs = [texts] if isinstance(texts, str) else _texts(texts, "texts")
+        inputs = [texts] if isinstance(texts, str) else texts_of(texts, "texts")
         ids = await self.core.cpu.run(self._encode, inputs, add_special_tokens)
         return ids[0] if isinstance(texts, str) else ids
 
@@ -523,96 +391,6 @@ class Engine:
 BATCHES_IN_FLIGHT = 3
 
 
-class PythonPooling(PoolingTask):
-    """The pooling task with Python results: sparse weights as {token id: weight}."""
-
-    def postprocess(
-        self, ctx: ServeContext[PoolingRequest], outputs: list[np.ndarray]
-    ) -> list[Any]:
-        results = super().postprocess(ctx, outputs)
-        if ctx.request.head != "sparse":
-            return results
-        return [{entry["index"]: entry["value"] for entry in entries} for entries in results]
-
-
-@dataclass(frozen=True)
-class CountedEmbeddings:
-    """`Engine.embed_counted_later`'s result: the vectors and token counts of the texts
-    embedded, in order, and the texts left out as too long (by index in the call's texts,
-    with why: "has more than 256 tokens ...")."""
-
-    vectors: np.ndarray
-    tokens: list[int]
-    too_long: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _TooLong:
-    """An input left out as too long (in `ServeContext.item_data`)."""
-
-    detail: str
-
-
-class CountedEmbed:
-    """The embed task whose result also carries each input's token count; with
-    `skip_too_long`, an input too long for the model is left out (a two-token placeholder
-    runs in its place) instead of failing the request."""
-
-    def __init__(self, embed: EmbedTask, *, skip_too_long: bool = False) -> None:
-        self._embed = embed
-        self._skip_too_long = skip_too_long
-
-    def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[Any]:
-        return self._embed.inputs(ctx)
-
-    def preprocess(
-        self,
-        ctx: ServeContext[EmbedRequest],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
-        try:
-            return self._embed.preprocess(ctx, tokenizer, start, inputs)
-        except InputTooLongError:
-            if not self._skip_too_long:
-                raise
-        # This chunk holds a text too long: one at a time, to find which.
-        items: list[TokenizedText] = []
-        for offset in range(len(inputs)):
-            try:
-                items += self._embed.preprocess(ctx, tokenizer, start + offset, inputs[offset:][:1])
-            except InputTooLongError as exc:
-                ctx.item_data[start + offset] = _TooLong(exc.detail)
-                special = tokenizer.encode_batch([""], truncate_to=None)[0]
-                items.append(TokenizedText(special, None, self._embed.head_for(ctx)))
-        return items
-
-    def postprocess(
-        self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]
-    ) -> CountedEmbeddings:
-        vectors = self._embed.postprocess(ctx, outputs)
-        too_long = {i: d.detail for i, d in ctx.item_data.items() if isinstance(d, _TooLong)}
-        if not too_long:
-            return CountedEmbeddings(vectors, list(ctx.input_tokens))
-        kept = [i for i in range(len(outputs)) if i not in too_long]
-        tokens = [ctx.input_tokens[i] for i in kept]
-        return CountedEmbeddings(np.ascontiguousarray(vectors[kept]), tokens, too_long)
-
-
-def _cancellable(future: Future[T], group: RequestGroup) -> Future[T]:
-    """`future`, whose cancel() also drops the request's inputs not yet run."""
-    future.add_done_callback(lambda done: group.cancel() if done.cancelled() else None)
-    return future
-
-
-def _check_rerank(query: str, top_n: int | None) -> None:
-    if not isinstance(query, str):
-        raise TypeError(f"query must be a str, got {type(query).__name__}")
-    if top_n is not None and top_n < 0:
-        raise InvalidRequestError(f"top_n must be 0 or more (0 or None: all), got {top_n}")
-
-
 def _release_unclosed(core: EngineCore, name: str) -> None:
     warnings.warn(
         f"a poolserve.Engine ({name}) was garbage-collected without close(); its threads are "
@@ -621,25 +399,3 @@ def _release_unclosed(core: EngineCore, name: str) -> None:
         stacklevel=2,
     )
     core.release()
-
-
-Document = str | Mapping[str, str]
-
-
-def _texts(texts: str | Sequence[Document], argument: str) -> list[str]:
-    """The argument as a list of strings: one string is one text; a mapping with a `text` key
-    (a rerank document) is its text; anything else is a TypeError naming where it is."""
-    if isinstance(texts, str):
-        return [texts]
-    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
-        raise TypeError(f"{argument} must be a str or a list of str, got {type(texts).__name__}")
-    inputs: list[str] = []
-    for index, item in enumerate(texts):
-        text = item.get("text") if isinstance(item, Mapping) and argument == "documents" else item
-        if not isinstance(text, str):
-            shape = "a str or a mapping with a 'text' str" if argument == "documents" else "a str"
-            raise TypeError(f"{argument}[{index}] must be {shape}, got {type(text).__name__}")
-        inputs.append(text)
-    if not inputs:
-        raise InvalidRequestError(f"{argument} is empty; pass at least one text")
-    return inputs

@@ -20,23 +20,22 @@ logger = logging.getLogger(__name__)
 def compile_models(served: Sequence[ServedModel]) -> int:
     """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
     from poolserve._environment import cache_dir
-    from poolserve.engine.backend import TorchBackend
-    from poolserve.engine.core import collate_for, runner_layout, torch_backend
-    from poolserve.engine.executor import use_threads
+    from poolserve.engine.core import collate_for
+    from poolserve.engine.torch_backend import TorchBackend, make_backend
     from poolserve.models.loader import prepare_model
 
     failed = 0
     for each in served:
         engine = each.engine
         try:
-            if engine.compile == "off":
+            if engine.compile in ("off", "cached"):
                 raise SettingError(
-                    "--compile off compiles nothing: leave it out (auto) or pass --compile on"
+                    f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass "
+                    "--compile on"
                 )
             spec = prepare_model(each.model, engine.max_batch_tokens)
-            use_threads(runner_layout(engine, spec.device.type)[1] or 1)
             # The backend `serve` builds with these settings, loaded without its runners.
-            backend = torch_backend(spec, engine, collate_for(spec))
+            backend = make_backend(spec, engine, collate_for(spec))
             if not isinstance(backend, TorchBackend):
                 raise TypeError(f"not a compiling backend: {backend!r}")
             backend.load()

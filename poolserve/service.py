@@ -10,12 +10,13 @@ import logging
 from dataclasses import dataclass
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.engine.core import BackendFactory, EngineCore, torch_backend
+from poolserve.engine.backend import BackendFactory
+from poolserve.engine.core import EngineCore
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.engine.request import PoolingParams
 from poolserve.engine.tokenizer import Side, TextTokenizer
 from poolserve.models.kinds import Kind
 from poolserve.models.loader import prepare_model
-from poolserve.tasks.base import PoolingParams
 from poolserve.tasks.inputs import resolve_pooling_params
 from poolserve.tasks.registry import TaskSet, build_tasks
 
@@ -47,7 +48,7 @@ class ModelService:
         engine_config: EngineConfig,
         *,
         served_names: tuple[str, ...] | None = None,
-        backend: BackendFactory = torch_backend,
+        backend: BackendFactory | None = None,
         cpu: CpuPool | None = None,
     ) -> ModelService:
         """Load the model and start its engine (its runners, on `cpu` if shared); raises if

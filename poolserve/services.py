@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Self
 
 from poolserve.config import EngineConfig, ModelConfig, ServedModel
-from poolserve.engine.core import BackendFactory, torch_backend
+from poolserve.engine.backend import BackendFactory
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import ModelLoadError, ModelNotFoundError, SettingError
 from poolserve.service import ModelService
@@ -56,7 +56,7 @@ class ServiceRegistry:
         models: str | Path | Sequence[ServedModel | str | None],
         *,
         cpu_workers: int | None = None,
-        backend: BackendFactory = torch_backend,
+        backend: BackendFactory | None = None,
     ) -> Self:
         """Load every model (a model file's path, or a list of models: `ServedModel`s, paths
         or hub ids, None for the bundled default) on one CPU pool of `cpu_workers` threads

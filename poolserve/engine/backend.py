@@ -2,47 +2,33 @@
 
 `Backend.load()` runs once, on the first runner's thread, before any executor exists;
 `Backend.executor()` then runs on each runner's own thread and returns that runner's `Forward`,
-warmed up. `TorchBackend` is eager PyTorch or, with `compile`, the main head compiled: ahead of
-time by AOTInductor, from the on-disk cache when an earlier start (or `poolserve compile`) built
-it (engine/aot.py), else by torch.compile where the model does not export (engine/compiled.py).
-At load it also decides, by checking the loaded model, which heads run packed batches
-(models/packing.py); the engine collates those heads' batches packed.
-Tests wrap a backend to inject faults (a slow or failing forward) without touching the engine's
-internals.
+warmed up. What crosses the seam is plain: numpy batches in (engine/collate.py), one float32
+array per item out, device and dtype as names (`ModelSpec`). A backend is a module with a
+factory (`make_backend`), registered by name in poolserve/backends.py (`--backend`); the torch
+one is engine/torch_backend.py. Tests wrap a backend to inject faults (a slow or failing forward)
+without touching the engine's internals.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-import time
+import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
-import torch
 
-from poolserve._environment import cache_dir
-from poolserve.config import CompileMode, PackingMode
-from poolserve.engine import aot
+from poolserve.backends import BACKENDS
+from poolserve.config import EngineConfig
 from poolserve.engine.collate import Batch
-from poolserve.engine.compiled import can_compile, compile_module
-from poolserve.engine.executor import CompiledForward, ModelExecutor, run_eagerly
-from poolserve.engine.tokenizer import TextTokenizer
-from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.models.kinds import Head
-from poolserve.models.loader import ModelSpec, enable_packing, load_module
-from poolserve.models.module import PoolingModule
-
-logger = logging.getLogger(__name__)
+from poolserve.engine.work import WorkItem
+from poolserve.errors import SettingError
+from poolserve.models.spec import ModelSpec
 
 # One batch through the model with at most `threads` intra-op threads: one float32 array per item.
 Forward = Callable[[Batch, int], Sequence[np.ndarray]]
 # Items to a batch, packed if asked (engine/collate.py).
 Collate = Callable[[list[WorkItem], bool], Batch]
-
-WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 
 
 class Backend(Protocol):
@@ -66,256 +52,15 @@ class CompileReport:
     seconds: float = 0.0
 
 
-class TorchBackend:
-    """Eager PyTorch, or with `compile` on/auto the model's main head compiled (its other heads,
-    such as an embedding model's `token_embed`, stay eager: they are rare, and each compiled
-    head costs start-up time), for the thread counts a runner uses (1 for small batches,
-    `threads`, and every runner's threads for a large batch on cores lent by all the idle
-    runners); a batch at any other count runs eagerly, since the compiled kernels fix their
-    thread count.
-
-    Ahead of time (AOTInductor) first: one library per thread count, cached on disk, which
-    `runners` threads may run at once. Where the model does not export, torch.compile with one
-    runner (its guards misfire when several threads call it, pytorch/pytorch#123177: measured
-    here, a graph recompiled mid-serving and stalled every runner for about 15 s), else eager."""
-
-    def __init__(
-        self,
-        spec: ModelSpec,
-        collate: Collate,
-        *,
-        single_thread_tokens: int,
-        threads: int = 1,
-        compile: CompileMode = "off",
-        runners: int = 1,
-        max_batch_size: int = 256,
-        packing: PackingMode = "auto",
-    ) -> None:
-        self._spec = spec
-        self._collate = collate
-        self._single_thread_tokens = single_thread_tokens
-        self._threads = threads
-        self._compile = compile
-        self._runners = runners
-        self._max_batch_size = max_batch_size
-        self._packing = packing
-        # The heads whose batches are packed (set by `load`).
-        self.packed_heads: frozenset[Head] = frozenset()
-        self._module: Callable[..., torch.Tensor] | None = None
-        self._compiled: CompiledForward | None = None
-        self.report = CompileReport("eager")
-
-    @property
-    def compile_mode(self) -> CompileMode:
-        return self._compile
-
-    @property
-    def compiled(self) -> bool:
-        """True once `load` has compiled (and warmed) the main head's graphs."""
-        return self._compiled is not None
-
-    @property
-    def compiled_threads(self) -> tuple[int, ...]:
-        """The intra-op thread counts the main head runs compiled at (others run eagerly)."""
-        return tuple(sorted(self._compiled.runs)) if self._compiled is not None else ()
-
-    def load(self) -> None:
-        module = load_module(self._spec)
-        self._module = module
-        self._choose_packing(module)
-        if self._compile == "off" or not can_compile(self._spec, self._compile):
-            return
-        started = time.perf_counter()
-        head = self._spec.heads[0]
-        try:
-            self._compiled = self._compile_ahead_of_time(module, head)
-        except aot.NotInCacheError:
-            logger.info(
-                "%s: no compiled forward in the cache for these settings; running it eagerly "
-                "(`poolserve compile` with the same flags fills the cache)",
-                self._spec.name,
-            )
-            return
-        except aot.AotUnavailableError as exc:
-            if self._compile == "cached":
-                logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
-                return
-            self._compiled = self._compile_just_in_time(module, head, str(exc))
-        except Exception as exc:
-            logger.warning(
-                "%s: compiling ahead of time failed (%r); serving it eagerly", self._spec.name, exc
-            )
-            return
-        if self._compiled is None:
-            return
-        try:
-            # Run every graph serving will need now (torch.compile builds a graph for a batch
-            # of one and one for more, at each thread count), so no request waits on a compile.
-            self._warm_up(self._new_executor(), heads=(head,))
-        except Exception as exc:
-            logger.warning("compiling %s failed (%r); serving it eagerly", self._spec.name, exc)
-            self.close()
-            self.report = CompileReport("eager")
-            return
-        self.report = replace(self.report, seconds=time.perf_counter() - started)
-        logger.info(
-            "%s: %s and warmed up in %.1f s (thread counts %s)",
-            self._spec.name,
-            {
-                "built": "compiled ahead of time",
-                "cached": "compiled forward loaded from the cache",
-                "jit": "compiled with torch.compile",
-            }[self.report.source],
-            self.report.seconds,
-            ", ".join(map(str, self.compiled_threads)),
-        )
-
-    def _choose_packing(self, module: PoolingModule) -> None:
-        if self._packing == "off":
-            logger.info("%s: padded batches in length buckets (--packing off)", self._spec.name)
-            return
-        why = enable_packing(module, self._spec)
-        self.packed_heads = frozenset(head for head in self._spec.heads if module.packs(head))
-        if why is not None:
-            logger.info(
-                "%s: padded batches in length buckets: it cannot run packed batches (%s)",
-                self._spec.name,
-                why,
-            )
-            return
-        padded = sorted(set(self._spec.heads) - self.packed_heads)
-        logger.info(
-            "%s: packed batches (several inputs to a row, no padding to the longest)%s",
-            self._spec.name,
-            f"; {', '.join(padded)} in padded length buckets" if padded else "",
-        )
-
-    def _compile_ahead_of_time(self, module: PoolingModule, head: Head) -> CompiledForward:
-        if self._spec.device.type != "cpu":
-            raise aot.AotUnavailableError("ahead-of-time compiling is for the CPU only")
-        with_types = self._spec.kind == "cross_encoder" and module.takes_token_types
-        # One thread for small batches, the runner's own threads, and every runner's for a
-        # large batch that borrows the idle runners' cores.
-        thread_counts = sorted({1, self._threads, self._threads * self._runners})
-        packed = head in self.packed_heads
-        targets = [
-            aot.AotTarget(head, threads, with_types, self._max_batch_size, packed)
-            for threads in thread_counts
-        ]
-        loaded = aot.load_or_build(
-            cache_dir(),
-            module,
-            self._spec,
-            targets,
-            self._runners,
-            build_missing=self._compile != "cached",
-        )
-        self.report = CompileReport("built" if loaded.built else "cached")
-        return CompiledForward(
-            {threads: _AotRun(model, with_types) for threads, model in loaded.runs.items()},
-            head,
-            packed,
-        )
-
-    def _compile_just_in_time(
-        self, module: PoolingModule, head: Head, why: str
-    ) -> CompiledForward | None:
-        if head in self.packed_heads:
-            logger.info(
-                "%s cannot be compiled ahead of time (%s); serving its packed batches eagerly",
-                self._spec.name,
-                why,
-            )
-            return None
-        if self._runners > 1:
-            logger.info(
-                "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
-                "(torch.compile takes --runners 1)",
-                self._spec.name,
-                why,
-                self._runners,
-            )
-            return None
-        logger.info(
-            "%s cannot be compiled ahead of time (%s); compiling it with torch.compile, "
-            "which is not cached and runs again on every start",
-            self._spec.name,
-            why,
-        )
-        jit = compile_module(module)
-        self.report = CompileReport("jit")
-
-        def run(batch: Batch) -> torch.Tensor:
-            return run_eagerly(jit, batch)
-
-        return CompiledForward({1: run, self._threads: run}, head)
-
-    def executor(self) -> Forward:
-        started = time.perf_counter()
-        executor = self._new_executor()
-        self._warm_up(executor, heads=self._spec.heads)
-        logger.info(
-            "%s: a runner warmed up in %.1f s (%s)",
-            self._spec.name,
-            time.perf_counter() - started,
-            "compiled" if self._compiled is not None else "eager",
-        )
-        return executor
-
-    def _new_executor(self) -> ModelExecutor:
-        if self._module is None:
-            raise RuntimeError("TorchBackend.executor() before load()")
-        return ModelExecutor(
-            self._module, self._spec.device, self._single_thread_tokens, self._compiled
-        )
-
-    def close(self) -> None:
-        """Free the compiled libraries' model instances (their weights)."""
-        for run in self._compiled.runs.values() if self._compiled is not None else ():
-            close = getattr(run, "close", None)
-            if close is not None:
-                close()
-        self._compiled = None
-
-    def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
-        """Run batches of one and of eight, short and long, at each thread count the runner
-        uses on its own; for a cross-encoder also with token type ids (its query-document
-        pairs carry them, single texts do not, and torch.compile builds a graph for each)."""
-        tokenizer = TextTokenizer(self._spec.tokenizer_json)
-        longest = self._spec.max_model_len
-        short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
-        typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
-        for head in heads:
-            compiled_counts = self._compiled.runs.keys() if self._compiled is not None else ()
-            for threads in sorted({1, self._threads, *compiled_counts}):
-                sizes = (1, min(8, self._max_batch_size))
-                for ids, with_types, size in itertools.product((short, long), typed, sizes):
-                    types = [0] * len(ids) if with_types else None
-                    item = WorkItem(RequestGroup(size), 0, ids, types, head=head)
-                    batch = self._collate([item] * size, head in self.packed_heads)
-                    if executor.threads_for(batch, threads) == threads:
-                        executor(batch, threads)
+# Builds the backend of a model (`make_backend` of a backend's module): the seam where tests
+# inject faults.
+BackendFactory = Callable[[ModelSpec, EngineConfig, Collate], Backend]
 
 
-class _AotRun:
-    """A compiled library as a `CompiledRun`: a model compiled with token type ids gets zeros
-    where a batch has none (what the backbone assumes without them)."""
-
-    def __init__(self, model: aot.AotModel, with_types: bool) -> None:
-        self._model = model
-        self._with_types = with_types
-
-    def __call__(self, batch: Batch) -> torch.Tensor:
-        packed = batch.packed
-        inputs: tuple[torch.Tensor, ...] = (
-            (batch.input_ids, batch.attention_mask)
-            if packed is None
-            else (batch.input_ids, *packed.tensors())
-        )
-        if self._with_types:
-            types = batch.token_type_ids
-            inputs += (torch.zeros_like(batch.input_ids) if types is None else types,)
-        return self._model(*inputs)
-
-    def close(self) -> None:
-        self._model.close()
+def backend_named(name: str) -> BackendFactory:
+    """The factory of the backend called `name`; an unknown name is a SettingError naming them."""
+    module = BACKENDS.get(name)
+    if module is None:
+        raise SettingError(f"unknown --backend {name!r}; the backends: {', '.join(BACKENDS)}")
+    factory: BackendFactory = importlib.import_module(module).make_backend
+    return factory

@@ -1,4 +1,7 @@
-"""Collating work items into the tensors of one forward pass: padded, or packed.
+"""Collating work items of tokenized text into the arrays of one forward pass: padded, or packed.
+
+The batch is numpy arrays (the backend seam carries no torch types): a backend makes its own
+tensors of them (the torch backend without a copy, engine/executor.py).
 
 Padded: one row per item, padded to the longest. Packed (for a model whose backbone takes it,
 models/packing.py): the items laid end to end in rows of one length, longest first, each into
@@ -16,30 +19,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
+from poolserve.engine.tokenizer import TokenizedText
 from poolserve.engine.work import WorkItem
 from poolserve.models.kinds import Head
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Right-padded tensors for a batch of items, still on the CPU."""
+    """Right-padded int64 arrays for a batch of items."""
 
     items: list[WorkItem]
     head: Head
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor | None
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    token_type_ids: np.ndarray | None
     # The attention mask without the tokens items leave out of pooling; None: the same.
-    pool_mask: torch.Tensor | None = None
+    pool_mask: np.ndarray | None = None
 
     # Set for a packed batch (`attention_mask` then marks real tokens, not what attends to what).
     packed: PackedRows | None = None
 
     @property
     def padded_tokens(self) -> int:
-        return int(self.input_ids.numel())
+        return int(self.input_ids.size)
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,14 @@ class PackedRows:
     -1: padding) and its pooling weight (0 for padding and for tokens left out of pooling).
     Per item: the flat index (row × length + offset) of its first token and of its last."""
 
-    positions: torch.Tensor
-    segments: torch.Tensor
-    pool_weights: torch.Tensor
-    first: torch.Tensor
-    last: torch.Tensor
+    positions: np.ndarray
+    segments: np.ndarray
+    pool_weights: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
     places: tuple[tuple[int, int], ...]  # (row, offset) of each item
 
-    def tensors(self) -> tuple[torch.Tensor, ...]:
+    def arrays(self) -> tuple[np.ndarray, ...]:
         """In the order a packed forward takes them, after the input ids."""
         return (self.positions, self.segments, self.pool_weights, self.first, self.last)
 
@@ -104,61 +107,50 @@ def collate(
     packed: bool = False,
     *,
     pad_token_id: int,
-    pin_memory: bool = False,
     hidden_size: int = 768,
     max_row_length: int = 512,
 ) -> Batch:
     """A packed batch where asked for and every item attends to all its tokens, else a padded
-    one (token ids padded to the longest; the mask marks real tokens)."""
-    if packed and all(item.attention_mask is None for item in items):
-        return _pack(items, pad_token_id, pin_memory, hidden_size, max_row_length)
-    longest = max(item.length for item in items)
+    one (token ids padded to the longest; the mask marks real tokens). The items' payloads
+    are `TokenizedText`."""
+    texts: list[TokenizedText] = [item.payload for item in items]
+    if packed and all(text.attention_mask is None for text in texts):
+        return _pack(items, texts, pad_token_id, hidden_size, max_row_length)
+    longest = max(len(text.input_ids) for text in texts)
     input_ids = np.full((len(items), longest), pad_token_id, dtype=np.int64)
     attention_mask = np.zeros((len(items), longest), dtype=np.int64)
-    with_types = any(item.token_type_ids is not None for item in items)
+    with_types = any(text.token_type_ids is not None for text in texts)
     token_type_ids = np.zeros((len(items), longest), dtype=np.int64) if with_types else None
-    for row, item in enumerate(items):
-        input_ids[row, : item.length] = item.input_ids
-        attention_mask[row, : item.length] = (
-            1 if item.attention_mask is None else item.attention_mask
-        )
-        if token_type_ids is not None and item.token_type_ids is not None:
-            token_type_ids[row, : item.length] = item.token_type_ids
+    for row, text in enumerate(texts):
+        length = len(text.input_ids)
+        input_ids[row, :length] = text.input_ids
+        attention_mask[row, :length] = 1 if text.attention_mask is None else text.attention_mask
+        if token_type_ids is not None and text.token_type_ids is not None:
+            token_type_ids[row, :length] = text.token_type_ids
 
     pool_mask = None
-    if any(item.pool_from for item in items):
+    if any(text.pool_from for text in texts):
         pool_mask = attention_mask.copy()
-        for row, item in enumerate(items):
-            pool_mask[row, : item.pool_from] = 0
-
-    def tensor(array: np.ndarray) -> torch.Tensor:
-        return _tensor(array, pin_memory)
-
-    return Batch(
-        items=items,
-        head=items[0].head,
-        input_ids=tensor(input_ids),
-        attention_mask=tensor(attention_mask),
-        token_type_ids=None if token_type_ids is None else tensor(token_type_ids),
-        pool_mask=None if pool_mask is None else tensor(pool_mask),
-    )
+        for row, text in enumerate(texts):
+            pool_mask[row, : text.pool_from] = 0
+    return Batch(items, items[0].head, input_ids, attention_mask, token_type_ids, pool_mask)
 
 
 def _pack(
     items: list[WorkItem],
+    texts: list[TokenizedText],
     pad_token_id: int,
-    pin_memory: bool,
     hidden_size: int,
     max_row_length: int,
 ) -> Batch:
-    lengths = [item.length for item in items]
+    lengths = [len(text.input_ids) for text in texts]
     row_length, rows = packed_layout(lengths, hidden_size, max_row_length)
     shape = (len(rows), row_length)
     input_ids = np.full(shape, pad_token_id, dtype=np.int64)
     positions = np.zeros(shape, dtype=np.int64)
     segments = np.full(shape, -1, dtype=np.int64)
     pool_weights = np.zeros(shape, dtype=np.int64)
-    with_types = any(item.token_type_ids is not None for item in items)
+    with_types = any(text.token_type_ids is not None for text in texts)
     token_type_ids = np.zeros(shape, dtype=np.int64) if with_types else None
     first = np.zeros(len(items), dtype=np.int64)
     last = np.zeros(len(items), dtype=np.int64)
@@ -166,39 +158,23 @@ def _pack(
     for row, members in enumerate(rows):
         offset = 0
         for index in members:
-            item = items[index]
-            end = offset + item.length
-            input_ids[row, offset:end] = item.input_ids
-            positions[row, offset:end] = np.arange(item.length)
+            text = texts[index]
+            end = offset + lengths[index]
+            input_ids[row, offset:end] = text.input_ids
+            positions[row, offset:end] = np.arange(lengths[index])
             segments[row, offset:end] = index
-            pool_weights[row, offset + item.pool_from : end] = 1
-            if token_type_ids is not None and item.token_type_ids is not None:
-                token_type_ids[row, offset:end] = item.token_type_ids
+            pool_weights[row, offset + text.pool_from : end] = 1
+            if token_type_ids is not None and text.token_type_ids is not None:
+                token_type_ids[row, offset:end] = text.token_type_ids
             first[index] = row * row_length + offset
             last[index] = row * row_length + end - 1
             places[index] = (row, offset)
             offset = end
-
-    def tensor(array: np.ndarray) -> torch.Tensor:
-        return _tensor(array, pin_memory)
-
     return Batch(
         items=items,
         head=items[0].head,
-        input_ids=tensor(input_ids),
-        attention_mask=tensor((segments >= 0).astype(np.int64)),
-        token_type_ids=None if token_type_ids is None else tensor(token_type_ids),
-        packed=PackedRows(
-            positions=tensor(positions),
-            segments=tensor(segments),
-            pool_weights=tensor(pool_weights),
-            first=tensor(first),
-            last=tensor(last),
-            places=tuple(places),
-        ),
+        input_ids=input_ids,
+        attention_mask=(segments >= 0).astype(np.int64),
+        token_type_ids=token_type_ids,
+        packed=PackedRows(positions, segments, pool_weights, first, last, tuple(places)),
     )
-
-
-def _tensor(array: np.ndarray, pin_memory: bool) -> torch.Tensor:
-    result = torch.from_numpy(array)
-    return result.pin_memory() if pin_memory else result

@@ -27,8 +27,8 @@ import torch._inductor.config
 
 from poolserve.config import CompileMode
 from poolserve.errors import SettingError
-from poolserve.models.loader import ModelSpec
 from poolserve.models.module import PoolingModule
+from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def can_compile(spec: ModelSpec, mode: CompileMode) -> bool:
     """Whether `mode` compiles this model here: False (with a log line) where `auto` finds that
     compiling cannot work; `on` then refuses to start instead. On other devices than the CPU,
     only `on` compiles, with torch.compile."""
-    if spec.device.type != "cpu":
+    if spec.device != "cpu":
         if mode == "on":  # torch.compile (not measured here)
             return True
         logger.info("--compile auto compiles on CPU only; serving eagerly on %s", spec.device)

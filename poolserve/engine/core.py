@@ -11,17 +11,17 @@ the last one dies, every waiting request is failed at once and new work is refus
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 from poolserve.config import EngineConfig
-from poolserve.engine.backend import Backend, Collate, Forward, TorchBackend
+from poolserve.engine.backend import BackendFactory, Collate, Forward, backend_named
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.executor import use_threads
+from poolserve.engine.layout import runner_layout
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
@@ -29,12 +29,10 @@ from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, SettingError
 from poolserve.models.kinds import Head
-from poolserve.models.loader import ModelSpec
+from poolserve.models.spec import ModelSpec
+from poolserve.settings import check_settings
 
 logger = logging.getLogger(__name__)
-
-# Builds the backend of a model: the seam where tests inject faults.
-BackendFactory = Callable[[ModelSpec, EngineConfig, Collate], Backend]
 
 
 def collate_for(model: ModelSpec) -> Collate:
@@ -42,47 +40,9 @@ def collate_for(model: ModelSpec) -> Collate:
     return partial(
         collate,
         pad_token_id=model.pad_token_id,
-        pin_memory=model.device.type == "cuda",
         hidden_size=model.layout.hidden_size,
         max_row_length=model.max_model_len,
     )
-
-
-def torch_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
-    runners, threads = runner_layout(config, model.device.type)
-    return TorchBackend(
-        model,
-        collate,
-        single_thread_tokens=config.single_thread_tokens,
-        threads=threads or 1,
-        compile=config.compile,
-        runners=runners,
-        max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
-        packing=config.packing,
-    )
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def runner_layout(config: EngineConfig, device_type: str) -> tuple[int, int | None]:
-    """(runners, torch threads per runner; None: torch's default).
-
-    On CPU, by default: one runner per core, compiled or eager. Measured on 2 cores with real
-    prose and length buckets (docs/benchmarks.md): compiled ahead of time, two runners on one
-    thread each served 1.30-1.51x the c=64 requests of one runner on two threads, at about
-    half the p99; eager, two runners beat one on two threads by 1.3-1.4x. A large batch that
-    finds the other runners idle still runs on every core (it borrows them)."""
-    if device_type != "cpu":
-        return config.runners or 1, config.torch_threads
-    cores = config.cores or available_cores()
-    runners = config.runners or cores
-    threads = config.torch_threads or max(1, cores // runners)
-    return runners, threads
 
 
 class EngineCore:
@@ -91,28 +51,23 @@ class EngineCore:
         model: ModelSpec,
         config: EngineConfig,
         *,
-        backend: BackendFactory = torch_backend,
+        backend: BackendFactory | None = None,
         cpu: CpuPool | None = None,
     ) -> None:
-        """`cpu`: a pool shared with other models (its owner shuts it down); None: the engine's
-        own pool of `config.cpu_workers` threads."""
+        """`backend`: None, the one `config.backend` names; `cpu`: a pool shared with other
+        models (its owner shuts it down), None: the engine's own pool of `config.cpu_workers`
+        threads."""
         if config.max_batch_tokens < model.max_model_len:
             raise SettingError(
                 f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
                 f"limit {model.max_model_len}: the longest input would never fit in a batch"
             )
-        for flag, value in (
-            ("--runners", config.runners),
-            ("--torch-threads", config.torch_threads),
-            ("cores", config.cores),
-        ):
-            if value is not None and value < 1:
-                raise SettingError(f"{flag} must be at least 1, got {value}")
-        if config.compile not in ("off", "on", "auto", "cached"):
-            raise SettingError(f"--compile must be off, on, auto or cached, got {config.compile!r}")
+        check_settings(config)  # what each flag would refuse, given in Python
+        if config.cores is not None and config.cores < 1:
+            raise SettingError(f"cores must be at least 1, got {config.cores}")
         self.model = model
         self.config = config
-        runners, self._threads = runner_layout(config, model.device.type)
+        runners, self._threads = runner_layout(config, model.device)
         self.stats = EngineStats(runners)
         self._owns_cpu = cpu is None
         self.cpu = cpu or CpuPool(config.cpu_workers)
@@ -122,11 +77,13 @@ class EngineCore:
             max_batch_size=config.max_batch_size,
             window=config.schedule_window,
             stats=self.stats,
-            lend_tokens=config.single_thread_tokens if model.device.type == "cpu" else 0,
+            lend_tokens=config.single_thread_tokens if model.device == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
             packs=self._packs,
         )
-        self.backend = backend(model, config, self._collate_items)
+        self.backend = (backend or backend_named(config.backend))(
+            model, config, self._collate_items
+        )
         self._runners = [
             Runner(
                 index,
@@ -148,7 +105,7 @@ class EngineCore:
 
         The first runner loads the weights; the others start once it is ready, each building
         and warming up its own executor over the shared weights."""
-        self.cpu.warm_up(self.model.tokenizer_json)
+        self.cpu.warm_up(self.model.tokenizer_json, TextTokenizer)
         try:
             for runner in self._runners:
                 thread = threading.Thread(
@@ -198,9 +155,15 @@ class EngineCore:
         if self._owns_cpu:
             self.cpu.shutdown(wait=False)
 
+    def processor(self) -> Any:
+        """The calling CPU-pool thread's processor of this model's inputs, which a task's
+        preprocessing turns them into work items with: for text, its tokenizer (an image
+        model's would be its image processor)."""
+        return self.tokenizer()
+
     def tokenizer(self) -> TextTokenizer:
         """The calling CPU-pool thread's tokenizer of this model."""
-        return self.cpu.tokenizer(self.model.tokenizer_json)
+        return self.cpu.processor(self.model.tokenizer_json, TextTokenizer)
 
     @property
     def runners(self) -> int:
@@ -276,10 +239,8 @@ class EngineCore:
         return self._collate_items(items, self._packs(items[0].head))
 
     def _make_forward(self, index: int) -> Forward:
-        """Runs on runner `index`'s thread: its thread count, then (first runner) the weights,
-        then its own warmed-up executor."""
-        if self._threads is not None:
-            use_threads(self._threads)
+        """Runs on runner `index`'s thread: (first runner) the weights, then its own warmed-up
+        executor (the backend sets the thread's intra-op threads before its first operator)."""
         if index == 0:
             self.backend.load()
         return self.backend.executor()

@@ -1,7 +1,8 @@
 """The one shared thread pool for CPU work: tokenization, post-processing, response building.
 
 Its size is explicit (`--cpu-workers`). Several models may share it (one server, one pool): each
-of its threads lazily builds its own tokenizer of each model it tokenizes for.
+of its threads lazily builds its own processor (a tokenizer: fast tokenizers are not re-entrant)
+of each model it prepares inputs for.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import EngineUnavailableError
 
 P = ParamSpec("P")
 T = TypeVar("T")
 A = TypeVar("A")
+K = TypeVar("K", bound=str)
 
 
 class CpuPool:
@@ -29,17 +30,17 @@ class CpuPool:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="poolserve-cpu")
         self._local = threading.local()
 
-    def tokenizer(self, tokenizer_json: str) -> TextTokenizer:
-        """The calling thread's tokenizer of the model whose tokenizer.json this is, built on
-        first use. (A str caches its hash and compares by identity first: the lookup is cheap
-        for the model's own string.)"""
-        tokenizers: dict[str, TextTokenizer] | None = getattr(self._local, "tokenizers", None)
-        if tokenizers is None:
-            tokenizers = self._local.tokenizers = {}
-        tokenizer = tokenizers.get(tokenizer_json)
-        if tokenizer is None:
-            tokenizer = tokenizers[tokenizer_json] = TextTokenizer(tokenizer_json)
-        return tokenizer
+    def processor(self, key: K, build: Callable[[K], T]) -> T:
+        """The calling thread's processor built from `key` (a model's tokenizer.json) by
+        `build`, on first use. (A str caches its hash and compares by identity first: the
+        lookup is cheap for the model's own string.)"""
+        processors: dict[str, Any] | None = getattr(self._local, "processors", None)
+        if processors is None:
+            processors = self._local.processors = {}
+        processor: T | None = processors.get(key)
+        if processor is None:
+            processor = processors[key] = build(key)
+        return processor
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         try:
@@ -94,15 +95,15 @@ class CpuPool:
         source.add_done_callback(start_next)
         return result
 
-    def warm_up(self, tokenizer_json: str) -> None:
-        """Build every thread's tokenizer of this model now rather than on the first requests."""
+    def warm_up(self, key: K, build: Callable[[K], Any]) -> None:
+        """Build every thread's processor of this model now rather than on the first requests."""
         barrier = threading.Barrier(self.workers)
 
-        def build() -> None:
-            self.tokenizer(tokenizer_json)
+        def build_one() -> None:
+            self.processor(key, build)
             barrier.wait()
 
-        for future in [self._executor.submit(build) for _ in range(self.workers)]:
+        for future in [self._executor.submit(build_one) for _ in range(self.workers)]:
             future.result()
 
     def shutdown(self, wait: bool = True) -> None:

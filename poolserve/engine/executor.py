@@ -1,4 +1,7 @@
-"""Running one collated batch through the model, on a runner thread.
+"""Running one collated batch through the torch model, on a runner thread.
+
+The batch arrives as numpy arrays (engine/collate.py); `to_torch` makes them tensors without a
+copy on the CPU (pinned and sent ahead on CUDA).
 
 On CPU it also sets torch's intra-op thread count for the batch. torch keeps that count per
 thread (OpenMP's own setting), so each runner has its own; the scheduler tells a runner how many
@@ -12,7 +15,7 @@ on two. Batches below `single_thread_tokens` padded tokens therefore always run 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,8 +37,46 @@ def use_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class TorchBatch:
+    """A batch's arrays as tensors on the model's device (see `Batch` for what each holds)."""
+
+    head: Head
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None
+    pool_mask: torch.Tensor | None
+    # A packed batch's positions, segments, pool weights, first and last token indices.
+    packed: tuple[torch.Tensor, ...] | None
+
+
+def to_torch(batch: Batch, device: torch.device) -> TorchBatch:
+    """The batch's arrays as tensors on `device`: shared with numpy on the CPU (no copy)."""
+
+    def tensor(array: np.ndarray) -> torch.Tensor:
+        result = torch.from_numpy(array)
+        if device.type == "cpu":
+            return result
+        if device.type == "cuda":
+            result = result.pin_memory()
+        return result.to(device, non_blocking=True)
+
+    def optional(array: np.ndarray | None) -> torch.Tensor | None:
+        return None if array is None else tensor(array)
+
+    packed = batch.packed
+    return TorchBatch(
+        batch.head,
+        tensor(batch.input_ids),
+        tensor(batch.attention_mask),
+        optional(batch.token_type_ids),
+        optional(batch.pool_mask),
+        None if packed is None else tuple(tensor(array) for array in packed.arrays()),
+    )
+
+
 # A compiled head's forward over a batch (its tensors on the model's device).
-CompiledRun = Callable[[Batch], torch.Tensor]
+CompiledRun = Callable[[TorchBatch], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -49,40 +90,11 @@ class CompiledForward:
     packed: bool = False
 
 
-def on_device(batch: Batch, device: torch.device) -> Batch:
-    """The batch with its tensors on `device` (the same batch on the CPU)."""
-    if device.type == "cpu":
-        return batch
-
-    def move(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(device, non_blocking=True)
-
-    packed = batch.packed
-    return replace(
-        batch,
-        input_ids=move(batch.input_ids),
-        attention_mask=move(batch.attention_mask),
-        token_type_ids=None if batch.token_type_ids is None else move(batch.token_type_ids),
-        pool_mask=None if batch.pool_mask is None else move(batch.pool_mask),
-        packed=None
-        if packed is None
-        else replace(
-            packed,
-            positions=move(packed.positions),
-            segments=move(packed.segments),
-            pool_weights=move(packed.pool_weights),
-            first=move(packed.first),
-            last=move(packed.last),
-        ),
-    )
-
-
-def run_eagerly(module: Callable[..., torch.Tensor], batch: Batch) -> torch.Tensor:
+def run_eagerly(module: Callable[..., torch.Tensor], batch: TorchBatch) -> torch.Tensor:
     """The module's forward over a padded or a packed batch."""
-    packed = batch.packed
-    if packed is not None:
+    if batch.packed is not None:
         forward_packed: Callable[..., torch.Tensor] = module.forward_packed  # type: ignore[attr-defined]
-        return forward_packed(batch.head, batch.input_ids, *packed.tensors(), batch.token_type_ids)
+        return forward_packed(batch.head, batch.input_ids, *batch.packed, batch.token_type_ids)
     extra = {} if batch.pool_mask is None else {"pool_mask": batch.pool_mask}
     return module(batch.head, batch.input_ids, batch.attention_mask, batch.token_type_ids, **extra)
 
@@ -125,7 +137,7 @@ class ModelExecutor:
         if self._device.type == "cpu":
             threads = self.threads_for(batch, threads)
             use_threads(threads)
-        on_model = on_device(batch, self._device)
+        on_model = to_torch(batch, self._device)
         compiled_run = self._compiled_run(batch, threads)
         with torch.inference_mode():
             if compiled_run is not None:
@@ -137,7 +149,8 @@ class ModelExecutor:
             return list(result)
         if batch.packed is not None:
             return [
-                result[row, offset : offset + item.length]
+                result[row, offset : offset + item.cost]
                 for (row, offset), item in zip(batch.packed.places, batch.items, strict=True)
             ]
-        return [result[row, : item.length] for row, item in enumerate(batch.items)]
+        # A text item's cost is its tokens: one output row each.
+        return [result[row, : item.cost] for row, item in enumerate(batch.items)]

@@ -127,7 +127,7 @@ class Runner:
         stats.batch_ended(
             self.index,
             items=len(items),
-            tokens=sum(item.length for item in items),
+            tokens=sum(item.cost for item in items),
             padded_tokens=batch.padded_tokens,
             seconds=ended - started,
         )

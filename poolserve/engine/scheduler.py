@@ -78,11 +78,11 @@ class Assignment:
 
     @property
     def padded_tokens(self) -> int:
-        return len(self.items) * max(item.length for item in self.items)
+        return len(self.items) * max(item.cost for item in self.items)
 
     @property
     def tokens(self) -> int:
-        return sum(item.length for item in self.items)
+        return sum(item.cost for item in self.items)
 
 
 def items_left(queue: deque[WorkItem]) -> int:
@@ -148,7 +148,7 @@ class Scheduler:
                     self._last_served[id(item.group)] = self._batches_formed
                 queue.append(item)
                 self._waiting_items += 1
-                self._waiting_tokens += item.length
+                self._waiting_tokens += item.cost
                 item.group.submitted += 1
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             self._condition.notify()
@@ -287,11 +287,11 @@ class Scheduler:
             if looked_at >= self._window:
                 break
         limit = min(self._max_batch_size, math.ceil(looked_at / share))
-        if self._packs(seed.head) and seed.length <= PACK_FREELY_TOKENS:
+        if self._packs(seed.head) and seed.cost <= PACK_FREELY_TOKENS:
             chosen = self._fill_packed(seed, window, limit)
             self._take(chosen)
             return chosen
-        first = sorted(window[0], key=lambda item: item.length)
+        first = sorted(window[0], key=lambda item: item.cost)
         chosen = self._pick_around(first, first.index(seed), limit)
         for others in window[1:]:
             if len(chosen) >= limit:
@@ -307,13 +307,12 @@ class Scheduler:
         tolerance = self._bucket_padding
         if tolerance is None or len(chosen) < 2:
             return chosen
-        by_length = sorted(chosen, key=lambda item: item.length)
+        by_length = sorted(chosen, key=lambda item: item.cost)
         start = 0
         for index in range(1, len(by_length) + 1):
             cut = (
                 index == len(by_length)
-                or (index - start) * (by_length[index].length - by_length[index - 1].length)
-                > tolerance
+                or (index - start) * (by_length[index].cost - by_length[index - 1].cost) > tolerance
             )
             if cut:
                 bucket = by_length[start:index]
@@ -329,33 +328,33 @@ class Scheduler:
         (the requests with the fewest items left first) while their tokens fit the budget, up
         to `limit` items."""
         chosen = [seed]
-        tokens = seed.length
+        tokens = seed.cost
         for item in itertools.chain.from_iterable(window):
             if len(chosen) >= limit:
                 break
-            if item is seed or item.length > PACK_FREELY_TOKENS:
+            if item is seed or item.cost > PACK_FREELY_TOKENS:
                 continue
-            if tokens + item.length > self._max_batch_tokens:
+            if tokens + item.cost > self._max_batch_tokens:
                 continue
             chosen.append(item)
-            tokens += item.length
+            tokens += item.cost
         return chosen
 
     def _fill(self, chosen: list[WorkItem], others: list[WorkItem], limit: int) -> list[WorkItem]:
         """Items of `others` (one request's) to add to `chosen`: those nearest in length to it
         first, while they fit in the token budget, up to `limit` items in all."""
-        shortest = min(item.length for item in chosen)
-        longest = max(item.length for item in chosen)
+        shortest = min(item.cost for item in chosen)
+        longest = max(item.cost for item in chosen)
 
         def distance(item: WorkItem) -> int:
-            return max(0, shortest - item.length, item.length - longest)
+            return max(0, shortest - item.cost, item.cost - longest)
 
         added: list[WorkItem] = []
         count = len(chosen)
         for item in sorted(others, key=distance):
             if count >= limit:
                 break
-            padded_to = max(longest, item.length)
+            padded_to = max(longest, item.cost)
             if (count + 1) * padded_to > self._max_batch_tokens:
                 continue
             added.append(item)
@@ -369,7 +368,7 @@ class Scheduler:
         for key, queue in list(self._waiting.items()):
             if queue[0].group.finished:
                 skipped += len(queue)
-                self._waiting_tokens -= sum(item.length for item in queue)
+                self._waiting_tokens -= sum(item.cost for item in queue)
                 del self._waiting[key]
                 self._last_served.pop(key, None)
         if skipped:
@@ -391,22 +390,22 @@ class Scheduler:
                 del self._waiting[key]
                 del self._last_served[key]
         self._waiting_items -= len(chosen)
-        self._waiting_tokens -= sum(item.length for item in chosen)
+        self._waiting_tokens -= sum(item.cost for item in chosen)
 
     def _pick_around(self, by_length: list[WorkItem], start: int, limit: int) -> list[WorkItem]:
         """Grow a run of the sorted window around `start`, adding whichever neighbour pads least,
         up to `limit` items."""
         low = high = start
-        longest = by_length[start].length
+        longest = by_length[start].cost
         count = 1
         while count < limit:
             left = by_length[low - 1] if low > 0 else None
             right = by_length[high + 1] if high + 1 < len(by_length) else None
             left_fits = left is not None and (count + 1) * longest <= self._max_batch_tokens
-            right_fits = right is not None and (count + 1) * right.length <= self._max_batch_tokens
+            right_fits = right is not None and (count + 1) * right.cost <= self._max_batch_tokens
             if left_fits and right_fits:
                 assert left is not None and right is not None
-                take_left = longest - left.length <= (right.length - longest) * count
+                take_left = longest - left.cost <= (right.cost - longest) * count
             elif left_fits or right_fits:
                 take_left = left_fits
             else:
@@ -415,6 +414,6 @@ class Scheduler:
                 low -= 1
             else:
                 high += 1
-                longest = by_length[high].length
+                longest = by_length[high].cost
             count += 1
         return by_length[low : high + 1]

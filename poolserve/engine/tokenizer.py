@@ -12,6 +12,7 @@ from typing import Literal
 
 from tokenizers import Encoding, Tokenizer
 
+from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head
 
@@ -32,6 +33,25 @@ class TokenizedText:
     # Tokens before this one are attended to but left out of pooling (a prompt, for a model
     # whose Pooling config says include_prompt: false).
     pool_from: int = 0
+
+    @property
+    def cost(self) -> int:
+        """Its tokens: what it weighs in a batch (`work.Payload`)."""
+        return len(self.input_ids)
+
+
+def text_item(
+    group: RequestGroup,
+    index: int,
+    input_ids: list[int],
+    token_type_ids: list[int] | None = None,
+    head: Head = "embed",
+    attention_mask: list[int] | None = None,
+    pool_from: int = 0,
+) -> WorkItem:
+    """A work item of tokenized text (warm-up batches, benchmarks and tests build them)."""
+    text = TokenizedText(input_ids, token_type_ids, head, attention_mask, pool_from)
+    return WorkItem.of(group, index, text)
 
 
 class TextTokenizer:

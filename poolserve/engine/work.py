@@ -1,4 +1,8 @@
-"""Units of work: a `RequestGroup` is one request's set of inputs, a `WorkItem` one tokenized input.
+"""Units of work: a `RequestGroup` is one request's set of inputs, a `WorkItem` one prepared input.
+
+The engine does not look inside an item: it batches items by their head and their cost (a
+text's tokens) and hands their payloads to the backend's collate (a `TokenizedText` for text),
+so an input that is not text (an image) adds a payload and a processor, not a new path.
 
 A group's items may run in batches on several runner threads at once, so its results and timing
 marks are written under the group's own lock (the last writer completes it). The group's
@@ -13,7 +17,7 @@ import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from poolserve.models.kinds import Head
 
@@ -83,21 +87,31 @@ class RequestGroup:
         return 0.0 if started is None or ended is None else ended - started
 
 
+class Payload(Protocol):
+    """What a task's preprocessing makes of one input, for the backend (`TokenizedText`)."""
+
+    @property
+    def cost(self) -> int:
+        """What it weighs in a batch's budget (`--max-batch-tokens`): for text, its tokens."""
+        ...
+
+    @property
+    def head(self) -> Head:
+        """What the forward pass must return for it; a batch holds one head only."""
+        ...
+
+
 @dataclass(eq=False, slots=True)
 class WorkItem:
-    """One tokenized input of a group, ready to be batched."""
+    """One prepared input of a group, ready to be batched: `payload` for the backend, `cost`
+    for the scheduler's budget (a batch of n items costs n × its largest item's cost)."""
 
     group: RequestGroup
     index: int
-    input_ids: list[int]
-    token_type_ids: list[int] | None = None
-    # What the forward pass must return for this item; a batch holds one head only.
+    payload: Any
+    cost: int
     head: Head = "embed"
-    # None: attend to every token (see TokenizedText.attention_mask).
-    attention_mask: list[int] | None = None
-    # Tokens before this one are left out of pooling (see TokenizedText.pool_from).
-    pool_from: int = 0
 
-    @property
-    def length(self) -> int:
-        return len(self.input_ids)
+    @classmethod
+    def of(cls, group: RequestGroup, index: int, payload: Payload) -> WorkItem:
+        return cls(group, index, payload, payload.cost, payload.head)

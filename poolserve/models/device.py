@@ -1,4 +1,7 @@
-"""Choosing device and dtype: `auto` means CUDA when present, bf16 where the hardware is fast."""
+"""Choosing device and dtype: `auto` means CUDA when present, bf16 where the hardware is fast.
+
+Both are chosen as plain names (`"cpu"`, `"bfloat16"`): the engine and the backend seam carry
+names, and the torch code makes torch types of them (`torch_dtype`)."""
 
 from __future__ import annotations
 
@@ -11,14 +14,14 @@ from poolserve.errors import ModelLoadError, SettingError
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def choose_device(requested: str) -> torch.device:
+def choose_device(requested: str) -> str:
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
         raise SettingError("--device cuda was asked for, but torch sees no CUDA device")
     if requested not in ("cpu", "cuda"):
         raise ModelLoadError(f"unknown device {requested!r}; use auto, cpu or cuda")
-    return torch.device(requested)
+    return requested
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -34,11 +37,16 @@ def cpu_has_fast_bf16() -> bool:
     return False
 
 
-def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
+def choose_dtype(requested: str, device: str) -> str:
     if requested != "auto":
         if requested not in _DTYPES:
             raise ModelLoadError(f"unknown dtype {requested!r}; use auto, {', '.join(_DTYPES)}")
-        return _DTYPES[requested]
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+        return requested
+    if device == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "bfloat16" if cpu_has_fast_bf16() else "float32"
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype's name (`"bfloat16"`)."""
+    return _DTYPES[name]

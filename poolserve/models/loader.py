@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,9 @@ from tokenizers import Tokenizer
 from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.dense import build_dense, load_linear_head, load_m3_heads
-from poolserve.models.device import choose_device, choose_dtype
-from poolserve.models.kinds import HEADS, Head, Kind, describe, detect_kind
-from poolserve.models.layout import TRUST_REMOTE_CODE, ModelLayout, read_layout
+from poolserve.models.device import choose_device, choose_dtype, torch_dtype
+from poolserve.models.kinds import Kind, describe, detect_kind
+from poolserve.models.layout import TRUST_REMOTE_CODE, read_layout
 from poolserve.models.module import NextTokenScorer, PoolingModule
 from poolserve.models.packing import (
     packing_of,
@@ -25,81 +25,13 @@ from poolserve.models.packing import (
     why_not_packable,
 )
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
-from poolserve.models.score_template import ScoreTemplate, template_for, with_token_ids
+from poolserve.models.score_template import template_for, with_token_ids
+from poolserve.models.spec import ModelSpec
+from poolserve.settings import check_settings
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything known about a model before its weights are loaded: no torch work is done here.
-
-    The weights are loaded by `load_module` on the thread that will run the model: torch's OpenMP
-    thread team belongs to the thread that first runs an operator, and a second team (say the
-    main thread's, from loading) makes every operator of the runner thread about twice as slow.
-    """
-
-    name: str
-    layout: ModelLayout
-    kind: Kind
-    tokenizer_json: str
-    device: torch.device
-    dtype: torch.dtype
-    # The task that forced the kind, None where the kind was detected.
-    forced_task: str | None = None
-    # Prompts given at start-up (--prompt), over the model's own.
-    prompts: tuple[tuple[str, str], ...] = ()
-    trust_remote_code: bool = False
-    attention: str = "auto"
-    # A causal LM served as a reranker: how it reads a pair and which logits score it.
-    score_template: ScoreTemplate | None = None
-    # The model's own length limit where a smaller batch budget capped it (see `prepare_model`).
-    capped_from: int | None = None
-
-    @property
-    def heads(self) -> tuple[Head, ...]:
-        if self.layout.m3_heads and self.kind == "embedding":
-            # BGE-M3: dense, lexical (sparse) and multi-vector outputs, and all three at once.
-            return ("embed", "token_embed", "sparse", "m3")
-        return HEADS[self.kind]
-
-    @property
-    def max_model_len(self) -> int:
-        return self.layout.max_model_len
-
-    @property
-    def embedding_dim(self) -> int:
-        return self.layout.embedding_dim
-
-    @property
-    def output_floats(self) -> tuple[int, bool]:
-        """The floats of one input's output, and whether it has them per token: what the
-        README's memory bound calls D (BGE-M3: its largest output, the lexical weights)."""
-        config = self.layout.hf_config
-        vocab = int(config.get("vocab_size") or config.get("text_config", {}).get("vocab_size", 0))
-        if self.kind == "sparse" or "sparse" in self.heads:
-            return max(vocab, self.embedding_dim), False
-        if self.kind in ("cross_encoder", "classifier"):
-            return self.layout.num_labels, False
-        if self.kind == "token_classifier":
-            return self.layout.num_labels, True
-        return self.embedding_dim, self.kind == "late_interaction"
-
-    @property
-    def pad_token_id(self) -> int:
-        return int(self.layout.hf_config.get("pad_token_id") or 0)
-
-    @property
-    def special_token_ids(self) -> tuple[int, ...]:
-        """The ids of the tokenizer's special tokens ([CLS], </s>, padding, unknown, ...)."""
-        tokenizer = Tokenizer.from_str(self.tokenizer_json)
-        return tuple(
-            sorted(
-                token_id
-                for token_id, token in tokenizer.get_added_tokens_decoder().items()
-                if token.special
-            )
-        )
+__all__ = ["ModelSpec", "enable_packing", "load_module", "prepare_model"]
 
 
 def _model_name(config: ModelConfig, directory: Path) -> str:
@@ -156,6 +88,7 @@ def prepare_model(
         )
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
+    check_settings(config)  # what each flag would refuse, given in Python
     if config.score_template is not None and not (kind == "cross_encoder" and layout.is_causal_lm):
         raise SettingError(
             "--score-template applies to a causal LM served as a reranker (--task "
@@ -273,7 +206,7 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
     try:
         backbone, loading_info = model_class.from_pretrained(
             str(spec.layout.directory),
-            dtype=spec.dtype,
+            dtype=torch_dtype(spec.dtype),
             attn_implementation=None if spec.attention == "auto" else spec.attention,
             trust_remote_code=spec.trust_remote_code,
             output_loading_info=True,
@@ -334,7 +267,7 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         if spec.kind == "embedding" and layout.m3_heads
         else None,
     )
-    module = module.to(spec.device).eval()
+    module = module.to(torch.device(spec.device)).eval()
     logger.info(
         "%s: weights loaded in %.1f s from %s: %s (%s), %s on %s, max_model_len %d",
         spec.name,
@@ -360,7 +293,9 @@ def enable_packing(module: PoolingModule, spec: ModelSpec) -> str | None:
     if why is not None:
         return why
     packing = packing_of(backbone)
-    similarity = similarity_packed_to_alone(backbone, packing, module.vocab_size, spec.device)
+    similarity = similarity_packed_to_alone(
+        backbone, packing, module.vocab_size, torch.device(spec.device)
+    )
     if similarity < required_similarity(spec.dtype):
         return f"a packed row's outputs differ from its sequences' alone (cosine {similarity:.5f})"
     module.packing = packing

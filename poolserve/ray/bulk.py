@@ -18,7 +18,7 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:
-    from poolserve.offline import CountedEmbeddings
+    from poolserve.python_results import CountedEmbeddings
 
 
 class _EngineActor:

@@ -18,7 +18,8 @@ from poolserve._version import __version__
 from poolserve.config import ServerConfig
 from poolserve.errors import SettingError
 from poolserve.memory_bound import sized_bound_message
-from poolserve.server.admission import AdmissionControl, AdmissionMiddleware
+from poolserve.server.admission import AdmissionControl
+from poolserve.server.admission_door import AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
 from poolserve.server.direct_routes import DirectRouteMiddleware

@@ -28,13 +28,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from poolserve.engine.request import Encoder, PoolingParams, Task
 from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import ErrorForm, answer_errors_as, name_inputs
+from poolserve.server.error_shapes import OPENAI_ERRORS, ErrorShape, answer_errors_as
+from poolserve.server.errors import name_inputs
 from poolserve.server.handlers import serve_task, state_of
 from poolserve.server.schemas import documented
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
-from poolserve.tasks.base import Encoder, PoolingParams, Task
 from poolserve.tasks.registry import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
@@ -106,7 +107,7 @@ class Endpoint(Generic[WireT]):
     # Which models serve it, by the tasks they have.
     serves: Callable[[TaskSet], bool] = every_model
     description: str | None = None
-    errors: ErrorForm = "openai"
+    errors: ErrorShape = OPENAI_ERRORS
     # The body's field that names the model (None: the first model that serves the path).
     model_field: str | None = "model"
     # Where several shapes share the path: whether a body (decoded JSON) is this shape's, for
@@ -119,8 +120,7 @@ class Endpoint(Generic[WireT]):
 
 def _shape_errors(request: Request, endpoint: Endpoint[Any]) -> None:
     """From here on, `request`'s errors take `endpoint`'s family's form."""
-    if endpoint.errors != "openai":
-        answer_errors_as(request, endpoint.errors)
+    answer_errors_as(request, endpoint.errors)
     if endpoint.inputs.cut_with is not None:
         name_inputs(request, endpoint.inputs.field, endpoint.inputs.cut_with)
 
@@ -135,8 +135,7 @@ async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
 
 async def handle_shapes(request: Request, shapes: Sequence[Endpoint[Any]]) -> Response:
     """Serve `request` as the shape its body is (see the module's docstring)."""
-    forms = {shape.errors for shape in shapes}
-    if len(forms) == 1 and "openai" not in forms:  # a body that is not JSON too: their form
+    if len({shape.errors for shape in shapes}) == 1:  # a body that is not JSON too: their form
         answer_errors_as(request, shapes[0].errors)
     state = state_of(request)
     default = state.model_for(request.scope, None)
@@ -185,14 +184,14 @@ def router_of(endpoints: Sequence[Endpoint[Any]], into: APIRouter | None = None)
     for path, shapes in by_path.items():
         first = shapes[0]
         if len(shapes) == 1:
-            docs = documented(first.answer, first.body, errors=first.errors)
+            docs = documented(first.answer, first.body, errors=first.errors.body)
         else:
             fallbacks = [shape for shape in shapes if shape.matches is None]
             assert len(fallbacks) == 1, f"{path}: exactly one shape takes the other bodies"
             docs = documented(
                 functools.reduce(operator.or_, [shape.answer for shape in shapes]),
                 *[shape.body for shape in shapes],
-                errors=tuple(shape.errors for shape in shapes),
+                errors=tuple(shape.errors.body for shape in shapes),
             )
         router.add_api_route(
             path,

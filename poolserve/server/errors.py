@@ -7,9 +7,9 @@ logged with its traceback and answered with a 500 that carries no internals.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from difflib import get_close_matches
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -181,48 +181,34 @@ def _no_such_route(request: Request) -> str:
     )
 
 
+# An error in an API family's own shape: (status, message, headers) → the response.
+ErrorRender = Callable[[int, str, Mapping[str, str] | None], Response]
 # Set in a request's scope by a handler whose API family answers errors in its own shape
-# (`ErrorForm`: absent, OpenAI's): text-embeddings-inference's `{"error", "error_type"}`,
-# Voyage AI's `{"detail"}`.
-ERROR_FORM = "poolserve.error_form"
-ErrorForm = Literal["openai", "tei", "voyage"]
+# (server/error_shapes.py); absent, they take OpenAI's.
+ERROR_RENDER = "poolserve.error_render"
 _TEI_ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
 
 
-def answer_errors_as(request: Request, form: ErrorForm) -> None:
-    """From here on, `request`'s errors take `form`'s shape."""
-    request.scope[ERROR_FORM] = form
+def answer_errors_with(request: Request, render: ErrorRender) -> None:
+    """From here on, `request`'s errors are answered by `render`."""
+    request.scope[ERROR_RENDER] = render
 
 
 def tei_error_response(
     status: int, message: str, headers: Mapping[str, str] | None = None
 ) -> Response:
+    """text-embeddings-inference's error shape: `{"error", "error_type"}`."""
     body = {"error": message, "error_type": _TEI_ERROR_TYPES.get(status, "Validation")}
     return Response(
         orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )
 
 
-def detail_error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    """Voyage AI's error shape (FastAPI's): `{"detail": message}`."""
-    return Response(
-        orjson.dumps({"detail": message}),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
-
-
-_FAMILY_ERRORS = {"tei": tei_error_response, "voyage": detail_error_response}
-
-
 def _family_error(
     request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
 ) -> Response | None:
     """The error in the shape the request's family answers in, unless that is OpenAI's."""
-    render = _FAMILY_ERRORS.get(request.scope.get(ERROR_FORM, "openai"))
+    render: ErrorRender | None = request.scope.get(ERROR_RENDER)
     return render(status, message, headers) if render is not None else None
 
 

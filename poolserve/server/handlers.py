@@ -11,15 +11,16 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from poolserve.engine.pipeline import serve
+from poolserve.engine.request import Encoder, PoolingParams, ServeContext, Task
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
-from poolserve.server.admission import ticket_of
+from poolserve.server.admission_door import ticket_of
 from poolserve.server.body import parse_chosen_body
-from poolserve.server.errors import answer_errors_as
+from poolserve.server.error_shapes import TEI_ERRORS, answer_errors_as
 from poolserve.server.metrics import REQUEST_ID_KEY
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.state import ServingState
 from poolserve.service import ModelService
-from poolserve.tasks.base import Encoder, PoolingParams, ServeContext, Task, serve
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -45,7 +46,7 @@ async def parse_tei_or_other(
 
     def chosen(schema: type[TeiT] | type[OtherT]) -> None:
         if schema is tei:
-            answer_errors_as(request, "tei")
+            answer_errors_as(request, TEI_ERRORS)
 
     return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
 

@@ -22,11 +22,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.engine.request import ServeContext
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.live import LiveHistory
 from poolserve.server.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.services import ServiceRegistry
-from poolserve.tasks.base import ServeContext
 
 # Statuses that mean a request was refused or abandoned, and why.
 REJECTION_REASONS = {

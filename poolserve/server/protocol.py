@@ -79,6 +79,18 @@ SCORER = (
 )
 
 
+class ScoringRequest(WireModel):
+    """The options vLLM's `/score` and the shared rerank shape both take."""
+
+    truncate_prompt_tokens: Truncation | None = None
+    truncation_side: Literal["right", "left"] = Field(
+        "right", description="which end truncation cuts: the last tokens, or the first"
+    )
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    use_activation: StrictBool | None = None
+    scorer: Scorer | None = Field(None, description=SCORER)
+
+
 class InputRequest(WireModel):
     """A request whose `input` is a text, texts, token ids or lists of token ids (vLLM's form)."""
 

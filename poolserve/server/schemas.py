@@ -14,7 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from poolserve.server.body import json_body_schema
-from poolserve.server.errors import ErrorForm
 
 
 class Documented(BaseModel):
@@ -41,12 +40,6 @@ class TeiErrorBody(Documented):
 
     error: str = Field(description="what went wrong and how to fix the request")
     error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
-
-
-class DetailErrorBody(Documented):
-    """Voyage AI's error shape (FastAPI's), on its routes' Voyage bodies."""
-
-    detail: str = Field(description="what went wrong and how to fix the request")
 
 
 class Usage(Documented):
@@ -218,37 +211,32 @@ _ERRORS = {
 # and 429 sometimes (later, the route's own).
 _AT_THE_DOOR = {401}
 _AT_THE_DOOR_OR_LATER = {413, 429}
-_ERROR_BODIES: dict[ErrorForm, Any] = {
-    "openai": ErrorBody,
-    "tei": TeiErrorBody,
-    "voyage": DetailErrorBody,
-}
 
 
-def _error_model(forms: tuple[ErrorForm, ...], status: int) -> Any:
-    """The documented error body of a route whose errors take `forms`' shapes (a route that
-    takes several families' bodies answers in the family of the body)."""
+def _error_model(bodies: tuple[type[BaseModel], ...], status: int) -> Any:
+    """The documented error body of a route whose errors take these bodies' shapes (a route
+    that takes several families' bodies answers in the family of the body)."""
     if status in _AT_THE_DOOR:
-        forms = ("openai",)
+        bodies = (ErrorBody,)
     elif status in _AT_THE_DOOR_OR_LATER:
-        forms = ("openai", *forms)
-    return functools.reduce(operator.or_, [_ERROR_BODIES[form] for form in dict.fromkeys(forms)])
+        bodies = (ErrorBody, *bodies)
+    return functools.reduce(operator.or_, dict.fromkeys(bodies))
 
 
 def documented(
     response: Any,
     request: type[BaseModel] | None = None,
     *more_requests: type[BaseModel],
-    errors: ErrorForm | tuple[ErrorForm, ...] = "openai",
+    errors: type[BaseModel] | tuple[type[BaseModel], ...] = ErrorBody,
 ) -> dict[str, Any]:
     """Route keywords that document a request body (read by the route itself; one of several
     where the route serves several API families' shapes), responses (`response` a model,
     or a union of models) and the shape of its errors."""
     responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
     statuses = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
-    forms = (errors,) if isinstance(errors, str) else errors
+    bodies = errors if isinstance(errors, tuple) else (errors,)
     for status, description in statuses.items():
-        responses[status] = {"model": _error_model(forms, status), "description": description}
+        responses[status] = {"model": _error_model(bodies, status), "description": description}
     keywords: dict[str, Any] = {"responses": responses}
     if request is not None:
         keywords["openapi_extra"] = json_body_schema(request, *more_requests)

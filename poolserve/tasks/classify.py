@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from poolserve.tasks.base import ServeContext
+from poolserve.engine.request import ServeContext
 from poolserve.tasks.inputs import InputsTask
 
 

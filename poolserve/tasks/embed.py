@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.inputs import InputsTask, l2_normalize, tokenize_inputs
 
 EmbedInputs = list[str] | list[list[int]]

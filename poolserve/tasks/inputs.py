@@ -8,10 +8,10 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
+from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.engine.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import PoolingParams, ServeContext
 
 Inputs = Sequence[str] | Sequence[list[int]]
 

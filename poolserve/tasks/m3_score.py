@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.inputs import l2_normalize
 from poolserve.tasks.score import BiEncoderScorer, ScoreRequest
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.engine.request import ServeContext
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import InputsTask, l2_normalize
 

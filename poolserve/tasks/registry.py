@@ -8,7 +8,7 @@ from typing import Any
 
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
-from poolserve.models.loader import ModelSpec
+from poolserve.models.spec import ModelSpec
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import EmbedTask
 from poolserve.tasks.m3_score import M3Scorer

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
 

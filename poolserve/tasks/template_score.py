@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.score_template import ScoreTemplate
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import bound_text
 from poolserve.tasks.score import ScoreRequest, text_namer

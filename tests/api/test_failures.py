@@ -17,8 +17,9 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import EngineConfig, ServerConfig
-from poolserve.engine.core import EngineCore, torch_backend
-from poolserve.engine.work import WorkItem
+from poolserve.engine.core import EngineCore
+from poolserve.engine.tokenizer import text_item
+from poolserve.engine.torch_backend import make_backend
 from poolserve.errors import EngineUnavailableError
 from poolserve.offline import Engine
 from poolserve.server import create_app
@@ -50,7 +51,7 @@ class PoisonBackend:
         forward = self.inner.executor()
 
         def guarded(batch: Any, threads: int) -> Any:
-            if any(POISON in item.input_ids for item in batch.items):
+            if any(POISON in item.payload.input_ids for item in batch.items):
                 raise self.error()
             return forward(batch, threads)
 
@@ -67,7 +68,7 @@ def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
         core = EngineCore(
             engine.core.model,
             EngineConfig(cpu_workers=1, runners=runners),
-            backend=lambda *args: PoisonBackend(torch_backend(*args), error),
+            backend=lambda *args: PoisonBackend(make_backend(*args), error),
         )
         core.start()
         cores.append(core)
@@ -120,10 +121,10 @@ async def test_dead_runner_turns_health_red_and_refuses_work(
     poisoned = make_engine(fatal)
     core = poisoned.core
     in_flight = core.open_group(1)
-    core.submit([WorkItem(in_flight, 0, [101, POISON, 102])])
+    core.submit([text_item(in_flight, 0, [101, POISON, 102])])
     assert entered.wait(WAIT)
     waiting = core.open_group(1)
-    core.submit([WorkItem(waiting, 0, [101, 2000, 102])])
+    core.submit([text_item(waiting, 0, [101, 2000, 102])])
     release.set()
     # The runner fails every waiting request as it dies.
     assert isinstance(waiting.future.exception(WAIT), EngineUnavailableError)

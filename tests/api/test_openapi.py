@@ -158,7 +158,7 @@ def documented_error_shapes(spec: dict[str, Any], path: str, status: int) -> set
 ERROR_MODELS: dict[str, type[BaseModel]] = {
     "ErrorBody": schemas.ErrorBody,
     "TeiErrorBody": schemas.TeiErrorBody,
-    "DetailErrorBody": schemas.DetailErrorBody,
+    "DetailErrorBody": voyage.DetailErrorBody,
 }
 
 

@@ -135,6 +135,40 @@ async def test_the_async_twins_share_a_running_loop_without_blocking_it(engine: 
     assert len(results[5]) == len(TEXTS)
 
 
+def test_each_method_queued_as_a_future_gives_its_blocking_result(
+    engine: Any, engines: dict[str, Engine]
+) -> None:
+    """The `_later` variants are built from the same builders as the blocking methods."""
+    futures = {
+        "score": engine.score_later(TEXTS[0], TEXTS[1:]),
+        "rerank": engine.rerank_later(TEXTS[0], TEXTS[1:], top_n=2),
+        "pool": engine.pool_later(TEXTS[:2], task="token_embed"),
+        "classify": engines["classifier"].classify_later(TEXTS),
+        "sparse": engines["splade"].embed_sparse_later(TEXTS[:1]),
+    }
+    np.testing.assert_allclose(
+        futures["score"].result(), engine.score(TEXTS[0], TEXTS[1:]), **CLOSE
+    )
+    ranked = futures["rerank"].result()
+    assert len(ranked) == 2
+    assert [i for i, _ in ranked] == [i for i, _ in engine.rerank(TEXTS[0], TEXTS[1:])[:2]]
+    for ours, blocking in zip(
+        futures["pool"].result(), engine.pool(TEXTS[:2], task="token_embed"), strict=True
+    ):
+        np.testing.assert_allclose(ours, blocking, **CLOSE)
+    np.testing.assert_allclose(
+        futures["classify"].result(), engines["classifier"].classify(TEXTS), **CLOSE
+    )
+    (queued,), (blocked,) = futures["sparse"].result(), engines["splade"].embed_sparse(TEXTS[0])
+    terms = sorted(set(queued) | set(blocked))
+    np.testing.assert_allclose(
+        [queued.get(t, 0.0) for t in terms], [blocked.get(t, 0.0) for t in terms], **CLOSE
+    )
+    # A rerank that cannot be served fails in its future's caller, as in the blocking call.
+    with pytest.raises(InvalidRequestError, match="top_n must be 0 or more"):
+        engine.rerank_later(TEXTS[0], TEXTS[1:], top_n=-1)
+
+
 async def test_a_failing_async_call_raises_in_its_caller_only(engine: Any) -> None:
     good, bad = await asyncio.gather(
         engine.aembed(TEXTS), engine.aembed(["fine", " "]), return_exceptions=True

@@ -47,7 +47,7 @@ def wrap_forward(
     garbage_id = faults.get("garbage_id")
 
     def faulty(batch: Any, threads: int) -> Sequence[Any]:
-        ids = [item.input_ids for item in batch.items]
+        ids = [item.payload.input_ids for item in batch.items]
         if poison_id is not None and any(poison_id in item for item in ids):
             if poison == "fatal":
                 raise Fatal("injected: the runner thread dies")
@@ -84,10 +84,10 @@ class FaultyBackend:
 
 def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
     """A `BackendFactory`: the real torch backend, wrapped."""
-    from poolserve.engine.core import torch_backend
+    from poolserve.engine.torch_backend import make_backend
 
     def build(*args: Any) -> FaultyBackend:
-        return FaultyBackend(torch_backend(*args), faults)
+        return FaultyBackend(make_backend(*args), faults)
 
     return build
 

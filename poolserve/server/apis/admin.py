@@ -21,10 +21,12 @@ from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
     DetokenizeResponse,
+    ErrorBody,
     Health,
     ModelCard,
     ModelList,
     StatsBody,
+    TeiErrorBody,
     TokenizeResponse,
     VersionBody,
     documented,
@@ -56,7 +58,7 @@ def _tokenize(service: ModelService, wire: TokenizeRequest) -> bytes:
         TokenizeResponse | TeiTokenizeResponse,
         TokenizeRequest,
         TeiTokenizeRequest,
-        errors=("openai", "tei"),
+        errors=(ErrorBody, TeiErrorBody),
     ),
 )
 async def tokenize(request: Request) -> Response:

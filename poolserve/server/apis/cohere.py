@@ -14,12 +14,12 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
+from poolserve.engine.request import ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.envelope import base64_float32
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from poolserve.engine.request import ServeContext
 from poolserve.server.apis.envelope import EncodingFormat, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import InputRequest
 from poolserve.server.schemas import Documented, ListEnvelope
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import EmbedDType, as_dtype, as_floats
 

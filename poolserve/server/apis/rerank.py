@@ -6,17 +6,17 @@ query and documents, answered best first), over the score task: its request sche
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from poolserve.engine.request import ServeContext
 from poolserve.server.apis.envelope import usage
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, scorers
-from poolserve.server.protocol import SCORER, Scorer, StrictModel, Truncation, WireModel
+from poolserve.server.protocol import ScoringRequest, StrictModel
 from poolserve.server.schemas import Documented, Usage
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 
 PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
@@ -28,7 +28,7 @@ class RerankDocument(StrictModel):
     text: StrictStr
 
 
-class RerankRequest(WireModel):
+class RerankRequest(ScoringRequest):
     """`POST /rerank`, `/v1/rerank`, `/v2/rerank` (Jina / Cohere shape)."""
 
     model: StrictStr | None = None
@@ -38,13 +38,6 @@ class RerankRequest(WireModel):
     )
     top_n: Annotated[StrictInt, Field(ge=0)] | None = None
     return_documents: StrictBool = True
-    truncate_prompt_tokens: Truncation | None = None
-    truncation_side: Literal["right", "left"] = Field(
-        "right", description="which end truncation cuts: the last tokens, or the first"
-    )
-    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
-    use_activation: StrictBool | None = None
-    scorer: Scorer | None = Field(None, description=SCORER)
 
     def document_texts(self) -> list[str]:
         return [doc if isinstance(doc, str) else doc.text for doc in self.documents]

@@ -6,27 +6,19 @@ and the endpoints. vLLM's rerank shape, which Jina and Cohere share, is `apis/re
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictStr
 
+from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.models.kinds import Head
 from poolserve.server.apis.envelope import EncodingFormat, base64_float32, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, classifiers, scorers
-from poolserve.server.protocol import (
-    SCORER,
-    TEXT_OR_TEXTS,
-    InputRequest,
-    Scorer,
-    TextOrTexts,
-    Truncation,
-    WireModel,
-)
+from poolserve.server.protocol import TEXT_OR_TEXTS, InputRequest, ScoringRequest, TextOrTexts
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
 from poolserve.service import ModelService
-from poolserve.tasks.base import PoolingParams, ServeContext
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
@@ -39,7 +31,7 @@ class ClassifyRequest(InputRequest):
     """vLLM `POST /classify`."""
 
 
-class ScoreRequest(WireModel):
+class ScoreRequest(ScoringRequest):
     """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
 
     model: StrictStr | None = None
@@ -47,13 +39,6 @@ class ScoreRequest(WireModel):
     documents: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    truncate_prompt_tokens: Truncation | None = None
-    truncation_side: Literal["right", "left"] = Field(
-        "right", description="which end truncation cuts: the last tokens, or the first"
-    )
-    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
-    use_activation: StrictBool | None = None
-    scorer: Scorer | None = Field(None, description=SCORER)
 
     def sides(self) -> tuple[list[str], list[str]]:
         first = self.queries if self.queries is not None else self.text_1

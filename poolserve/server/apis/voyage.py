@@ -10,18 +10,21 @@ one of Voyage's own fields (its client sends them all) is Voyage's.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from functools import partial
 from typing import Annotated, Any, Literal
 
 import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr
+from starlette.responses import Response
 
+from poolserve.engine.request import ServeContext
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders, scorers
+from poolserve.server.error_shapes import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
 from poolserve.service import ModelService
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import quantize
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
@@ -89,6 +92,26 @@ def _is_voyage(path: str, data: Any, service: ModelService) -> bool:
 
 
 # -- the answers ---------------------------------------------------------------------------------
+
+
+class DetailErrorBody(Documented):
+    """Voyage AI's error shape (FastAPI's), on its bodies."""
+
+    detail: str = Field(description="what went wrong and how to fix the request")
+
+
+def detail_error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(
+        orjson.dumps({"detail": message}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+VOYAGE_ERRORS = ErrorShape(DetailErrorBody, detail_error_response)
 
 
 class VoyageEmbedding(Documented):
@@ -220,7 +243,7 @@ ENDPOINTS = [
         Inputs("input", lambda wire: len(wire.texts()), cut_with=TRUNCATION),
         "create_embeddings",
         serves=embedders,
-        errors="voyage",
+        errors=VOYAGE_ERRORS,
         matches=partial(_is_voyage, "/v1/embeddings"),
     ),
     Endpoint(
@@ -231,7 +254,7 @@ ENDPOINTS = [
         Inputs("documents", lambda wire: len(wire.documents), cut_with=TRUNCATION),
         "rerank",
         serves=scorers,
-        errors="voyage",
+        errors=VOYAGE_ERRORS,
         matches=partial(_is_voyage, "/v1/rerank"),
     ),
 ]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from poolserve.engine.collate import collate, packed_layout
-from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.engine.tokenizer import text_item
+from poolserve.engine.work import RequestGroup
 
 
 def test_right_padding_and_mask() -> None:
     group = RequestGroup(3)
     items = [
-        WorkItem(group, 0, [101, 7, 102]),
-        WorkItem(group, 1, [101, 102]),
-        WorkItem(group, 2, [101, 5, 6, 8, 102], token_type_ids=[0, 0, 1, 1, 1]),
+        text_item(group, 0, [101, 7, 102]),
+        text_item(group, 1, [101, 102]),
+        text_item(group, 2, [101, 5, 6, 8, 102], token_type_ids=[0, 0, 1, 1, 1]),
     ]
     batch = collate(items, pad_token_id=9)
     assert batch.items == items
@@ -28,7 +29,7 @@ def test_right_padding_and_mask() -> None:
 
 def test_no_token_types_when_no_item_has_them() -> None:
     group = RequestGroup(1)
-    batch = collate([WorkItem(group, 0, [1, 2])], pad_token_id=0)
+    batch = collate([text_item(group, 0, [1, 2])], pad_token_id=0)
     assert batch.token_type_ids is None
     assert batch.padded_tokens == 2
 
@@ -36,10 +37,10 @@ def test_no_token_types_when_no_item_has_them() -> None:
 def test_packed_rows_lay_items_end_to_end_longest_first() -> None:
     group = RequestGroup(4)
     items = [
-        WorkItem(group, 0, [11, 12]),
-        WorkItem(group, 1, [21, 22, 23, 24, 25]),
-        WorkItem(group, 2, [31, 32, 33], token_type_ids=[0, 1, 1]),
-        WorkItem(group, 3, [41, 42, 43, 44], pool_from=1),
+        text_item(group, 0, [11, 12]),
+        text_item(group, 1, [21, 22, 23, 24, 25]),
+        text_item(group, 2, [31, 32, 33], token_type_ids=[0, 1, 1]),
+        text_item(group, 3, [41, 42, 43, 44], pool_from=1),
     ]
     batch = collate(items, True, pad_token_id=9, max_row_length=5)
     packed = batch.packed
@@ -76,7 +77,7 @@ def test_the_row_length_is_the_cheapest_of_the_candidates() -> None:
 
 def test_an_item_with_its_own_attention_mask_is_collated_padded() -> None:
     group = RequestGroup(2)
-    items = [WorkItem(group, 0, [1, 2, 3], attention_mask=[1, 1, 0]), WorkItem(group, 1, [4])]
+    items = [text_item(group, 0, [1, 2, 3], attention_mask=[1, 1, 0]), text_item(group, 1, [4])]
     batch = collate(items, True, pad_token_id=0)
     assert batch.packed is None
     assert batch.attention_mask.tolist() == [[1, 1, 0], [1, 0, 0]]

@@ -26,11 +26,12 @@ import torch
 from poolserve import cli
 from poolserve.config import ModelConfig
 from poolserve.engine import aot
-from poolserve.engine import backend as backend_module
 from poolserve.engine import executor as executor_module
-from poolserve.engine.backend import TorchBackend
+from poolserve.engine import torch_backend as backend_module
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.executor import use_threads
+from poolserve.engine.tokenizer import text_item
+from poolserve.engine.torch_backend import TorchBackend
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import ModelLoadError
 from poolserve.models.kinds import Head
@@ -64,7 +65,7 @@ def batch_of(
         middle = [rng.randint(1000, 29000) for _ in range(real - 2)]
         ids = [101, *middle, 102]
         types = [0] * (len(ids) // 2) + [1] * (len(ids) - len(ids) // 2) if pairs else None
-        items.append(WorkItem(group, index, ids, types, head=head))
+        items.append(text_item(group, index, ids, types, head=head))
     return items
 
 
@@ -155,13 +156,13 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
         batch = collate(batch_of(2, 12, 99), pad_token_id=0)
         token_batch = collate(
             [
-                WorkItem(item.group, item.index, item.input_ids, head="token_embed")
+                text_item(item.group, item.index, item.payload.input_ids, head="token_embed")
                 for item in batch.items
             ],
             pad_token_id=0,
         )
         rows = forward(token_batch, 1)
-        assert [row.shape[0] for row in rows] == [item.length for item in batch.items]
+        assert [row.shape[0] for row in rows] == [item.cost for item in batch.items]
         restarted.close()
 
     # A truncated library is never run: the entry is rebuilt, with one warning. (Truncated as
@@ -249,7 +250,7 @@ def test_the_cache_key_follows_the_model_files_dtype_and_threads(
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     assert key(copied) != unchanged
-    assert key(spec) != key(replace(spec, dtype=torch.bfloat16))
+    assert key(spec) != key(replace(spec, dtype="bfloat16"))
     assert key(spec) != key(spec, replace(target, threads=2))
     assert key(spec) != key(spec, replace(target, with_token_types=True))
 
@@ -325,7 +326,7 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
         backend.load()
     assert backend.report.source == "jit" and len(compiled) == 1
     assert any("Constraints violated" in record.getMessage() for record in caplog.records)
@@ -339,7 +340,7 @@ def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", runners=2, packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
         backend.load()
     assert backend.report.source == "eager" and not backend.compiled and not compiled
     assert any("eagerly with 2 runners" in record.getMessage() for record in caplog.records)
@@ -350,7 +351,7 @@ def test_a_packed_model_that_does_not_export_serves_packed_batches_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
         backend.load()
     assert backend.report.source == "eager" and not compiled and backend.packed_heads
     assert any("packed batches eagerly" in record.getMessage() for record in caplog.records)
@@ -365,10 +366,10 @@ def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(
 
     monkeypatch.setattr(backend_module.aot, "build", failing_build)
     backend = make_backend(spec, "on")
-    with caplog.at_level(logging.WARNING, logger="poolserve.engine.backend"):
+    with caplog.at_level(logging.WARNING, logger="poolserve.engine.torch_backend"):
         backend.load()
     assert not backend.compiled
-    warnings = [r for r in caplog.records if r.name == "poolserve.engine.backend"]
+    warnings = [r for r in caplog.records if r.name == "poolserve.engine.torch_backend"]
     assert len(warnings) == 1 and "serving it eagerly" in warnings[0].getMessage()
     batch = collate(batch_of(3, 20, 2), pad_token_id=0)
     assert len(backend.executor()(batch, 1)) == 3

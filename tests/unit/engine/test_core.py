@@ -17,7 +17,9 @@ import pytest
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.collate import Batch
-from poolserve.engine.core import EngineCore, available_cores, runner_layout
+from poolserve.engine.core import EngineCore
+from poolserve.engine.layout import available_cores, runner_layout
+from poolserve.engine.tokenizer import text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 from poolserve.models.loader import ModelSpec, prepare_model
@@ -33,7 +35,7 @@ class Fatal(BaseException):
 
 def rows(batch: Batch) -> np.ndarray:
     """One row per item: [length, first token]."""
-    return np.array([[item.length, item.input_ids[0]] for item in batch.items], np.float32)
+    return np.array([[item.cost, item.payload.input_ids[0]] for item in batch.items], np.float32)
 
 
 class FakeBackend:
@@ -80,7 +82,7 @@ def start_core(spec: ModelSpec) -> Iterator[Callable[..., tuple[EngineCore, Fake
 def submit(core: EngineCore, *first_tokens: int, length: int = 3) -> RequestGroup:
     group = core.open_group(len(first_tokens))
     core.submit(
-        WorkItem(group, i, [token] + [5] * (length - 1)) for i, token in enumerate(first_tokens)
+        text_item(group, i, [token] + [5] * (length - 1)) for i, token in enumerate(first_tokens)
     )
     return group
 
@@ -137,7 +139,7 @@ def test_a_poisoned_batch_fails_only_its_request_with_two_runners(
     start_core: Callable[..., tuple[EngineCore, FakeBackend]],
 ) -> None:
     def forward(batch: Batch, threads: int) -> np.ndarray:
-        if any(item.input_ids[0] == POISON for item in batch.items):
+        if any(item.payload.input_ids[0] == POISON for item in batch.items):
             raise RuntimeError("poisoned")
         return rows(batch)
 
@@ -159,7 +161,7 @@ def test_a_dead_runner_leaves_the_others_serving_and_the_last_fails_what_waits(
     entered, release = threading.Semaphore(0), threading.Event()
 
     def forward(batch: Batch, threads: int) -> np.ndarray:
-        if any(item.input_ids[0] == POISON for item in batch.items):
+        if any(item.payload.input_ids[0] == POISON for item in batch.items):
             entered.release()
             release.wait(WAIT)
             raise Fatal("the runner thread is going down")
@@ -232,7 +234,7 @@ def test_a_lone_large_batch_borrows_the_idle_runners_threads(
         return rows(batch)
 
     core, _ = start_core(forward, runners=2, torch_threads=1, single_thread_tokens=64)
-    assert core.model.device.type == "cpu"
+    assert core.model.device == "cpu"
     submit(core, 10, length=8).future.result(WAIT)
     assert core.wait_for_idle_runners(2, WAIT)  # both back, waiting: one can lend its core
     submit(core, 11, length=100).future.result(WAIT)
@@ -271,11 +273,10 @@ def test_settings_that_cannot_work_are_refused(
 def test_several_runners_compile_too(spec: ModelSpec) -> None:
     """Ahead-of-time compiled code has no guards to misfire from several threads, so the
     compile mode holds whatever the number of runners."""
-    from poolserve.engine.backend import TorchBackend
-    from poolserve.engine.core import torch_backend
+    from poolserve.engine.torch_backend import TorchBackend, make_backend
 
     def mode(**config: Any) -> str:
-        backend = torch_backend(spec, EngineConfig(**config), rows_batch)
+        backend = make_backend(spec, EngineConfig(**config), rows_batch)
         assert isinstance(backend, TorchBackend)
         return backend.compile_mode
 

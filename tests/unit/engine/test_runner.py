@@ -18,6 +18,7 @@ from poolserve.engine.collate import Batch, collate
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
+from poolserve.engine.tokenizer import text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 
@@ -32,9 +33,9 @@ class Fatal(BaseException):
 
 def fake_forward(batch: Batch, threads: int = 1) -> np.ndarray:
     """One row per item: [length, first token] — easy to check, and it fails on POISON."""
-    if any(item.input_ids[0] == POISON for item in batch.items):
+    if any(item.payload.input_ids[0] == POISON for item in batch.items):
         raise RuntimeError("poisoned batch")
-    return np.array([[item.length, item.input_ids[0]] for item in batch.items], np.float32)
+    return np.array([[item.cost, item.payload.input_ids[0]] for item in batch.items], np.float32)
 
 
 @dataclass
@@ -74,7 +75,7 @@ def harnesses() -> Iterator[list[Harness]]:
 
 def group_of(*first_tokens: int, length: int = 3) -> tuple[RequestGroup, list[WorkItem]]:
     group = RequestGroup(len(first_tokens))
-    items = [WorkItem(group, i, [tok] + [5] * (length - 1)) for i, tok in enumerate(first_tokens)]
+    items = [text_item(group, i, [tok] + [5] * (length - 1)) for i, tok in enumerate(first_tokens)]
     return group, items
 
 

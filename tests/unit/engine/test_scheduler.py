@@ -15,6 +15,7 @@ import pytest
 
 from poolserve.engine.scheduler import MAX_PASSED_OVER, Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
+from poolserve.engine.tokenizer import text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 
 WAIT = 5
@@ -67,7 +68,7 @@ def next_batch_in_thread(scheduler: Scheduler) -> Future[Assignment | None]:
 
 def items_of_lengths(lengths: list[int], group: RequestGroup | None = None) -> list[WorkItem]:
     group = group or RequestGroup(len(lengths))
-    return [WorkItem(group, index, [1] * length) for index, length in enumerate(lengths)]
+    return [text_item(group, index, [1] * length) for index, length in enumerate(lengths)]
 
 
 def random_workload(rng: random.Random, max_len: int) -> tuple[list[WorkItem], set[int]]:
@@ -80,7 +81,7 @@ def random_workload(rng: random.Random, max_len: int) -> tuple[list[WorkItem], s
         if rng.random() < 0.2:
             group.cancel()
             cancelled.add(id(group))
-        items += [WorkItem(group, i, [7] * rng.randint(1, max_len)) for i in range(size)]
+        items += [text_item(group, i, [7] * rng.randint(1, max_len)) for i in range(size)]
     return items, cancelled
 
 
@@ -113,7 +114,7 @@ def test_random_workloads_respect_every_limit(seed: int) -> None:
 
         seed = min(remaining, key=turn)
         assert batch, "an empty batch was handed to the runner"
-        longest = max(item.length for item in batch)
+        longest = max(item.cost for item in batch)
         assert len(batch) * longest <= max_batch_tokens, "padded tokens exceed the budget"
         assert len(batch) <= max_batch_size
         assert all(id(item.group) not in cancelled for item in batch)
@@ -134,13 +135,13 @@ def test_batch_is_cut_by_padded_tokens_not_real_tokens() -> None:
     scheduler, _ = make_scheduler(max_batch_tokens=399, max_batch_size=256)
     batches = drain(scheduler, items_of_lengths([10, 100, 100, 100]))
     assert [len(batch) for batch in batches] == [3, 1]
-    assert max(item.length for item in batches[0]) * 3 <= 399
+    assert max(item.cost for item in batches[0]) * 3 <= 399
 
 
 def test_similar_lengths_are_batched_together() -> None:
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=2)
     batches = drain(scheduler, items_of_lengths([10, 200, 11, 199]))
-    assert [sorted(item.length for item in batch) for batch in batches] == [[10, 11], [199, 200]]
+    assert [sorted(item.cost for item in batch) for batch in batches] == [[10, 11], [199, 200]]
 
 
 def test_max_batch_size_is_respected_for_tiny_items() -> None:
@@ -154,11 +155,11 @@ def test_cancelled_items_are_skipped_and_counted() -> None:
     live_group = RequestGroup(2)
     cancelled_group.cancel()
     items = [
-        WorkItem(cancelled_group, 0, [1] * 5),
-        WorkItem(live_group, 0, [1] * 5),
-        WorkItem(cancelled_group, 1, [1] * 5),
-        WorkItem(live_group, 1, [1] * 5),
-        WorkItem(cancelled_group, 2, [1] * 5),
+        text_item(cancelled_group, 0, [1] * 5),
+        text_item(live_group, 0, [1] * 5),
+        text_item(cancelled_group, 1, [1] * 5),
+        text_item(live_group, 1, [1] * 5),
+        text_item(cancelled_group, 2, [1] * 5),
     ]
     scheduler, stats = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
     batches = drain(scheduler, items)
@@ -190,7 +191,7 @@ def test_next_batch_waits_for_work_and_wakes_on_submit() -> None:
     scheduler.submit(items_of_lengths([5, 6], group))
     batch = pending.result(WAIT)
     assert batch is not None
-    assert [item.length for item in batch.items] == [5, 6]
+    assert [item.cost for item in batch.items] == [5, 6]
 
 
 def test_close_wakes_a_waiting_runner_with_none() -> None:
@@ -262,7 +263,7 @@ def test_a_large_lone_batch_borrows_the_idle_runners_until_it_gives_them_back() 
     # ...and takes the waiting work as soon as they are given back.
     scheduler.batch_ended(assignment)
     taken = lent.result(WAIT)
-    assert taken is not None and [item.length for item in taken.items] == [4]
+    assert taken is not None and [item.cost for item in taken.items] == [4]
 
 
 def test_small_batches_and_batches_with_work_behind_them_borrow_nothing() -> None:
@@ -326,7 +327,7 @@ def test_a_request_still_being_submitted_counts_all_its_items() -> None:
 
 
 def lengths_of(batches: list[list[WorkItem]]) -> list[list[int]]:
-    return [sorted(item.length for item in batch) for batch in batches]
+    return [sorted(item.cost for item in batch) for batch in batches]
 
 
 def test_a_batch_is_cut_into_length_buckets_where_padding_would_not_pay() -> None:
@@ -370,13 +371,13 @@ def test_a_packed_head_is_not_cut_into_buckets_and_counts_real_tokens() -> None:
         max_batch_tokens=100, max_batch_size=256, bucket_padding_tokens=32, packed=True
     )
     batches = drain(scheduler, [item for request in requests for item in request])
-    assert all(sum(item.length for item in batch) <= 100 for batch in batches)
+    assert all(sum(item.cost for item in batch) <= 100 for batch in batches)
     assert sorted(length for batch in lengths_of(batches) for length in batch) == sorted(lengths)
     scheduler, _ = make_scheduler(
         max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=32, packed=True
     )
     group = RequestGroup(len(lengths))
-    tokens = [WorkItem(group, i, [1] * n, head="token_embed") for i, n in enumerate(lengths)]
+    tokens = [text_item(group, i, [1] * n, head="token_embed") for i, n in enumerate(lengths)]
     assert len(drain(scheduler, tokens)) == 3
     scheduler, _ = make_scheduler(
         max_batch_tokens=16384, max_batch_size=256, bucket_padding_tokens=32, packed=True

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from poolserve.engine.collate import PackedRows, collate
-from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.engine.tokenizer import text_item
+from poolserve.engine.work import RequestGroup
 from poolserve.models.layout import POOLING_MODES
 from poolserve.models.pooling import pool, pool_segments
 
@@ -104,7 +105,7 @@ def packed(
     """The batch's real tokens packed as collate packs them, large garbage in the padding."""
     starts = pool_from or [0] * len(LENGTHS)
     items = [
-        WorkItem(RequestGroup(1), 0, [5] * length, pool_from=start)
+        text_item(RequestGroup(1), 0, [5] * length, pool_from=start)
         for length, start in zip(LENGTHS, starts, strict=True)
     ]
     batch = collate(items, True, pad_token_id=0, max_row_length=SEQ)
@@ -118,9 +119,11 @@ def packed(
 
 
 def run_pool_segments(hidden: torch.Tensor, rows: PackedRows, modes: tuple[str, ...]) -> np.ndarray:
-    pooled = pool_segments(
-        hidden, rows.segments, rows.pool_weights, rows.positions, rows.first, rows.last, modes
+    segments, weights, positions, first, last = (
+        torch.from_numpy(array)
+        for array in (rows.segments, rows.pool_weights, rows.positions, rows.first, rows.last)
     )
+    pooled = pool_segments(hidden, segments, weights, positions, first, last, modes)
     return pooled.numpy()
 
 

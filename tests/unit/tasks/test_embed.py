@@ -8,9 +8,9 @@ import numpy as np
 import orjson
 import pytest
 
+from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.openai import embeddings_body
-from poolserve.tasks.base import PoolingParams, ServeContext
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.inputs import resolve_pooling_params
 

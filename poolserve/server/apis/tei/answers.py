@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 from pydantic import RootModel
 
+from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.server.schemas import Documented, SparseEntry
-from poolserve.tasks.base import ServeContext
 from poolserve.tasks.score import ranked
 
 

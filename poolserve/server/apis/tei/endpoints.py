@@ -47,7 +47,7 @@ from poolserve.server.endpoint import (
     embedders,
     scorers,
 )
-from poolserve.server.errors import answer_errors_as
+from poolserve.server.error_shapes import TEI_ERRORS, answer_errors_as
 from poolserve.server.handlers import state_of
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
@@ -226,7 +226,7 @@ def _tei(
         inputs,
         name,
         serves,
-        errors="tei",
+        errors=TEI_ERRORS,
         model_field=None,
         **more,
     )
@@ -345,16 +345,16 @@ ENDPOINTS = [
         "embed_sparse",
         _sparse_models,
         description="text-embeddings-inference's sparse route: each input's nonzero weights.",
-        errors="tei",
+        errors=TEI_ERRORS,
     ),
 ]
 ROUTES = APIRouter()
 
 
-@ROUTES.get("/info", **documented(TeiInfo, errors="tei"))
+@ROUTES.get("/info", **documented(TeiInfo, errors=TEI_ERRORS.body))
 async def info(request: Request) -> Response:
     """What text-embeddings-inference's `/info` says about the served model."""
-    answer_errors_as(request, "tei")
+    answer_errors_as(request, TEI_ERRORS)
     state = state_of(request)
     service = state.model_for(request.scope, None)
     classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
@@ -372,7 +372,7 @@ async def info(request: Request) -> Response:
     body = {
         "model_id": service.served_name,
         "model_sha": None,
-        "model_dtype": str(service.core.model.dtype).removeprefix("torch."),
+        "model_dtype": service.core.model.dtype,
         "model_type": model_type,
         "max_concurrent_requests": state.admission.max_requests,
         "max_input_length": service.max_model_len,

@@ -1,131 +1,33 @@
-"""The request template every task shares, and the context that travels through its stages.
+"""The request template: one request driven through every stage, the same for every entrance.
 
     validate ─► preprocess (CPU pool, chunk by chunk) ─► submit ─► [engine]
              ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
-A task supplies only its differences (`Task`) and stops at its result; how a result is written
-on the wire belongs to each API family (`server/apis/`), passed in as `encode`. `serve` (async,
-for HTTP, with an encoder), `run_async` and `run_sync` (the Python API, results) drive the same
-stages, so every entrance gives identical results.
+`serve` (async, for HTTP, with an API family's encoder), `run_async`, `submit` and `run_sync`
+(the Python API, results) drive the same stages of a task (engine/request.py's `Task`), so
+every entrance gives identical results. Each stage after validation runs off the event loop and
+hands over to the next by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from poolserve.engine.core import EngineCore
-from poolserve.engine.tokenizer import Side, TextTokenizer, TokenizedText
+from poolserve.engine.request import Encoder, ServeContext, Task
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, PoolserveError
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
-ResultT_co = TypeVar("ResultT_co", covariant=True)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class PoolingParams:
-    """How pooled outputs are post-processed; every request has one, with defaults filled in."""
-
-    normalize: bool = True
-    dimensions: int | None = None
-    # Resolved: None means no truncation; -1 has already become the model's maximum.
-    truncate_prompt_tokens: int | None = None
-    # Which end truncation cuts.
-    truncation_side: Side = "right"
-    # Apply the model's activation (sigmoid/softmax) to classifier and cross-encoder outputs.
-    use_activation: bool = True
-
-
-@dataclass
-class Timings:
-    """Wall-clock marks (perf_counter seconds) of a request's stages."""
-
-    created: int = field(default_factory=lambda: int(time.time()))
-    received: float = field(default_factory=time.perf_counter)
-    # Seconds spent in each stage (tokenize: summed over chunks).
-    tokenize: float = 0.0
-    queue: float = 0.0
-    inference: float = 0.0
-    postprocess: float = 0.0
-    finished: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return (self.finished or time.perf_counter()) - self.received
-
-
-class CostMeter(Protocol):
-    """Told the token counts of each tokenized chunk of a request, in order, before the chunk
-    reaches the engine; raises (a PoolserveError) to refuse the request. The HTTP server's
-    admission ticket is one."""
-
-    def tokenized(self, lengths: Sequence[int], *, last: bool) -> None: ...
-
-
-@dataclass
-class ServeContext(Generic[RequestT]):
-    """One request on its way through the template."""
-
-    request: RequestT
-    model_name: str
-    pooling_params: PoolingParams
-    request_id: str = field(default_factory=lambda: ServeContext.new_request_id())
-    timings: Timings = field(default_factory=Timings)
-    # Prompt tokens and tokenizing seconds of each chunk of inputs, filled in as chunks are
-    # tokenized (one slot per chunk: chunks may be prepared on several threads at once).
-    chunk_tokens: list[int] = field(default_factory=list)
-    chunk_seconds: list[float] = field(default_factory=list)
-    # Tokens of each input (one slot per input), filled in as chunks are tokenized.
-    input_tokens: list[int] = field(default_factory=list)
-    # What preprocessing learns about an input that post-processing needs, by input index.
-    item_data: dict[int, Any] = field(default_factory=dict)
-    # Counts what the request costs as it is tokenized (chunks must then be prepared in order).
-    cost_meter: CostMeter | None = None
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(self.chunk_tokens)
-
-    @staticmethod
-    def new_request_id() -> str:
-        return uuid.uuid4().hex
-
-
-class Task(Protocol[RequestT, ResultT_co]):
-    """What a task supplies to the template."""
-
-    def inputs(self, ctx: ServeContext[RequestT]) -> Sequence[Any]:
-        """The request's inputs, one work item each (cheap: no tokenization here)."""
-        ...
-
-    def preprocess(
-        self,
-        ctx: ServeContext[RequestT],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[Any],
-    ) -> list[TokenizedText]:
-        """Tokenize and check the chunk of inputs that begins at `start` (CPU pool; thread-safe)."""
-        ...
-
-    def postprocess(self, ctx: ServeContext[RequestT], outputs: list[np.ndarray]) -> ResultT_co:
-        """Turn the model's outputs into the task's result (runs in the CPU pool)."""
-        ...
-
-
-# An API family's response body for a task's result (runs in the CPU pool).
-Encoder = Callable[[ServeContext[RequestT], ResultT], bytes]
 
 
 def _prepare_chunk(
@@ -136,32 +38,24 @@ def _prepare_chunk(
     chunk_index: int,
     inputs: Sequence[Any],
 ) -> None:
-    """Tokenize one chunk and submit it (CPU pool). An error fails the group instead of being
-    raised; anything worse (not an Exception) fails it too, and goes on up."""
+    """Prepare one chunk (tokenize it, for text) and submit it (CPU pool). An error fails the
+    group instead of being raised; anything worse (not an Exception) fails it too, and goes
+    on up."""
     start = chunk_index * engine.config.tokenize_chunk_size
     chunk = inputs[start : start + engine.config.tokenize_chunk_size]
     started = time.perf_counter()
     try:
-        tokenized = task.preprocess(ctx, engine.tokenizer(), start, chunk)
+        payloads = task.preprocess(ctx, engine.processor(), start, chunk)
         items = [
-            WorkItem(
-                group,
-                start + offset,
-                text.input_ids,
-                text.token_type_ids,
-                text.head,
-                text.attention_mask,
-                text.pool_from,
-            )
-            for offset, text in enumerate(tokenized)
+            WorkItem.of(group, start + offset, payload) for offset, payload in enumerate(payloads)
         ]
-        lengths = [item.length for item in items]
-        ctx.input_tokens[start : start + len(lengths)] = lengths
-        ctx.chunk_tokens[chunk_index] = sum(lengths)
+        costs = [item.cost for item in items]
+        ctx.input_tokens[start : start + len(costs)] = costs
+        ctx.chunk_tokens[chunk_index] = sum(costs)
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if ctx.cost_meter is not None:
             last = chunk_index == len(ctx.chunk_tokens) - 1
-            ctx.cost_meter.tokenized(lengths, last=last)
+            ctx.cost_meter.tokenized(costs, last=last)
         if not group.finished:
             engine.submit(items)
     except PoolserveError as exc:
