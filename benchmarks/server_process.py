@@ -46,6 +46,7 @@ def running_process(
     port: int,
     *,
     env: dict[str, str] | None = None,
+    cwd: str | None = None,
     timeout: float = 600.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run `command` (a server listening on `port`) until the block ends; yields the process
@@ -53,7 +54,7 @@ def running_process(
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     process = subprocess.Popen(
-        list(command), env=environment, stdout=subprocess.DEVNULL, stderr=log
+        list(command), env=environment, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log
     )
     try:
         deadline = time.monotonic() + timeout

@@ -1,8 +1,10 @@
 """A large rerank does not hold up small requests that arrive while it runs.
 
-The rerank of 1,000 documents takes several forward passes on this machine; ten one-sentence
-embedding requests sent once its first batch has run must be answered while the rerank still has
-documents waiting, not queued behind all of them.
+The rerank of 1,000 documents runs in batches of at most 32 (an engine of its own: with the
+default 256, the rerank is four batches, and whether the small requests land beside its last
+documents, in the one batch that finishes both, is a race); ten one-sentence embedding requests
+sent once its first batch has run must be answered while the rerank still has documents waiting,
+not queued behind all of them.
 """
 
 from __future__ import annotations
@@ -10,24 +12,42 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.api.helpers import post_ok
+from poolserve import EngineConfig, ModelConfig
+from poolserve.offline import Engine
+from tests.api.helpers import post_ok, serving
 from tests.reference import WORDS
 
 pytestmark = pytest.mark.anyio
 
 N_DOCUMENTS = 1000
 N_SMALL = 10
+BATCH = 32
+
+
+@pytest.fixture(scope="module")
+def small_batches(model_path: Path) -> Iterator[Engine]:
+    config = ModelConfig(model=str(model_path), dtype="float32")
+    with Engine(model_config=config, engine_config=EngineConfig(max_batch_size=BATCH)) as engine:
+        yield engine
+
+
+@pytest.fixture
+async def client(small_batches: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(small_batches) as http:
+        yield http
 
 
 async def test_small_requests_finish_before_a_large_rerank(
-    client: httpx.AsyncClient, engine: Any
+    client: httpx.AsyncClient, small_batches: Engine
 ) -> None:
-    stats = engine.core.stats  # the engine behind `client`: read directly, no request needed
+    stats = small_batches.core.stats  # the engine behind `client`: read directly
     rng = random.Random(11)
     documents = [
         " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) for _ in range(N_DOCUMENTS)

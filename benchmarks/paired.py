@@ -1,0 +1,89 @@
+"""A/B of two source trees by paired latencies: both servers up at once, one request at a time
+sent to each in turn (rounds alternating which goes first), so that the machine's drift, which
+moves separate runs by more than most changes do, falls on both alike.
+
+Prints the p50 of the wall time and of the server's `x-inference-time` for each tree, for one
+sentence or (`--passages`) eight passages of 100-256 tokens per request.
+
+    .venv/bin/python -m benchmarks.paired /path/to/tree-a /path/to/tree-b --rounds 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import httpx
+
+from benchmarks import corpus
+from benchmarks.server_process import free_port, running_process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", type=Path, nargs=2, help="two checkouts of poolserve (A, B)")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--per-round", type=int, default=60, help="requests to each per round")
+    parser.add_argument("--passages", action="store_true", help="8 passages per request")
+    parser.add_argument("--server-args", default="--dtype bfloat16")
+    args = parser.parse_args()
+    texts = corpus.passages(200) if args.passages else corpus.sentences(2000)
+
+    def body(i: int) -> dict[str, object]:
+        if args.passages:
+            return {"input": [texts[(i + j) % len(texts)] for j in range(8)]}
+        return {"input": texts[i * 7 % len(texts)]}
+
+    names = ("A", "B")
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    inference: dict[str, list[float]] = {name: [] for name in names}
+    ports = [free_port(), free_port()]
+    with (
+        _server(args.trees[0], ports[0], args.server_args),
+        _server(args.trees[1], ports[1], args.server_args),
+        httpx.Client(timeout=120) as client,
+    ):
+        for round_index in range(args.rounds + 1):  # the first round warms up, uncounted
+            order = names if round_index % 2 == 0 else names[::-1]
+            for name in order:
+                port = ports[names.index(name)]
+                for i in range(args.per_round):
+                    started = time.perf_counter()
+                    response = client.post(
+                        f"http://127.0.0.1:{port}/v1/embeddings",
+                        json=body(round_index * args.per_round + i),
+                    )
+                    wall = (time.perf_counter() - started) * 1000
+                    response.raise_for_status()
+                    if round_index:
+                        walls[name].append(wall)
+                        inference[name].append(float(response.headers["x-inference-time"]))
+    what = "eight passages" if args.passages else "one sentence"
+    print(f"{what} per request, {args.rounds} rounds of {args.per_round} each, in turn")
+    print("| tree | wall p50 ms | inference p50 ms |")
+    print("|---|---:|---:|")
+    for name, tree in zip(names, args.trees, strict=True):
+        wall_p50, inference_p50 = statistics.median(walls[name]), statistics.median(inference[name])
+        print(f"| {name} ({tree}) | {wall_p50:.2f} | {inference_p50:.3f} |")
+    ratio = statistics.median(walls["A"]) / statistics.median(walls["B"])
+    print(f"A ÷ B wall p50: {ratio:.3f}")
+
+
+def _server(
+    tree: Path, port: int, server_args: str
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """`poolserve serve` of `tree`'s code (run from the tree, so that it imports its own)."""
+    command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port)]
+    root = str(tree.resolve())
+    return running_process(
+        [*command, *server_args.split()], port, env={"PYTHONPATH": root}, cwd=root
+    )
+
+
+if __name__ == "__main__":
+    main()
