@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from poolserve import EngineConfig, ModelConfig
+from poolserve.engine.torch_backend import make_backend
 from poolserve.offline import Engine
 from tests.api.helpers import post_ok, serving
 from tests.reference import WORDS
@@ -31,10 +33,45 @@ N_SMALL = 10
 BATCH = 32
 
 
+class SignallingBackend:
+    """The torch backend, whose forwards set `ran` once a batch has run (the backend seam)."""
+
+    def __init__(self, inner: Any, ran: threading.Event) -> None:
+        self.inner = inner
+        self.ran = ran
+
+    @property
+    def packed_heads(self) -> Any:
+        return self.inner.packed_heads
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def executor(self) -> Callable[[Any, int], Sequence[Any]]:
+        forward = self.inner.executor()
+
+        def signalling(batch: Any, threads: int) -> Sequence[Any]:
+            outputs = forward(batch, threads)
+            self.ran.set()
+            return outputs
+
+        return signalling
+
+
 @pytest.fixture(scope="module")
-def small_batches(model_path: Path) -> Iterator[Engine]:
+def batch_ran() -> threading.Event:
+    """Set by the engine's forwards once a batch has run."""
+    return threading.Event()
+
+
+@pytest.fixture(scope="module")
+def small_batches(model_path: Path, batch_ran: threading.Event) -> Iterator[Engine]:
     config = ModelConfig(model=str(model_path), dtype="float32")
-    with Engine(model_config=config, engine_config=EngineConfig(max_batch_size=BATCH)) as engine:
+    with Engine(
+        model_config=config,
+        engine_config=EngineConfig(max_batch_size=BATCH),
+        backend=lambda *args: SignallingBackend(make_backend(*args), batch_ran),
+    ) as engine:
         yield engine
 
 
@@ -45,7 +82,7 @@ async def client(small_batches: Engine) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def test_small_requests_finish_before_a_large_rerank(
-    client: httpx.AsyncClient, small_batches: Engine
+    client: httpx.AsyncClient, small_batches: Engine, batch_ran: threading.Event
 ) -> None:
     stats = small_batches.core.stats  # the engine behind `client`: read directly
     rng = random.Random(11)
@@ -63,15 +100,13 @@ async def test_small_requests_finish_before_a_large_rerank(
         return result
 
     before = stats.items
+    batch_ran.clear()  # the warm-up batches ran before
     large = asyncio.create_task(
         timed("rerank", "/rerank", {"query": "a walk by the river", "documents": documents})
     )
     # Wait until the engine has run part of the rerank: the small requests arrive mid-way.
-    deadline = time.perf_counter() + 60
-    while stats.items == before:
-        assert not large.done(), "the rerank finished before any progress was seen"
-        assert time.perf_counter() < deadline, "the rerank made no progress"
-        await asyncio.sleep(0.001)
+    assert await asyncio.to_thread(batch_ran.wait, 60), "the rerank made no progress"
+    assert not large.done(), "the rerank finished before the small requests were sent"
     sent = time.perf_counter()
     small = await asyncio.gather(
         *(
