@@ -203,7 +203,8 @@ ADMITTED_BYTES = MEMORY_BOUND * (128 + 5 * DIM) + 32 * 1024 * MAX_REQUESTS_IN_FL
 # What RSS may exceed it by: the forward pass's activations (bounded by --max-batch-tokens,
 # not by admission) and the allocator's slack.
 RSS_MARGIN = 64 * 2**20
-NEAR_IDLE = 48 * 2**20
+# What a second burst may leave above what the first left.
+NEAR_IDLE = 32 * 2**20
 
 
 def max_size_body(client: int) -> bytes:
@@ -235,6 +236,9 @@ def test_memory_stays_within_the_stated_bound_under_a_burst_of_maximum_size_bodi
         idle = wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
         idle_rss = server.rss()
         with peak_rss(server.pid) as peak:
+            asyncio.run(closed_loop(server.url, bodies, seconds=4, max_requests=1000))
+            wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
+            first_rss = server.rss()
             outcomes = asyncio.run(closed_loop(server.url, bodies, seconds=8, max_requests=3000))
         stats = wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
         after_rss = server.rss()
@@ -245,7 +249,11 @@ def test_memory_stays_within_the_stated_bound_under_a_burst_of_maximum_size_bodi
     assert stats["items"] - idle["items"] >= 2048 * 2, (idle, stats)
     grew = peak[0] - idle_rss
     assert grew <= ADMITTED_BYTES + RSS_MARGIN, (grew / 2**20, ADMITTED_BYTES / 2**20)
-    assert after_rss - idle_rss <= NEAR_IDLE, ((after_rss - idle_rss) / 2**20, grew / 2**20)
+    # What the first burst leaves is the allocator keeping its high water (glibc's arenas: from
+    # 11 to 50 MiB from run to run); a second burst of the same work reuses it and leaves nothing
+    # of its own behind.
+    kept = after_rss - first_rss
+    assert kept <= NEAR_IDLE, (kept / 2**20, (first_rss - idle_rss) / 2**20, grew / 2**20)
 
 
 # -- fair refusal --------------------------------------------------------------------------------
