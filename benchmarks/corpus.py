@@ -41,6 +41,7 @@ MODULES = (
 )  # fmt: skip
 MIN_SENTENCE_TOKENS, MAX_SENTENCE_TOKENS = 5, 60
 MIN_PASSAGE_TOKENS, MAX_PASSAGE_TOKENS = 100, 256
+MIN_DOCUMENT_TOKENS, MAX_DOCUMENT_TOKENS = 2000, 20000
 
 # Sentence ends: ., ! or ? followed by a space and a capital (docstrings wrap lines anywhere).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -61,20 +62,25 @@ def _docstrings() -> Iterator[str]:
     """Each module's docstring, then its public classes', methods' and functions', in source
     order (members sorted by name where the source gives no order)."""
     for name in MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
+        yield from _module_docstrings(name)
+
+
+def _module_docstrings(name: str) -> Iterator[str]:
+    """One module's docstring, then its public classes', methods' and functions'."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return
+    yield inspect.getdoc(module) or ""
+    for member_name, member in sorted(vars(module).items()):
+        if member_name.startswith("_") or getattr(member, "__module__", None) != name:
             continue
-        yield inspect.getdoc(module) or ""
-        for member_name, member in sorted(vars(module).items()):
-            if member_name.startswith("_") or getattr(member, "__module__", None) != name:
-                continue
-            if inspect.isclass(member) or inspect.isfunction(member):
-                yield inspect.getdoc(member) or ""
-            if inspect.isclass(member):
-                for attribute_name, attribute in sorted(vars(member).items()):
-                    if not attribute_name.startswith("_") and inspect.isfunction(attribute):
-                        yield inspect.getdoc(attribute) or ""
+        if inspect.isclass(member) or inspect.isfunction(member):
+            yield inspect.getdoc(member) or ""
+        if inspect.isclass(member):
+            for attribute_name, attribute in sorted(vars(member).items()):
+                if not attribute_name.startswith("_") and inspect.isfunction(attribute):
+                    yield inspect.getdoc(attribute) or ""
 
 
 def _paragraph_sentences(docstring: str) -> Iterator[list[str]]:
@@ -123,6 +129,24 @@ def sentences(count: int = 2000) -> list[str]:
 def passages(count: int = 200) -> list[str]:
     """The first `count` passages of 100-256 tokens."""
     return [text for text, _ in _corpus()[1][:count]]
+
+
+@functools.cache
+def _documents() -> tuple[tuple[str, int], ...]:
+    tokenizer = _tokenizer()
+    documents = []
+    for name in MODULES:
+        text = "\n\n".join(doc for doc in _module_docstrings(name) if doc.strip())
+        length = len(tokenizer.encode(text).ids)
+        if MIN_DOCUMENT_TOKENS <= length <= MAX_DOCUMENT_TOKENS:
+            documents.append((text, length))
+    return tuple(documents)
+
+
+def documents() -> list[tuple[str, int]]:
+    """Whole documents of 2,000-20,000 tokens, with their lengths: each module's documentation
+    (its docstring and its members', code examples included) as one text."""
+    return list(_documents())
 
 
 def describe(count: int = 2000, passage_count: int = 200) -> str:

@@ -8,6 +8,7 @@ apply_defaults()
 
 from poolserve._version import __version__  # noqa: E402
 from poolserve.config import EngineConfig, ModelConfig, ServedModel, ServerConfig  # noqa: E402
+from poolserve.tasks.chunking import Chunking  # noqa: E402
 
 if TYPE_CHECKING:
     from poolserve.model_set import ModelSet
@@ -29,6 +30,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Chunking",
     "Engine",
     "EngineConfig",
     "ModelConfig",

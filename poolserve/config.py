@@ -37,6 +37,10 @@ PACKING_MODES: tuple[PackingMode, ...] = ("auto", "off")
 Attention = Literal["auto", "sdpa", "eager"]
 ATTENTIONS: tuple[Attention, ...] = ("auto", "sdpa", "eager")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# What an input longer than the model's length gets when its request does not say
+# (tasks/chunking.py): refused, cut, or embedded in chunks.
+LongInput = Literal["truncate", "chunk", "error"]
+LONG_INPUTS: tuple[LongInput, ...] = ("truncate", "chunk", "error")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,18 @@ class ModelConfig:
     # Overrides the length limit read from the model (must not exceed what the model supports).
     max_model_len: int | None = setting(
         None, minimum=1, help="lower the model's length limit (tokens)"
+    )
+    long_input: LongInput = setting(
+        "error",
+        choices=LONG_INPUTS,
+        help="what an embedding input longer than the model's length gets when its request "
+        "does not say (long_input, or its API's truncation field): error (a 400), truncate, or "
+        "chunk (embedded in chunks, their vectors averaged by tokens)",
+    )
+    max_input_tokens: int = setting(
+        32768,
+        minimum=1,
+        help="the most tokens one embedding input may have when it is chunked",
     )
     # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
     task: str | None = None
@@ -162,6 +178,13 @@ class EngineConfig:
         "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "
         "where a C++ compiler is found (`embed`: only what the cache holds, else eagerly: a "
         "job never waits for a compile); cached: only what the cache holds",
+    )
+    # See engine/result_cache.py.
+    cache_bytes: int = setting(
+        0,
+        minimum=0,
+        help="keep the model's outputs for inputs seen before, up to this many bytes (an LRU; "
+        "a repeat is answered without the model, in the same bytes); 0: no cache",
     )
     # Inputs per CPU-pool task when a request is tokenized; large requests are split in chunks of
     # this size so that they interleave with small requests instead of blocking them.

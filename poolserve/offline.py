@@ -8,12 +8,13 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from poolserve.config import EngineConfig, ModelConfig
+from poolserve.config import EngineConfig, LongInput, ModelConfig
 from poolserve.engine.backend import BackendFactory
 from poolserve.engine.core import EngineCore
 from poolserve.engine.pipeline import submit
@@ -24,11 +25,21 @@ from poolserve.models.kinds import Head, describe
 from poolserve.python_arguments import Document, check_rerank, texts_of
 from poolserve.python_results import CountedEmbed, CountedEmbeddings, PythonPooling
 from poolserve.service import ModelService
+from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.classify import ClassifyRequest
-from poolserve.tasks.embed import EmbedRequest, EmbedTask
+from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 from poolserve.variants import Prepared, awaited, blocking, cancellable, later
+
+
+@dataclass(frozen=True)
+class PoolingOptions:
+    """The pooling options an embedding call was given (checked by `pooling_params`)."""
+
+    normalize: bool | None = None
+    dimensions: int | None = None
+    truncate_prompt_tokens: int | None = None
 
 
 class Engine:
@@ -116,6 +127,8 @@ class Engine:
         truncate_prompt_tokens: int | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
+        long_input: LongInput | None = None,
+        chunking: Chunking | None = None,
     ) -> Prepared[np.ndarray]:
         """Embed texts; returns a float32 array of shape (len(texts), dim).
 
@@ -124,19 +137,72 @@ class Engine:
         (special tokens kept), -1 to the model's maximum. `prompt_name` names one of the
         model's prompts (`prompts` lists them), `prompt` gives one; with neither, the model's
         default prompt (if it has one) goes before each text, as sentence-transformers does.
+        `long_input` says what a text longer than the model's length gets ("error", "truncate",
+        or "chunk": embedded in chunks, their vectors averaged by tokens; default: the model's
+        `ModelConfig.long_input`); `chunking` how (`Chunking(size=, overlap=)`, or late
+        chunking: `Chunking("late", ...)`, see README's Long inputs).
         """
-        params = self.pooling_params(
-            normalize=normalize,
-            dimensions=dimensions,
-            truncate_prompt_tokens=truncate_prompt_tokens,
+        ctx = self._embed_context(
+            texts,
+            PoolingOptions(normalize, dimensions, truncate_prompt_tokens),
+            self.tasks.prompts.resolve(prompt_name, prompt),
+            long_input,
+            chunking,
         )
-        prompt = self.tasks.prompts.resolve(prompt_name, prompt)
-        request = EmbedRequest(texts_of(texts, "texts"), prompt)
-        return Prepared(self.embed_task, ServeContext(request, self.name, params))
+        return Prepared(self.embed_task, ctx)
+
+    def _embed_chunks(
+        self,
+        texts: str | Sequence[str],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        chunking: Chunking | None = None,
+    ) -> Prepared[ChunkedEmbeddings]:
+        """`embed` in chunks (`long_input="chunk"`), answering each text's chunks too:
+        `.vectors` as `embed` returns them, and for each text `.chunks[i]`: its chunks' vectors
+        ([chunks, dim]) and spans (each `.tokens` and `.chars`, [start, end)). With
+        `Chunking("late", size=... or spans=...)`, the spans are embedded by late chunking."""
+        task = self.tasks.embed_chunks
+        if task is None:
+            raise self._cannot("embed")
+        ctx = self._embed_context(
+            texts,
+            PoolingOptions(normalize, dimensions),
+            self.tasks.prompts.resolve(prompt_name, prompt),
+            "chunk",
+            chunking,
+        )
+        return Prepared(task, ctx)
+
+    def _embed_context(
+        self,
+        texts: str | Sequence[str],
+        options: PoolingOptions,
+        prompt: str | None,
+        long_input: LongInput | None,
+        chunking: Chunking | None,
+    ) -> ServeContext[EmbedRequest]:
+        params = self.pooling_params(
+            normalize=options.normalize,
+            dimensions=options.dimensions,
+            truncate_prompt_tokens=options.truncate_prompt_tokens,
+        )
+        request = EmbedRequest(
+            texts_of(texts, "texts"),
+            prompt,
+            long_input or self.service.long_input,
+            chunking or Chunking(),
+        )
+        return ServeContext(request, self.name, params)
 
     embed = blocking(_embed, "embed")
     aembed = awaited(_embed, "aembed", of="embed")
     embed_later = later(_embed, "embed_later", of="embed")
+    embed_chunks = blocking(_embed_chunks, "embed_chunks")
+    aembed_chunks = awaited(_embed_chunks, "aembed_chunks", of="embed_chunks")
 
     def embed_counted_later(
         self,

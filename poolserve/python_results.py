@@ -12,6 +12,7 @@ import numpy as np
 
 from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
@@ -65,14 +66,14 @@ class CountedEmbed:
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
+    ) -> Sequence[TokenizedText | Parts]:
         try:
             return self._embed.preprocess(ctx, tokenizer, start, inputs)
         except InputTooLongError:
             if not self._skip_too_long:
                 raise
         # This chunk holds a text too long: one at a time, to find which.
-        items: list[TokenizedText] = []
+        items: list[TokenizedText | Parts] = []
         for offset in range(len(inputs)):
             try:
                 items += self._embed.preprocess(ctx, tokenizer, start + offset, inputs[offset:][:1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from poolserve.config import EngineConfig, ModelConfig
+from poolserve.config import EngineConfig, LongInput, ModelConfig
 from poolserve.engine.backend import BackendFactory
 from poolserve.engine.core import EngineCore
 from poolserve.engine.cpu_pool import CpuPool
@@ -40,6 +40,8 @@ class ModelService:
     served_names: tuple[str, ...]
     # The floats of one input's output, and whether per token (the memory bound's D).
     output_floats: tuple[int, bool] = (0, False)
+    # What a long embedding input gets when its request does not say (--long-input).
+    long_input: LongInput = "error"
 
     @classmethod
     def load(
@@ -68,7 +70,7 @@ class ModelService:
         try:
             return cls(
                 core=core,
-                tasks=build_tasks(spec),
+                tasks=build_tasks(spec, max_input_tokens=model_config.max_input_tokens),
                 name=spec.name,
                 kind=spec.kind,
                 max_model_len=spec.max_model_len,
@@ -78,6 +80,7 @@ class ModelService:
                 num_special_tokens=TextTokenizer(spec.tokenizer_json).num_special_tokens,
                 served_names=served_names or (spec.name,),
                 output_floats=spec.output_floats,
+                long_input=model_config.long_input,
             )
         except BaseException:
             core.close()  # its threads are running: never leave them behind

@@ -22,6 +22,7 @@ from poolserve.engine.backend import BackendFactory, Collate, Forward, backend_n
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.layout import runner_layout
+from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
@@ -80,6 +81,9 @@ class EngineCore:
             lend_tokens=config.single_thread_tokens if model.device == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
             packs=self._packs,
+        )
+        self.cache = (
+            ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
         )
         self.backend = (backend or backend_named(config.backend))(
             model, config, self._collate_items
@@ -187,8 +191,12 @@ class EngineCore:
         return RequestGroup(size)
 
     def submit(self, items: Iterable[WorkItem]) -> None:
+        """Hand prepared items to the scheduler (those the result cache cannot answer)."""
         if not self.alive:
             raise EngineUnavailableError("the model runner is not running; see the server log")
+        self._scheduler_submit(items if self.cache is None else self.cache.route(items))
+
+    def _scheduler_submit(self, items: Iterable[WorkItem]) -> None:
         try:
             self._scheduler.submit(items)
         except SchedulerClosedError as exc:

@@ -46,11 +46,13 @@ def _prepare_chunk(
     started = time.perf_counter()
     try:
         payloads = task.preprocess(ctx, engine.processor(), start, chunk)
+        ctx.input_tokens[start : start + len(payloads)] = [payload.cost for payload in payloads]
         items = [
-            WorkItem.of(group, start + offset, payload) for offset, payload in enumerate(payloads)
+            item
+            for offset, payload in enumerate(payloads)
+            for item in WorkItem.all_of(group, start + offset, payload)
         ]
         costs = [item.cost for item in items]
-        ctx.input_tokens[start : start + len(costs)] = costs
         ctx.chunk_tokens[chunk_index] = sum(costs)
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if ctx.cost_meter is not None:

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from poolserve.engine.tokenizer import Side
-from poolserve.engine.work import Payload
+from poolserve.engine.work import Parts, Payload
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -109,10 +109,10 @@ class Task(Protocol[RequestT, ResultT_co]):
         processor: Any,
         start: int,
         inputs: Sequence[Any],
-    ) -> Sequence[Payload]:
+    ) -> Sequence[Payload | Parts]:
         """Prepare the chunk of inputs that begins at `start` for the engine, with the model's
         processor of the calling thread (a `TextTokenizer` for text): one payload each, which
-        says its cost (CPU pool; thread-safe)."""
+        says its cost, or `Parts` for an input that runs as several (CPU pool; thread-safe)."""
         ...
 
     def postprocess(self, ctx: ServeContext[RequestT], outputs: list[np.ndarray]) -> ResultT_co:

@@ -132,4 +132,4 @@ class Runner:
             seconds=ended - started,
         )
         for row, item in enumerate(items):
-            item.group.set_output(item.index, outputs[row], ended)
+            item.deliver(outputs[row], ended)

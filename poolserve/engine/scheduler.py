@@ -88,7 +88,7 @@ class Assignment:
 def items_left(queue: deque[WorkItem]) -> int:
     """Items of the queue's request not yet handed to a runner (waiting or not yet submitted)."""
     group = queue[0].group
-    return group.size - group.submitted + len(queue)
+    return group.items - group.submitted - group.cached + len(queue)
 
 
 class Scheduler:
@@ -246,7 +246,10 @@ class Scheduler:
             peers > 0
             and self._lend_tokens > 0
             and assignment.padded_tokens >= self._lend_tokens
-            and all(item.group.submitted == item.group.size for item in assignment.items)
+            and all(
+                item.group.submitted + item.group.cached == item.group.items
+                for item in assignment.items
+            )
         )
 
     def _may_take(self) -> bool:

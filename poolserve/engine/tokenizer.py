@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -39,6 +40,14 @@ class TokenizedText:
         """Its tokens: what it weighs in a batch (`work.Payload`)."""
         return len(self.input_ids)
 
+    def cache_key(self) -> tuple[bytes, int]:
+        """Everything the model's output for it depends on, as bytes, and their size (the
+        result cache's key)."""
+        arrays = [self.input_ids, self.token_type_ids or (), self.attention_mask or ()]
+        header = np.array([*(len(ids) for ids in arrays), self.pool_from], dtype=np.int32)
+        key = b"".join([header.tobytes(), *(np.asarray(a, np.int32).tobytes() for a in arrays)])
+        return key, len(key)
+
 
 def text_item(
     group: RequestGroup,
@@ -64,6 +73,7 @@ class TextTokenizer:
         self._tokenizer = tokenizer
         self.num_special_tokens = tokenizer.num_special_tokens_to_add(False)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._frame: tuple[list[int], list[int]] | None = None
 
     def encode_batch(
         self,
@@ -181,6 +191,17 @@ class TextTokenizer:
         if not add_special_tokens:
             return plain
         return self._tokenizer.post_process(plain, add_special_tokens=True)
+
+    def special_frame(self) -> tuple[list[int], list[int]]:
+        """The special tokens the model's post-processor puts before and after one text's
+        tokens ([CLS] and [SEP] for BERT): a chunk of a long text is framed by them."""
+        if self._frame is None:
+            marker = self._tokenizer.encode("a", add_special_tokens=False)
+            framed = self._tokenizer.post_process(marker, add_special_tokens=True).ids
+            ids = marker.ids
+            at = next(i for i in range(len(framed)) if framed[i : i + len(ids)] == ids)
+            self._frame = (framed[:at], framed[at + len(ids) :])
+        return self._frame
 
     def check_token_ids(self, ids: list[int], *, param: str) -> None:
         """Raise a 400 for an id outside the vocabulary (the embedding lookup would crash)."""

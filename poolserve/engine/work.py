@@ -35,6 +35,11 @@ class RequestGroup:
     # Items handed to the scheduler so far (written under the scheduler's lock): a request is
     # tokenized and submitted chunk by chunk.
     submitted: int = 0
+    # Items the result cache answers or has joined to a computation in flight (written under
+    # its lock).
+    cached: int = 0
+    # Items it runs as: one per input, more once a long input is split (`expand`).
+    items: int = 0
     _results: list[Any] = field(default_factory=list)
     _remaining: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -42,6 +47,7 @@ class RequestGroup:
     def __post_init__(self) -> None:
         self._results = [None] * self.size
         self._remaining = self.size
+        self.items = self.size
 
     @property
     def finished(self) -> bool:
@@ -56,12 +62,23 @@ class RequestGroup:
             if self.first_batch_started_at is None or at < self.first_batch_started_at:
                 self.first_batch_started_at = at
 
-    def set_output(self, index: int, output: Any, ended_at: float) -> None:
+    def expand(self, index: int, parts: int) -> None:
+        """Input `index` runs as `parts` items (a long text's chunks): its output becomes the
+        list of theirs, in order. Called before any of them is submitted."""
+        with self._lock:
+            self._results[index] = [None] * parts
+            self._remaining += parts - 1
+            self.items += parts - 1
+
+    def set_output(self, index: int, output: Any, ended_at: float, part: int | None = None) -> None:
         """Record one item's output (runner threads); completes the future with the last one."""
         with self._lock:
             if self.last_batch_ended_at is None or ended_at > self.last_batch_ended_at:
                 self.last_batch_ended_at = ended_at
-            self._results[index] = output
+            if part is None:
+                self._results[index] = output
+            else:
+                self._results[index][part] = output
             self._remaining -= 1
             complete = self._remaining == 0
         if complete:
@@ -88,7 +105,8 @@ class RequestGroup:
 
 
 class Payload(Protocol):
-    """What a task's preprocessing makes of one input, for the backend (`TokenizedText`)."""
+    """What a task's preprocessing makes of one input, for the backend (`TokenizedText`), or
+    of one part of an input that runs as several (`Parts`)."""
 
     @property
     def cost(self) -> int:
@@ -101,17 +119,54 @@ class Payload(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Parts:
+    """One input prepared as several payloads (a long text's chunks, each within the model's
+    length): each runs as an item of its own, and the input's output is the list of theirs."""
+
+    payloads: tuple[Payload, ...]
+
+    @property
+    def cost(self) -> int:
+        return sum(payload.cost for payload in self.payloads)
+
+
+class Sink(Protocol):
+    """Told an item's output besides its group (the result cache's in-flight entry)."""
+
+    def resolve(self, output: Any) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class WorkItem:
     """One prepared input of a group, ready to be batched: `payload` for the backend, `cost`
-    for the scheduler's budget (a batch of n items costs n × its largest item's cost)."""
+    for the scheduler's budget (a batch of n items costs n × its largest item's cost). `part`:
+    which of its input's `Parts` it is (None: the whole input)."""
 
     group: RequestGroup
     index: int
     payload: Any
     cost: int
     head: Head = "embed"
+    part: int | None = None
+    sink: Sink | None = None
 
     @classmethod
-    def of(cls, group: RequestGroup, index: int, payload: Payload) -> WorkItem:
-        return cls(group, index, payload, payload.cost, payload.head)
+    def of(
+        cls, group: RequestGroup, index: int, payload: Payload, part: int | None = None
+    ) -> WorkItem:
+        return cls(group, index, payload, payload.cost, payload.head, part)
+
+    @classmethod
+    def all_of(cls, group: RequestGroup, index: int, payload: Payload | Parts) -> list[WorkItem]:
+        """The items of one prepared input: one, or one per part (the group told first)."""
+        if not isinstance(payload, Parts):
+            return [cls.of(group, index, payload)]
+        group.expand(index, len(payload.payloads))
+        return [cls.of(group, index, each, part) for part, each in enumerate(payload.payloads)]
+
+    def deliver(self, output: Any, ended_at: float) -> None:
+        """The item's output, to its sink (if any) and its group (runner threads)."""
+        if self.sink is not None:
+            self.sink.resolve(output)
+        self.group.set_output(self.index, output, ended_at, self.part)

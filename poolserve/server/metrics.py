@@ -55,6 +55,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine_metrics()
+        yield from self._cache_metrics()
         admission = self._admission
         gauges = (
             (
@@ -80,6 +81,26 @@ class EngineCollector(Collector):
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)
+
+    def _cache_metrics(self) -> Iterator[Metric]:
+        """The result cache's counters, for the models that have one (--cache-bytes)."""
+        caches = [(s.served_name, s.core.cache) for s in self._models if s.core.cache is not None]
+        if not caches:
+            return
+        counters = {
+            name: CounterMetricFamily(name, documentation, labels=("model",))
+            for name, documentation, _ in CACHE_COUNTERS
+        }
+        size = GaugeMetricFamily(
+            "poolserve_cache_bytes", "Bytes the result cache holds", labels=("model",)
+        )
+        for model, cache in caches:
+            stats = cache.stats()
+            for name, _, attribute in CACHE_COUNTERS:
+                counters[name].add_metric((model,), getattr(stats, attribute))
+            size.add_metric((model,), stats.bytes)
+        yield from counters.values()
+        yield size
 
     def _engine_metrics(self) -> Iterator[Metric]:
         labels = ("model",)
@@ -124,6 +145,17 @@ class EngineCollector(Collector):
         yield sizes
         yield tokens
         yield from counters.values()
+
+
+CACHE_COUNTERS = (
+    ("poolserve_cache_hits", "Inputs the result cache answered without the model", "hits"),
+    ("poolserve_cache_misses", "Inputs the result cache did not hold", "misses"),
+    (
+        "poolserve_cache_evictions",
+        "Outputs the result cache let go to stay in its bound",
+        "evictions",
+    ),
+)
 
 
 ENGINE_GAUGES = (

@@ -1,15 +1,29 @@
-"""The embedding task: texts or token ids in, one vector each out (normalized, sliced)."""
+"""The embedding task: texts or token ids in, one vector each out (normalized, sliced); an input
+longer than the model's length is refused, cut, or embedded in chunks (tasks/chunking.py), as
+the request's `long_input` says."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.config import LongInput
+from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
-from poolserve.tasks.inputs import InputsTask, l2_normalize, tokenize_inputs
+from poolserve.engine.work import Parts
+from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.models.kinds import Head
+from poolserve.tasks.chunking import (
+    Chunking,
+    ChunkPlan,
+    Span,
+    chunk_vectors,
+    combine,
+    plan_chunks,
+)
+from poolserve.tasks.inputs import InputsTask, bound_text, l2_normalize, tokenize_inputs
 
 EmbedInputs = list[str] | list[list[int]]
 
@@ -21,16 +35,35 @@ class EmbedRequest:
     inputs: EmbedInputs
     # Put before each text input (see tasks/prompts.py); None: none.
     prompt: str | None = None
+    # What to do with an input longer than the model takes (when truncation is not asked for).
+    long_input: LongInput = "error"
+    chunking: Chunking = field(default_factory=Chunking)
+
+    @property
+    def chunked(self) -> bool:
+        return self.long_input == "chunk" or self.chunking.method == "late"
+
+
+@dataclass(frozen=True)
+class ChunkedEmbeddings:
+    """Each input's vector, and its chunks' (split) or spans' (late) vectors and spans."""
+
+    vectors: np.ndarray
+    chunks: list[tuple[np.ndarray, tuple[Span, ...]]]
 
 
 class EmbedTask(InputsTask[EmbedRequest]):
     """Task processor for `/v1/embeddings` and the offline `embed`: float32 vectors."""
 
-    def __init__(self, *, max_model_len: int, include_prompt: bool = True) -> None:
+    def __init__(
+        self, *, max_model_len: int, include_prompt: bool = True, max_input_tokens: int = 32768
+    ) -> None:
         super().__init__(max_model_len=max_model_len)
         # False: a prompt's tokens are attended to but not pooled (the Pooling config's
         # include_prompt).
         self.include_prompt = include_prompt
+        # The most tokens one input may have when it is chunked (--max-input-tokens).
+        self.max_input_tokens = max_input_tokens
 
     def preprocess(
         self,
@@ -38,13 +71,28 @@ class EmbedTask(InputsTask[EmbedRequest]):
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
-        prompt = ctx.request.prompt
+    ) -> Sequence[TokenizedText | Parts]:
+        request = ctx.request
+        if request.chunked:
+            if ctx.pooling_params.truncate_prompt_tokens is not None:
+                raise InvalidRequestError(
+                    "truncate_prompt_tokens cuts inputs and chunking embeds them whole; pass "
+                    "one of them",
+                    param="truncate_prompt_tokens",
+                )
+            return [
+                self._chunked(ctx, tokenizer, start + offset, each)
+                for offset, each in enumerate[str | list[int]](inputs)
+            ]
+        prompt = request.prompt
+        truncate = ctx.pooling_params.truncate_prompt_tokens
+        if truncate is None and request.long_input == "truncate":
+            truncate = self.max_model_len
         tokenized = tokenize_inputs(
             tokenizer,
             inputs,
             start,
-            truncate=ctx.pooling_params.truncate_prompt_tokens,
+            truncate=truncate,
             max_model_len=self.max_model_len,
             head=self.head,
             prompt=prompt,
@@ -57,11 +105,103 @@ class EmbedTask(InputsTask[EmbedRequest]):
             tokenized = [replace(text, pool_from=prompt_length) for text in tokenized]
         return tokenized
 
+    def _chunked(
+        self,
+        ctx: ServeContext[EmbedRequest],
+        tokenizer: TextTokenizer,
+        index: int,
+        text: str | list[int],
+    ) -> TokenizedText | Parts:
+        """One input planned as chunks (tasks/chunking.py); the plan kept for postprocess."""
+        request = ctx.request
+        where = f"input {index}"
+        before: list[int] = []
+        after: list[int] = []
+        prompt_ids: list[int] = []
+        offsets: list[tuple[int, int]] | None = None
+        if isinstance(text, str):
+            # Empty inputs refused; a huge one refused from its first tokens, not all of them.
+            try:
+                bound_text(tokenizer, text, where, self.max_input_tokens, False, index)
+            except InputTooLongError:
+                raise self._too_long(where, f"more than {self.max_input_tokens}", index) from None
+            prompt = request.prompt or ""
+            encoding = tokenizer.encodings([prompt + text], add_special_tokens=False)[0]
+            kept = sum(1 for _, end in encoding.offsets if end <= len(prompt)) if prompt else 0
+            prompt_ids, content = encoding.ids[:kept], encoding.ids[kept:]
+            offsets = [(a - len(prompt), b - len(prompt)) for a, b in encoding.offsets[kept:]]
+            before, after = tokenizer.special_frame()
+        else:
+            tokenizer.check_token_ids(text, param="input")
+            content = list(text)
+        if len(content) > self.max_input_tokens:
+            raise self._too_long(where, str(len(content)), index)
+        first_row = len(before) + len(prompt_ids)
+        room = self.max_model_len - first_row - len(after)
+        if room < 1:
+            raise InvalidRequestError(
+                f"the prompt fills the model's {self.max_model_len} tokens; nothing of the "
+                "input fits beside it (use a shorter prompt)",
+                param="prompt",
+            )
+        plan = plan_chunks(len(content), offsets, room, request.chunking, first_row)
+        ctx.item_data[index] = plan
+        head: Head = "token_embed" if plan.late else "embed"
+        pool_from = first_row if prompt_ids and not self.include_prompt else 0
+        parts = [
+            TokenizedText(
+                [*before, *prompt_ids, *content[start:end], *after], None, head, pool_from=pool_from
+            )
+            for start, end in plan.windows
+        ]
+        return parts[0] if len(parts) == 1 else Parts(tuple(parts))
+
+    def _too_long(self, where: str, tokens: str, index: int) -> InputTooLongError:
+        return InputTooLongError(
+            where,
+            f"has {tokens} tokens, but one input may have at most {self.max_input_tokens} here "
+            "(the server's --max-input-tokens), chunked or not",
+            cut_with='`long_input: "truncate"`',
+            param="input",
+            index=index,
+        )
+
     def postprocess(self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]) -> np.ndarray:
-        vectors = np.stack(outputs).astype(np.float32, copy=False)
-        params = ctx.pooling_params
-        if params.dimensions is not None:
-            vectors = vectors[:, : params.dimensions]
-        if params.normalize:
-            vectors = l2_normalize(vectors)
-        return np.ascontiguousarray(vectors)
+        if ctx.request.chunked:
+            outputs = [
+                each if plan is None else combine(plan, each)
+                for each, plan in zip(outputs, self._plans(ctx, len(outputs)), strict=True)
+            ]
+        return finish_vectors(np.stack(outputs), ctx.pooling_params)
+
+    @staticmethod
+    def _plans(ctx: ServeContext[EmbedRequest], count: int) -> list[ChunkPlan | None]:
+        """Each input's chunk plan (None: an input the Python API skipped as too long)."""
+        plans = [ctx.item_data.get(index) for index in range(count)]
+        return [plan if isinstance(plan, ChunkPlan) else None for plan in plans]
+
+
+class ChunkedEmbedTask(EmbedTask):
+    """The embedding task answering with each input's chunks (or late spans) too."""
+
+    def postprocess(  # type: ignore[override]
+        self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]
+    ) -> ChunkedEmbeddings:
+        vectors = super().postprocess(ctx, outputs)
+        chunks = []
+        for each, plan in zip(outputs, self._plans(ctx, len(outputs)), strict=True):
+            assert plan is not None  # every input of a chunked request is planned
+            chunks.append(
+                (finish_vectors(chunk_vectors(plan, each), ctx.pooling_params), plan.spans)
+            )
+        return ChunkedEmbeddings(vectors, chunks)
+
+
+def finish_vectors(vectors: np.ndarray, params: PoolingParams) -> np.ndarray:
+    """Pooled vectors as a request asked for them: float32, sliced, normalized."""
+    vectors = vectors.astype(np.float32, copy=False)
+    if params.dimensions is not None:
+        vectors = vectors[:, : params.dimensions]
+    if params.normalize:
+        vectors = l2_normalize(vectors)
+    return np.ascontiguousarray(vectors)

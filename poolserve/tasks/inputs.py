@@ -10,6 +10,7 @@ import numpy as np
 
 from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.engine.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
+from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
 
@@ -208,7 +209,7 @@ class InputsTask(Generic[RequestT]):
         tokenizer: TextTokenizer,
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
-    ) -> list[TokenizedText]:
+    ) -> Sequence[TokenizedText | Parts]:
         return tokenize_inputs(
             tokenizer,
             inputs,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
-from poolserve.tasks.embed import EmbedTask
+from poolserve.tasks.embed import ChunkedEmbedTask, EmbedTask
 from poolserve.tasks.m3_score import M3Scorer
 from poolserve.tasks.pooling import PoolingTask
 from poolserve.tasks.prompts import Prompts, read_prompts
@@ -24,12 +24,16 @@ from poolserve.tasks.score import (
 )
 from poolserve.tasks.template_score import TemplateScorer
 
+T = TypeVar("T", bound=EmbedTask)
+
 
 @dataclass(frozen=True)
 class TaskSet:
     heads: tuple[Head, ...]
     pooling: PoolingTask
     embed: EmbedTask | None = None
+    # The same embedding task, answering with each input's chunks too.
+    embed_chunks: ChunkedEmbedTask | None = None
     classify: ClassifyTask | None = None
     score: ScoreTask | None = None
     sparse: bool = False
@@ -124,7 +128,7 @@ def _mask_token(tokenizer: TextTokenizer) -> int | None:
     return tokenizer.token_id("[MASK]") or tokenizer.token_id("<mask>")
 
 
-def build_tasks(spec: ModelSpec) -> TaskSet:
+def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
     tokenizer = TextTokenizer(spec.tokenizer_json)
     limit = spec.max_model_len
     kind = spec.kind
@@ -150,16 +154,23 @@ def build_tasks(spec: ModelSpec) -> TaskSet:
     elif kind == "late_interaction":
         config = late_interaction_config(spec, tokenizer)
         scorer = LateInteractionScorer(max_model_len=limit, config=config)
+
+    def embed_task(task: type[T]) -> T | None:
+        if kind != "embedding":
+            return None
+        return task(
+            max_model_len=limit,
+            include_prompt=spec.layout.include_prompt,
+            max_input_tokens=max_input_tokens,
+        )
+
     return TaskSet(
         # The heads a request may name (`/pooling`); "m3" is BGE-M3's scorers' own.
         heads=tuple(head for head in spec.heads if head != "m3"),
         # BGE-M3's token vectors are those of every token after [CLS] (FlagEmbedding's).
         pooling=PoolingTask(max_model_len=limit, classifier=classifier, first_token_row=int(m3)),
-        embed=(
-            EmbedTask(max_model_len=limit, include_prompt=spec.layout.include_prompt)
-            if kind == "embedding"
-            else None
-        ),
+        embed=embed_task(EmbedTask),
+        embed_chunks=embed_task(ChunkedEmbedTask),
         # An LLM reranker reads pairs through its template: a lone text has no score.
         classify=(
             ClassifyTask(max_model_len=limit, classifier=classifier)

@@ -133,7 +133,7 @@ def test_an_engine_that_fails_after_start_up_leaves_no_thread_behind(
 ) -> None:
     import poolserve.service
 
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("building the tasks failed")
 
     before = {thread.ident for thread in threading.enumerate()}

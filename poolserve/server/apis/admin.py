@@ -196,4 +196,5 @@ def _engine_stats(service: ModelService) -> dict[str, object]:
         "peak_tokens_in_work": core.peak_tokens_in_work,
         "compiled": core.compiled,
         "packed_heads": sorted(core.packed_heads),
+        **(core.cache.stats().as_dict() if core.cache is not None else {}),
     }

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import base64
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from poolserve.config import LongInput
 from poolserve.engine.request import ServeContext
+from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.envelope import EncodingFormat, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
-from poolserve.server.protocol import InputRequest
+from poolserve.server.protocol import InputRequest, StrictModel
 from poolserve.server.schemas import Documented, ListEnvelope
-from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.chunking import Chunking
+from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest
 from poolserve.tasks.quantize import EmbedDType, as_dtype, as_floats
 
 Endianness = Literal["little", "big"]
@@ -25,8 +28,36 @@ Endianness = Literal["little", "big"]
 # -- the request ---------------------------------------------------------------------------------
 
 
+class ChunkingOptions(StrictModel):
+    """How long inputs are chunked (README, Long inputs)."""
+
+    method: Literal["split", "late"] = Field(
+        "split",
+        description="split: each chunk pooled on its own, the input's vector their token-weighted "
+        "mean; late: one pass over the whole document, one vector per span, mean-pooled from its "
+        "tokens' vectors",
+    )
+    size: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None,
+        description="the input's own tokens per chunk (split; default: as many as fit) or per "
+        "span (late)",
+    )
+    overlap: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None,
+        description="tokens neighbouring chunks share (split; default 0), or windows share "
+        "where a late-chunked document exceeds the model (default a quarter of a window)",
+    )
+    spans: list[tuple[StrictInt, StrictInt]] | None = Field(
+        None, description="late: the spans to embed, as [start, end) character ranges of the text"
+    )
+
+    def chunking(self) -> Chunking:
+        spans = None if self.spans is None else tuple(self.spans)
+        return Chunking(self.method, self.size, self.overlap, spans)
+
+
 class EmbeddingRequest(InputRequest):
-    """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options."""
+    """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options and poolserve's chunking."""
 
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
@@ -50,6 +81,20 @@ class EmbeddingRequest(InputRequest):
         "little", description="byte order of base64 values wider than a byte"
     )
 
+    long_input: Literal["truncate", "chunk", "error"] | None = Field(
+        None,
+        description="what an input longer than the model's length gets: a 400 (error), cut "
+        "(truncate), or embedded in chunks (chunk); default: the server's --long-input",
+    )
+    chunking: ChunkingOptions | None = Field(
+        None, description="how long inputs are chunked (implies long_input chunk)"
+    )
+    return_chunks: StrictBool = Field(
+        False,
+        description="answer each input's chunks too: their vectors, token and character spans "
+        "(implies long_input chunk)",
+    )
+
     def wants_normalize(self) -> bool | None:
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
         return self.normalize if self.normalize is not None else self.use_activation
@@ -58,11 +103,24 @@ class EmbeddingRequest(InputRequest):
 # -- the answer ----------------------------------------------------------------------------------
 
 
+class EmbeddingChunk(Documented):
+    embedding: list[float] | str
+    tokens: tuple[int, int] = Field(
+        description="the input's own tokens it holds, [start, end) (no prompt or special token)"
+    )
+    chars: tuple[int, int] | None = Field(
+        description="its characters in the input, [start, end); null for token ids"
+    )
+
+
 class EmbeddingItem(Documented):
     object: Literal["embedding"]
     index: int
     embedding: list[float] | str = Field(
         description="floats, or with encoding_format base64 little-endian float32 bytes"
+    )
+    chunks: list[EmbeddingChunk] | None = Field(
+        None, description="with return_chunks or late chunking: the input's chunks (or spans)"
     )
 
 
@@ -80,21 +138,53 @@ def embeddings_body(
 ) -> bytes:
     """Each vector as numbers, or as base64 of its bytes in `embed_dtype` (vLLM's option;
     the OpenAI client decodes float32 only, see the README)."""
-    typed = as_dtype(vectors, embed_dtype)
-    embeddings: list[object]
-    if encoding_format == "base64":
-        raw = typed.astype(typed.dtype.newbyteorder(endianness), copy=False)
-        embeddings = [base64.b64encode(np.ascontiguousarray(row).tobytes()).decode() for row in raw]
-    else:
-        numbers = as_floats(typed, embed_dtype)
-        if embed_dtype in ("float16", "bfloat16"):
-            # As float64, JSON holds each value exactly (float32's shortest form would not).
-            numbers = numbers.astype(np.float64)
-        embeddings = list(numbers)
+    embeddings = encoded_rows(vectors, encoding_format, embed_dtype, endianness)
     data = [
         {"object": "embedding", "index": index, "embedding": embedding}
         for index, embedding in enumerate(embeddings)
     ]
+    return list_body(ctx, "embd", data)
+
+
+def encoded_rows(
+    vectors: np.ndarray,
+    encoding_format: EncodingFormat,
+    embed_dtype: EmbedDType,
+    endianness: Endianness,
+) -> list[object]:
+    typed = as_dtype(vectors, embed_dtype)
+    if encoding_format == "base64":
+        raw = typed.astype(typed.dtype.newbyteorder(endianness), copy=False)
+        return [base64.b64encode(np.ascontiguousarray(row).tobytes()).decode() for row in raw]
+    numbers = as_floats(typed, embed_dtype)
+    if embed_dtype in ("float16", "bfloat16"):
+        # As float64, JSON holds each value exactly (float32's shortest form would not).
+        numbers = numbers.astype(np.float64)
+    return list(numbers)
+
+
+def chunked_embeddings_body(
+    ctx: ServeContext[Any],
+    result: ChunkedEmbeddings,
+    *,
+    encoding_format: EncodingFormat,
+    embed_dtype: EmbedDType = "float32",
+    endianness: Endianness = "little",
+) -> bytes:
+    """`embeddings_body` with each input's chunks (or late spans) beside its vector."""
+    embeddings = encoded_rows(result.vectors, encoding_format, embed_dtype, endianness)
+    data = []
+    for index, (embedding, (vectors, spans)) in enumerate(
+        zip(embeddings, result.chunks, strict=True)
+    ):
+        rows = encoded_rows(vectors, encoding_format, embed_dtype, endianness)
+        chunks = [
+            {"embedding": row, "tokens": span.tokens, "chars": span.chars}
+            for row, span in zip(rows, spans, strict=True)
+        ]
+        data.append(
+            {"object": "embedding", "index": index, "embedding": embedding, "chunks": chunks}
+        )
     return list_body(ctx, "embd", data)
 
 
@@ -111,14 +201,41 @@ def _embeddings(call: Call[EmbeddingRequest]) -> Served:
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
         truncation_side=wire.truncation_side,
     )
-    encode = partial(
-        embeddings_body,
-        encoding_format=wire.encoding_format,
-        embed_dtype=wire.embed_dtype,
-        endianness=wire.endianness,
+    chunking = wire.chunking.chunking() if wire.chunking else Chunking()
+    late = chunking.method == "late"
+    request = EmbedRequest(
+        wire.inputs(),
+        service.tasks.prompts.resolve(wire.prompt_name, wire.prompt),
+        long_input_of(wire, service.long_input),
+        chunking,
     )
-    prompt = service.tasks.prompts.resolve(wire.prompt_name, wire.prompt)
-    return Served(embed, EmbedRequest(wire.inputs(), prompt), params, encode, wire.request_timeout)
+    options: dict[str, Any] = {
+        "encoding_format": wire.encoding_format,
+        "embed_dtype": wire.embed_dtype,
+        "endianness": wire.endianness,
+    }
+    if wire.return_chunks or late:
+        chunked = service.tasks.embed_chunks
+        assert chunked is not None
+        encode = partial(chunked_embeddings_body, **options)
+        return Served(chunked, request, params, encode, wire.request_timeout)
+    encode = partial(embeddings_body, **options)
+    return Served(embed, request, params, encode, wire.request_timeout)
+
+
+def long_input_of(wire: EmbeddingRequest, default: LongInput) -> LongInput:
+    """The request's `long_input`: as sent, implied by chunking or return_chunks, or the
+    server's; chunking options beside a long_input that does not chunk are a 400."""
+    wants_chunks = wire.return_chunks or (wire.chunking is not None)
+    if wire.long_input is None:
+        return "chunk" if wants_chunks else default
+    if wants_chunks and wire.long_input != "chunk":
+        raise InvalidRequestError(
+            f"long_input {wire.long_input!r} does not chunk, but chunking or return_chunks asks "
+            'for chunks; leave long_input out or pass "chunk"',
+            param="long_input",
+        )
+    return wire.long_input
 
 
 ENDPOINTS = [

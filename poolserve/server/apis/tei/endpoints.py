@@ -85,7 +85,8 @@ def _embed(call: Call[TeiEmbedRequest]) -> Served:
         truncation_side=wire.side(),
     )
     prompt = service.tasks.prompts.resolve(wire.prompt_name, None)
-    internal = EmbedRequest(_texts(wire.inputs), prompt)
+    long_input = service.long_input if wire.truncate is None else "error"
+    internal = EmbedRequest(_texts(wire.inputs), prompt, long_input)
     return Served(embed, internal, params, vectors_body, wire.request_timeout)
 
 

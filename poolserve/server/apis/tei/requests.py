@@ -12,8 +12,10 @@ from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, W
 class TeiRequest(WireModel):
     """What text-embeddings-inference's routes share: truncation, off by default."""
 
-    truncate: StrictBool = Field(
-        False, description="cut inputs longer than the model takes (else they are a 400)"
+    truncate: StrictBool | None = Field(
+        None,
+        description="cut inputs longer than the model takes (false: they are a 400; left out: "
+        "the server's --long-input, which may also chunk them on /embed)",
     )
     truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
         "Right", description="which end truncation cuts"

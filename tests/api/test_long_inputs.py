@@ -1,0 +1,190 @@
+"""Long inputs: chunked embedding (vs the chunks' sentence-transformers vectors averaged by hand),
+chunk spans, late chunking (vs sentence-transformers' token vectors), and the settings that
+cannot work, over HTTP and the Python API, on a real document of about ten times the model's
+length (a Python module's documentation)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import corpus
+from poolserve import Chunking
+from tests.api.helpers import assert_openai_error, embed, vectors
+from tests.reference import DIM, MAX_LEN, MODEL_ID, assert_close_vectors, st_encode
+
+pytestmark = pytest.mark.anyio
+
+# [CLS] and [SEP] frame every chunk: 254 of a chunk's tokens are the document's own.
+ROOM = MAX_LEN - 2
+
+
+@pytest.fixture(scope="module")
+def document() -> str:
+    text = next(text for text, tokens in corpus.documents() if tokens >= 10 * MAX_LEN)
+    return text
+
+
+def own_ids(hf_tokenizer: Any, text: str) -> list[int]:
+    ids: list[int] = hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids
+
+
+def st_forward(st_model: Any, hf_tokenizer: Any, ids: list[int]) -> dict[str, torch.Tensor]:
+    """sentence-transformers' Transformer and Pooling modules over one chunk of own tokens."""
+    framed = torch.tensor([[hf_tokenizer.cls_token_id, *ids, hf_tokenizer.sep_token_id]])
+    features = {"input_ids": framed, "attention_mask": torch.ones_like(framed)}
+    with torch.no_grad():
+        features = st_model[1](st_model[0](features))
+    return features
+
+
+def by_hand(st_model: Any, hf_tokenizer: Any, text: str, size: int, overlap: int) -> np.ndarray:
+    """vLLM's chunked processing, by hand: chunks of `size` own tokens, `overlap` shared,
+    pooled unnormalized, averaged weighted by their own tokens, normalized (float64)."""
+    ids = own_ids(hf_tokenizer, text)
+    starts = range(0, max(len(ids) - overlap, 1), size - overlap)
+    chunks = [ids[start : start + size] for start in starts]
+    pooled = [
+        st_forward(st_model, hf_tokenizer, chunk)["sentence_embedding"][0].double().numpy()
+        for chunk in chunks
+    ]
+    weights = np.array([len(chunk) for chunk in chunks], dtype=np.float64)
+    mean = (np.stack(pooled) * weights[:, None]).sum(axis=0) / weights.sum()
+    result: np.ndarray = mean / np.linalg.norm(mean)
+    return result
+
+
+async def test_a_long_document_in_chunks_is_the_weighted_mean_of_its_chunks(
+    client: httpx.AsyncClient, st_model: Any, hf_tokenizer: Any, document: str
+) -> None:
+    short = "A sentence the model takes whole."
+    body = await embed(client, input=[document, short], long_input="chunk", model=MODEL_ID)
+    actual = vectors(body)
+    assert_close_vectors(actual[:1], by_hand(st_model, hf_tokenizer, document, ROOM, 0)[None])
+    # An input that fits is embedded as without chunking.
+    assert_close_vectors(actual[1:], st_encode(st_model, [short]))
+    # Usage counts what ran: every chunk with its special tokens.
+    tokens = len(own_ids(hf_tokenizer, document))
+    chunks = -(-tokens // ROOM)
+    short_tokens = len(own_ids(hf_tokenizer, short)) + 2
+    assert body["usage"]["prompt_tokens"] == tokens + 2 * chunks + short_tokens
+
+    # Overlapping chunks of a chosen size.
+    body = await embed(client, input=document, chunking={"size": 200, "overlap": 50})
+    assert_close_vectors(vectors(body), by_hand(st_model, hf_tokenizer, document, 200, 50)[None])
+
+
+async def test_chunks_come_back_with_spans_that_cover_the_text(
+    client: httpx.AsyncClient, st_model: Any, hf_tokenizer: Any, document: str
+) -> None:
+    body = await embed(client, input=document, return_chunks=True, chunking={"overlap": 16})
+    item = body["data"][0]
+    chunks = item["chunks"]
+    ids = own_ids(hf_tokenizer, document)
+    spans = [tuple(chunk["tokens"]) for chunk in chunks]
+    assert spans[0][0] == 0 and spans[-1][1] == len(ids)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start == end - 16  # neighbours share the overlap, nothing is skipped
+    assert all(0 < end - start <= ROOM for start, end in spans)
+    # Each chunk's characters hold exactly its tokens; its vector is that chunk's.
+    for chunk, (start, end) in zip(chunks, spans, strict=True):
+        first, last = chunk["chars"]
+        assert own_ids(hf_tokenizer, document[first:last]) == ids[start:end]
+        expected = st_forward(st_model, hf_tokenizer, ids[start:end])["sentence_embedding"]
+        expected = torch.nn.functional.normalize(expected, dim=-1).numpy()
+        assert_close_vectors(np.array([chunk["embedding"]], dtype=np.float32), expected)
+    assert chunks[0]["chars"][0] == 0 and chunks[-1]["chars"][1] == len(document.rstrip())
+
+
+async def test_late_chunking_pools_spans_from_one_pass_over_the_document(
+    client: httpx.AsyncClient, st_model: Any, hf_tokenizer: Any, document: str
+) -> None:
+    # A document the model takes whole: each span's vector is the mean of its tokens' vectors
+    # from one forward pass.
+    text = document[:600]
+    ids = own_ids(hf_tokenizer, text)
+    assert len(ids) <= ROOM
+    tokens = st_forward(st_model, hf_tokenizer, ids)["token_embeddings"][0, 1:-1].double()
+    spans = [[0, 120], [120, 400], [400, len(text)]]
+    body = await embed(client, input=text, chunking={"method": "late", "spans": spans})
+    item = body["data"][0]
+    assert len(item["chunks"]) == 3
+    for chunk, span in zip(item["chunks"], spans, strict=True):
+        assert chunk["chars"] == span
+        start, end = chunk["tokens"]
+        expected = torch.nn.functional.normalize(tokens[start:end].mean(dim=0), dim=-1)
+        assert_close_vectors(np.array([chunk["embedding"]]), expected.numpy()[None])
+    expected = torch.nn.functional.normalize(tokens.mean(dim=0), dim=-1)
+    assert_close_vectors(np.array([item["embedding"]]), expected.numpy()[None])
+
+    # A document ten times the model's length: windows that overlap by a quarter, each token's
+    # vector from the window where it sits farthest from an edge.
+    ids = own_ids(hf_tokenizer, document)
+    overlap = ROOM // 4
+    windows = [(0, ROOM)]
+    while windows[-1][1] < len(ids):
+        start = windows[-1][1] - overlap
+        windows.append((start, min(start + ROOM, len(ids))))
+    rows = [
+        st_forward(st_model, hf_tokenizer, ids[a:b])["token_embeddings"][0, 1:-1].double()
+        for a, b in windows
+    ]
+    vectors_by_token = torch.empty(len(ids), DIM, dtype=torch.float64)
+    for index, ((a, b), window) in enumerate(zip(windows, rows, strict=True)):
+        low = a if index == 0 else (a + windows[index - 1][1]) // 2
+        high = b if index == len(windows) - 1 else (windows[index + 1][0] + b) // 2
+        vectors_by_token[low:high] = window[low - a : high - a]
+    body = await embed(client, input=document, chunking={"method": "late", "size": 300})
+    chunks = body["data"][0]["chunks"]
+    assert [c["tokens"] for c in chunks][-1][1] == len(ids)
+    expected = np.stack(
+        [
+            torch.nn.functional.normalize(vectors_by_token[a:b].mean(dim=0), dim=-1).numpy()
+            for a, b in (c["tokens"] for c in chunks)
+        ]
+    )
+    assert_close_vectors(np.array([c["embedding"] for c in chunks]), expected)
+
+
+async def test_long_input_settings_that_cannot_work_are_400s(
+    client: httpx.AsyncClient, document: str
+) -> None:
+    cases = [
+        ({"long_input": "error"}, "input 0", "truncate_prompt_tokens"),
+        ({"long_input": "chunk", "truncate_prompt_tokens": 10}, "pass one", None),
+        ({"chunking": {"overlap": 300}}, "overlap", None),
+        ({"chunking": {"size": 300}}, "at most that", None),
+        ({"chunking": {"method": "late"}}, "chunking.spans", None),
+        ({"chunking": {"method": "late", "spans": [[5, 5]]}}, "holds no token", None),
+        ({"return_chunks": True, "long_input": "truncate"}, "does not chunk", None),
+    ]
+    for options, says, also in cases:
+        response = await client.post("/v1/embeddings", json={"input": document, **options})
+        message = assert_openai_error(response, 400)["message"]
+        assert says in message and (also is None or also in message), (options, message)
+    # The server's bound on one input holds chunked or not (the Python API's engine: 32,768).
+    huge = " ".join([document] * 20)
+    response = await client.post("/v1/embeddings", json={"input": huge, "long_input": "chunk"})
+    assert "--max-input-tokens" in assert_openai_error(response, 400)["message"]
+    # Truncation still cuts, on request.
+    body = await embed(client, input=document, long_input="truncate")
+    assert body["usage"]["prompt_tokens"] == MAX_LEN
+
+
+def test_the_python_api_chunks_as_http_does(
+    engine: Any, st_model: Any, hf_tokenizer: Any, document: str
+) -> None:
+    vectors_ = engine.embed([document], long_input="chunk", chunking=Chunking(overlap=32))
+    assert_close_vectors(vectors_, by_hand(st_model, hf_tokenizer, document, ROOM, 32)[None])
+    result = engine.embed_chunks([document, "short"], dimensions=64)
+    assert result.vectors.shape == (2, 64)
+    chunk_vectors, spans = result.chunks[0]
+    assert chunk_vectors.shape == (len(spans), 64) and len(spans) > 9
+    np.testing.assert_allclose(np.linalg.norm(chunk_vectors, axis=1), 1.0, rtol=1e-5)
+    assert result.chunks[1][1][0].tokens == (0, 1) and result.chunks[1][1][0].chars == (0, 5)
