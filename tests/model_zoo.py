@@ -100,6 +100,16 @@ _SCORED_WORDS = ("yes", "no", "Yes", "No")
 ST_MODULES = "sentence_transformers.models."
 IDENTITY = "torch.nn.modules.linear.Identity"
 
+# The ChatML markup Qwen's chat templates write for plain messages (roles, <|im_start|>,
+# <|im_end|>), with the generation prompt; a conversation must not be empty.
+CHATML_TEMPLATE = (
+    "{%- if not messages %}{{ raise_exception('the conversation is empty') }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
 # Qwen3-Reranker's model card (https://huggingface.co/Qwen/Qwen3-Reranker-0.6B), verbatim.
 QWEN3_RERANKER_PREFIX = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
@@ -2216,10 +2226,14 @@ def make_qwen3_embedding_0_6b(directory: Path) -> Path:
     with head_dim 16 != hidden/heads. Qwen's byte-level BPE whose tokenizer.json appends
     <|endoftext|> (TemplateProcessing, the June 2025 fix), padding_side "left", eos_token
     <|im_end|>. Transformer + Pooling(lasttoken, include_prompt true) + Normalize,
-    max_seq_length 32768, prompts query (the web-search instruction) and document ("")."""
+    max_seq_length 32768, prompts query (the web-search instruction) and document ("").
+    tokenizer_config.json carries a chat template, as the repository's does (there Qwen3's own,
+    with tools and thinking; here the ChatML markup it writes for plain messages)."""
     from transformers import Qwen3ForCausalLM
 
     ids = _write_qwen_tokenizer(directory, append_endoftext=True, padding_side="left")
+    config_path = directory / "tokenizer_config.json"
+    _write_json(config_path, {**_read_json(config_path), "chat_template": CHATML_TEMPLATE})
     _seed(8)
     _save_model(
         Qwen3ForCausalLM(_qwen3_config(ids)),

@@ -15,6 +15,7 @@ from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.models.kinds import Head
+from poolserve.tasks.chat import ChatOptions, Conversation
 from poolserve.tasks.chunking import (
     Chunking,
     ChunkPlan,
@@ -25,7 +26,7 @@ from poolserve.tasks.chunking import (
 )
 from poolserve.tasks.inputs import InputsTask, bound_text, l2_normalize, tokenize_inputs
 
-EmbedInputs = list[str] | list[list[int]]
+EmbedInputs = list[str] | list[list[int]] | list[Conversation]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class EmbedRequest:
     # What to do with an input longer than the model takes (when truncation is not asked for).
     long_input: LongInput = "error"
     chunking: Chunking = field(default_factory=Chunking)
+    # Set when the inputs are conversations, rendered with the model's chat template.
+    chat: ChatOptions | None = None
+    # Whether the tokenizer adds the model's special tokens around each text (a chat
+    # template writes its own: vLLM's add_special_tokens, false for chat).
+    add_special_tokens: bool = True
 
     @property
     def chunked(self) -> bool:
@@ -73,6 +79,8 @@ class EmbedTask(InputsTask[EmbedRequest]):
         inputs: Sequence[str] | Sequence[list[int]],
     ) -> Sequence[TokenizedText | Parts]:
         request = ctx.request
+        if request.chat is not None:
+            inputs = request.chat.render_all(inputs)  # type: ignore[arg-type]
         if request.chunked:
             if ctx.pooling_params.truncate_prompt_tokens is not None:
                 raise InvalidRequestError(
@@ -97,6 +105,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
             head=self.head,
             prompt=prompt,
             side=ctx.pooling_params.truncation_side,
+            add_special_tokens=request.add_special_tokens,
         )
         if prompt and not self.include_prompt and inputs and isinstance(inputs[0], str):
             # As sentence-transformers: the tokenized prompt without its closing [SEP] ([CLS]
@@ -130,7 +139,8 @@ class EmbedTask(InputsTask[EmbedRequest]):
             kept = sum(1 for _, end in encoding.offsets if end <= len(prompt)) if prompt else 0
             prompt_ids, content = encoding.ids[:kept], encoding.ids[kept:]
             offsets = [(a - len(prompt), b - len(prompt)) for a, b in encoding.offsets[kept:]]
-            before, after = tokenizer.special_frame()
+            if request.add_special_tokens:
+                before, after = tokenizer.special_frame()
         else:
             tokenizer.check_token_ids(text, param="input")
             content = list(text)

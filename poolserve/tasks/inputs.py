@@ -137,9 +137,10 @@ def tokenize_inputs(
     name: Callable[[int], str] = "input {}".format,
     prompt: str | None = None,
     side: Side = "right",
+    add_special_tokens: bool = True,
 ) -> list[TokenizedText]:
-    """Tokenize texts (special tokens added), each after `prompt` where there is one, or check
-    token-id lists (used as given).
+    """Tokenize texts (special tokens added, unless `add_special_tokens` is false), each after
+    `prompt` where there is one, or check token-id lists (used as given).
 
     Token-id inputs are cut to their first `truncate` ids; texts keep their special tokens.
     """
@@ -160,7 +161,11 @@ def tokenize_inputs(
         ]
         # Cutting from the left cuts the text, never the prompt before it.
         id_lists = tokenizer.encode_batch(
-            texts, truncate_to=truncate, side=side, keep_leading_chars=len(prompt or "")
+            texts,
+            truncate_to=truncate,
+            side=side,
+            keep_leading_chars=len(prompt or ""),
+            add_special_tokens=add_special_tokens,
         )
     else:
         id_lists = [list(ids) for ids in inputs]  # type: ignore[arg-type]
@@ -182,7 +187,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 
 class HasInputs(Protocol):
     @property
-    def inputs(self) -> list[str] | list[list[int]]: ...
+    def inputs(self) -> Sequence[object]: ...
 
 
 RequestT = TypeVar("RequestT", bound=HasInputs)
@@ -200,7 +205,8 @@ class InputsTask(Generic[RequestT]):
     def head_for(self, ctx: ServeContext[RequestT]) -> Head:
         return self.head
 
-    def inputs(self, ctx: ServeContext[RequestT]) -> Inputs:
+    def inputs(self, ctx: ServeContext[RequestT]) -> Sequence[object]:
+        """Texts or token-id lists (an embedding request's may be conversations)."""
         return ctx.request.inputs
 
     def preprocess(

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
+from poolserve.tasks.chat import ChatTemplate
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
 from poolserve.tasks.embed import ChunkedEmbedTask, EmbedTask
 from poolserve.tasks.m3_score import M3Scorer
@@ -38,6 +39,8 @@ class TaskSet:
     score: ScoreTask | None = None
     sparse: bool = False
     prompts: Prompts = field(default_factory=Prompts)
+    # An embedding model's chat template, where its checkpoint has one (chat-style inputs).
+    chat_template: ChatTemplate | None = None
 
 
 def classifier_head(spec: ModelSpec) -> ClassifierHead:
@@ -180,4 +183,5 @@ def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
         score=ScoreTask(scorer) if scorer is not None else None,
         sparse=kind == "sparse" or m3,
         prompts=read_prompts(spec.layout.st_config, spec.prompts),
+        chat_template=ChatTemplate.of(spec.layout.directory) if kind == "embedding" else None,
     )

@@ -5,6 +5,7 @@ and its endpoint."""
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,8 @@ from poolserve.server.apis.envelope import EncodingFormat, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import InputRequest, StrictModel
 from poolserve.server.schemas import Documented, ListEnvelope
+from poolserve.service import ModelService
+from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest
 from poolserve.tasks.quantize import EmbedDType, as_dtype, as_floats
@@ -98,6 +101,51 @@ class EmbeddingRequest(InputRequest):
     def wants_normalize(self) -> bool | None:
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
         return self.normalize if self.normalize is not None else self.use_activation
+
+
+class ContentPart(StrictModel):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(StrictModel):
+    role: StrictStr
+    content: StrictStr | list[ContentPart]
+    name: StrictStr | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """As a chat template reads it: text parts joined by new lines (vLLM's string form)."""
+        content = self.content
+        if not isinstance(content, str):
+            content = "\n".join(part.text for part in content)
+        message = {"role": self.role, "content": content}
+        return message if self.name is None else {**message, "name": self.name}
+
+
+class ChatEmbeddingRequest(EmbeddingRequest):
+    """vLLM's chat-style `POST /v1/embeddings`: a conversation (`messages`) instead of `input`,
+    rendered with the model's chat template and embedded as one text."""
+
+    input: None = Field(None, description="not with messages")  # type: ignore[assignment]
+    messages: list[ChatMessage] = Field(min_length=1, description="the conversation to embed")
+    add_generation_prompt: StrictBool = Field(
+        False, description="end with the template's opening of an assistant turn"
+    )
+    continue_final_message: StrictBool = Field(
+        False, description="leave the last message open (no end-of-turn marker)"
+    )
+    add_special_tokens: StrictBool = Field(
+        False,
+        description="add the tokenizer's special tokens around the rendered text as well (the "
+        "template writes its own)",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="more variables for the chat template"
+    )
+
+
+def _is_chat(data: Any, service: ModelService) -> bool:
+    return isinstance(data, dict) and "messages" in data
 
 
 # -- the answer ----------------------------------------------------------------------------------
@@ -193,6 +241,39 @@ def chunked_embeddings_body(
 
 def _embeddings(call: Call[EmbeddingRequest]) -> Served:
     wire, service = call.wire, call.service
+    prompt = service.tasks.prompts.resolve(wire.prompt_name, wire.prompt)
+    return _served(call, EmbedRequest(wire.inputs(), prompt))
+
+
+def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
+    wire, service = call.wire, call.service
+    template = service.tasks.chat_template
+    if template is None:
+        raise InvalidRequestError(
+            f"{service.served_name} has no chat template (its checkpoint carries none); send "
+            "the text as `input` instead of `messages`",
+            param="messages",
+        )
+    if wire.prompt is not None or wire.prompt_name is not None:
+        raise InvalidRequestError(
+            "prompt and prompt_name go before `input` texts; with `messages`, put the "
+            "instruction in the conversation (a system or user message)",
+            param="prompt" if wire.prompt is not None else "prompt_name",
+        )
+    chat = ChatOptions(
+        template,
+        wire.add_generation_prompt,
+        wire.continue_final_message,
+        wire.chat_template_kwargs or {},
+    )
+    conversation = [message.as_dict() for message in wire.messages]
+    request = EmbedRequest([conversation], chat=chat, add_special_tokens=wire.add_special_tokens)
+    return _served(call, request)
+
+
+def _served(call: Call[Any], request: EmbedRequest) -> Served:
+    """An embedding request (its inputs and prompt chosen) with the wire's options."""
+    wire, service = call.wire, call.service
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
     params = service.pooling_params(
@@ -203,11 +284,8 @@ def _embeddings(call: Call[EmbeddingRequest]) -> Served:
     )
     chunking = wire.chunking.chunking() if wire.chunking else Chunking()
     late = chunking.method == "late"
-    request = EmbedRequest(
-        wire.inputs(),
-        service.tasks.prompts.resolve(wire.prompt_name, wire.prompt),
-        long_input_of(wire, service.long_input),
-        chunking,
+    request = replace(
+        request, long_input=long_input_of(wire, service.long_input), chunking=chunking
     )
     options: dict[str, Any] = {
         "encoding_format": wire.encoding_format,
@@ -247,5 +325,15 @@ ENDPOINTS = [
         Inputs("input", lambda wire: len(wire.inputs())),
         "create_embeddings",
         serves=embedders,
-    )
+    ),
+    Endpoint(
+        "/v1/embeddings",
+        ChatEmbeddingRequest,
+        EmbeddingResponse,
+        _chat_embeddings,
+        Inputs("messages", lambda wire: 1),
+        "create_embeddings",
+        serves=embedders,
+        matches=_is_chat,
+    ),
 ]
