@@ -2,7 +2,8 @@
 
 - **split** (vLLM's chunked processing): an input longer than a chunk is cut into chunks of at
   most `size` of its own tokens (default: as many as fit beside the model's special tokens and
-  the prompt, which every chunk carries), `overlap` tokens shared by neighbours; each chunk is
+  the prompt, which every chunk carries), at word starts where the text has them, neighbours
+  sharing up to `overlap` tokens (from a word start); each chunk is
   pooled on its own, in the same batches as everything else, and the input's vector is the mean
   of the chunks' pooled vectors weighted by their own tokens, then post-processed (sliced,
   normalized) as any vector.
@@ -73,16 +74,41 @@ def windows_over(count: int, size: int, overlap: int) -> list[Range]:
     return ranges
 
 
+def word_windows(words: Sequence[int | None], size: int, overlap: int) -> list[Range]:
+    """`windows_over` for a text, with each cut moved back to the start of a word (of the
+    tokenizer's pre-tokenizer: `words` holds each token's) where one is in the window's second
+    half, and each overlap begun at a word: a chunk's characters then hold whole words, which
+    tokenize alone as they did in the text."""
+    count = len(words)
+
+    def starts_word(index: int) -> bool:
+        return words[index] != words[index - 1]
+
+    ranges: list[Range] = []
+    start = 0
+    while True:
+        end = min(start + size, count)
+        if end < count:
+            cut = next((i for i in range(end, start + size // 2, -1) if starts_word(i)), end)
+            end = cut
+        ranges.append((start, end))
+        if end == count:
+            return ranges
+        following = max(end - overlap, start + 1)
+        start = next((i for i in range(following, end) if starts_word(i)), following)
+
+
 def plan_chunks(
     count: int,
     offsets: Sequence[Range] | None,
     room: int,
     chunking: Chunking,
     first_row: int,
+    words: Sequence[int | None] | None = None,
 ) -> ChunkPlan:
-    """The plan for an input of `count` own tokens (`offsets`: their characters, None for
-    token ids), `room` of which fit in one pass beside the frame; raises a 400 for settings
-    that cannot work for this model."""
+    """The plan for an input of `count` own tokens (`offsets`: their characters, `words`:
+    their words; None for token ids), `room` of which fit in one pass beside the frame; raises
+    a 400 for settings that cannot work for this model."""
     if chunking.method == "late":
         return _late_plan(count, offsets, room, chunking, first_row)
     size = chunking.size or room
@@ -94,7 +120,10 @@ def plan_chunks(
         )
     overlap = chunking.overlap or 0
     _check_overlap(overlap, size)
-    windows = tuple(windows_over(count, size, overlap))
+    if words is None:
+        windows = tuple(windows_over(count, size, overlap))
+    else:
+        windows = tuple(word_windows(words, size, overlap))
     spans = tuple(Span(window, _chars(offsets, window)) for window in windows)
     return ChunkPlan(windows, spans, first_row)
 

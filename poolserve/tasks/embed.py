@@ -128,6 +128,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
         after: list[int] = []
         prompt_ids: list[int] = []
         offsets: list[tuple[int, int]] | None = None
+        words: list[int | None] | None = None
         if isinstance(text, str):
             # Empty inputs refused; a huge one refused from its first tokens, not all of them.
             try:
@@ -139,6 +140,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
             kept = sum(1 for _, end in encoding.offsets if end <= len(prompt)) if prompt else 0
             prompt_ids, content = encoding.ids[:kept], encoding.ids[kept:]
             offsets = [(a - len(prompt), b - len(prompt)) for a, b in encoding.offsets[kept:]]
+            words = encoding.word_ids[kept:]
             if request.add_special_tokens:
                 before, after = tokenizer.special_frame()
         else:
@@ -154,7 +156,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
                 "input fits beside it (use a shorter prompt)",
                 param="prompt",
             )
-        plan = plan_chunks(len(content), offsets, room, request.chunking, first_row)
+        plan = plan_chunks(len(content), offsets, room, request.chunking, first_row, words)
         ctx.item_data[index] = plan
         head: Head = "token_embed" if plan.late else "embed"
         pool_from = first_row if prompt_ids and not self.include_prompt else 0

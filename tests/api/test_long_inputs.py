@@ -44,12 +44,12 @@ def st_forward(st_model: Any, hf_tokenizer: Any, ids: list[int]) -> dict[str, to
     return features
 
 
-def by_hand(st_model: Any, hf_tokenizer: Any, text: str, size: int, overlap: int) -> np.ndarray:
-    """vLLM's chunked processing, by hand: chunks of `size` own tokens, `overlap` shared,
-    pooled unnormalized, averaged weighted by their own tokens, normalized (float64)."""
+def by_hand(st_model: Any, hf_tokenizer: Any, text: str, spans: list[list[int]]) -> np.ndarray:
+    """vLLM's chunked processing, by hand, over the chunks the server reports (their own
+    tokens, [start, end)): each pooled unnormalized, averaged weighted by its own tokens,
+    normalized (float64)."""
     ids = own_ids(hf_tokenizer, text)
-    starts = range(0, max(len(ids) - overlap, 1), size - overlap)
-    chunks = [ids[start : start + size] for start in starts]
+    chunks = [ids[start:end] for start, end in spans]
     pooled = [
         st_forward(st_model, hf_tokenizer, chunk)["sentence_embedding"][0].double().numpy()
         for chunk in chunks
@@ -60,24 +60,32 @@ def by_hand(st_model: Any, hf_tokenizer: Any, text: str, size: int, overlap: int
     return result
 
 
+async def chunk_spans(client: httpx.AsyncClient, text: str, **chunking: Any) -> list[list[int]]:
+    body = await embed(client, input=text, return_chunks=True, chunking=chunking)
+    return [chunk["tokens"] for chunk in body["data"][0]["chunks"]]
+
+
 async def test_a_long_document_in_chunks_is_the_weighted_mean_of_its_chunks(
     client: httpx.AsyncClient, st_model: Any, hf_tokenizer: Any, document: str
 ) -> None:
     short = "A sentence the model takes whole."
     body = await embed(client, input=[document, short], long_input="chunk", model=MODEL_ID)
     actual = vectors(body)
-    assert_close_vectors(actual[:1], by_hand(st_model, hf_tokenizer, document, ROOM, 0)[None])
+    spans = await chunk_spans(client, document)
+    assert len(spans) >= 10
+    assert_close_vectors(actual[:1], by_hand(st_model, hf_tokenizer, document, spans)[None])
     # An input that fits is embedded as without chunking.
     assert_close_vectors(actual[1:], st_encode(st_model, [short]))
     # Usage counts what ran: every chunk with its special tokens.
     tokens = len(own_ids(hf_tokenizer, document))
-    chunks = -(-tokens // ROOM)
     short_tokens = len(own_ids(hf_tokenizer, short)) + 2
-    assert body["usage"]["prompt_tokens"] == tokens + 2 * chunks + short_tokens
+    assert body["usage"]["prompt_tokens"] == tokens + 2 * len(spans) + short_tokens
 
     # Overlapping chunks of a chosen size.
     body = await embed(client, input=document, chunking={"size": 200, "overlap": 50})
-    assert_close_vectors(vectors(body), by_hand(st_model, hf_tokenizer, document, 200, 50)[None])
+    spans = await chunk_spans(client, document, size=200, overlap=50)
+    assert all(end - start <= 200 for start, end in spans)
+    assert_close_vectors(vectors(body), by_hand(st_model, hf_tokenizer, document, spans)[None])
 
 
 async def test_chunks_come_back_with_spans_that_cover_the_text(
@@ -89,16 +97,21 @@ async def test_chunks_come_back_with_spans_that_cover_the_text(
     ids = own_ids(hf_tokenizer, document)
     spans = [tuple(chunk["tokens"]) for chunk in chunks]
     assert spans[0][0] == 0 and spans[-1][1] == len(ids)
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert start == end - 16  # neighbours share the overlap, nothing is skipped
+    for (start, end), (next_start, _) in itertools.pairwise(spans):
+        # Neighbours share at most the overlap (from a word start), nothing is skipped, and a
+        # cut moves back at most half a chunk to a word start.
+        assert end - 16 <= next_start < end and end - start > ROOM // 2
     assert all(0 < end - start <= ROOM for start, end in spans)
     # Each chunk's characters are exactly those of its tokens (the reference tokenizer's
-    # offsets); its vector is that chunk's.
+    # offsets), and hold whole words: alone, they tokenize to the chunk's tokens. Its vector
+    # is that chunk's.
     offsets = hf_tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)[
         "offset_mapping"
     ]
     for chunk, (start, end) in zip(chunks, spans, strict=True):
         assert chunk["chars"] == [offsets[start][0], offsets[end - 1][1]]
+        first, last = chunk["chars"]
+        assert own_ids(hf_tokenizer, document[first:last]) == ids[start:end]
         expected = st_forward(st_model, hf_tokenizer, ids[start:end])["sentence_embedding"]
         expected = torch.nn.functional.normalize(expected, dim=-1).numpy()
         assert_close_vectors(np.array([chunk["embedding"]], dtype=np.float32), expected)
@@ -184,10 +197,28 @@ def test_the_python_api_chunks_as_http_does(
     engine: Any, st_model: Any, hf_tokenizer: Any, document: str
 ) -> None:
     vectors_ = engine.embed([document], long_input="chunk", chunking=Chunking(overlap=32))
-    assert_close_vectors(vectors_, by_hand(st_model, hf_tokenizer, document, ROOM, 32)[None])
+    planned = engine.embed_chunks([document], chunking=Chunking(overlap=32)).chunks[0][1]
+    spans = [list(span.tokens) for span in planned]
+    assert_close_vectors(vectors_, by_hand(st_model, hf_tokenizer, document, spans)[None])
     result = engine.embed_chunks([document, "short"], dimensions=64)
     assert result.vectors.shape == (2, 64)
     chunk_vectors, spans = result.chunks[0]
     assert chunk_vectors.shape == (len(spans), 64) and len(spans) > 9
     np.testing.assert_allclose(np.linalg.norm(chunk_vectors, axis=1), 1.0, rtol=1e-5)
     assert result.chunks[1][1][0].tokens == (0, 1) and result.chunks[1][1][0].chars == (0, 5)
+
+
+async def test_chunks_are_cut_at_word_starts(
+    client: httpx.AsyncClient, hf_tokenizer: Any, document: str
+) -> None:
+    # Small chunks of real prose: without the move to word starts, many cuts would fall inside
+    # a word of several word pieces.
+    text = document[:3000]
+    ids = own_ids(hf_tokenizer, text)
+    body = await embed(client, input=text, return_chunks=True, chunking={"size": 8})
+    chunks = body["data"][0]["chunks"]
+    assert len(chunks) > len(ids) // 8
+    for chunk in chunks:
+        (start, end), (first, last) = chunk["tokens"], chunk["chars"]
+        assert own_ids(hf_tokenizer, text[first:last]) == ids[start:end], chunk["tokens"]
+    assert [c["tokens"][1] for c in chunks[:-1]] == [c["tokens"][0] for c in chunks[1:]]
