@@ -149,6 +149,19 @@ def documents() -> list[tuple[str, int]]:
     return list(_documents())
 
 
+def long_documents() -> list[tuple[str, int]]:
+    """The corpus' documents, then runs of 3 and 6 consecutive ones joined (up to 20,000)."""
+    documents = _documents()
+    joined = []
+    for run in (3, 6):
+        for start in range(0, len(documents) - run + 1, run):
+            part = documents[start : start + run]
+            tokens = sum(n for _, n in part)
+            if tokens <= MAX_DOCUMENT_TOKENS:
+                joined.append(("\n\n".join(text for text, _ in part), tokens))
+    return list(documents) + joined
+
+
 def describe(count: int = 2000, passage_count: int = 200) -> str:
     """What the corpus holds, in one line (for a benchmark's header)."""
     lengths = [tokens for _, tokens in _corpus()[0][:count]]

@@ -1,6 +1,6 @@
 """Long documents and re-indexing, through the Python API (no HTTP), on real text.
 
-- **documents**: whole documents of 2,000-20,000 tokens (`corpus.documents()`: each module's
+- **documents**: whole documents of 2,000-20,000 tokens (`corpus.long_documents()`: each module's
   documentation of the standard library, and runs of them joined), embedded with
   `long_input="chunk"`: documents/s and tokens/s, next to the raw-model limit on the same
   chunks (the model called directly on their token ids in length-sorted batches of 64: the
@@ -28,19 +28,6 @@ from poolserve.engine.executor import to_torch
 from poolserve.engine.tokenizer import TextTokenizer, text_item
 from poolserve.engine.work import RequestGroup
 from poolserve.models.loader import load_module
-
-
-def long_documents() -> list[tuple[str, int]]:
-    """The corpus' documents, then runs of 3 and 6 consecutive ones joined (up to 20,000)."""
-    documents = corpus.documents()
-    joined = []
-    for run in (3, 6):
-        for start in range(0, len(documents) - run + 1, run):
-            part = documents[start : start + run]
-            tokens = sum(n for _, n in part)
-            if tokens <= corpus.MAX_DOCUMENT_TOKENS:
-                joined.append(("\n\n".join(text for text, _ in part), tokens))
-    return documents + joined
 
 
 def rounds_of(fn: Callable[[], object], rounds: int) -> list[float]:
@@ -80,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    documents = long_documents()
+    documents = corpus.long_documents()
     texts = [text for text, _ in documents]
     tokens = sum(n for _, n in documents)
     print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
