@@ -6,16 +6,22 @@ length (a Python module's documentation)."""
 from __future__ import annotations
 
 import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from benchmarks import corpus
-from poolserve import Chunking
-from tests.api.helpers import assert_openai_error, embed, vectors
+from poolserve import Chunking, Engine, ModelConfig, ServerConfig
+from poolserve.bulk.inputs import InputSpec
+from poolserve.bulk.job import JobOptions, run_job
+from tests.api.helpers import assert_openai_error, embed, serving, vectors
 from tests.reference import DIM, MAX_LEN, MODEL_ID, assert_close_vectors, st_encode
 
 pytestmark = pytest.mark.anyio
@@ -222,3 +228,54 @@ async def test_chunks_are_cut_at_word_starts(
         (start, end), (first, last) = chunk["tokens"], chunk["chars"]
         assert own_ids(hf_tokenizer, text[first:last]) == ids[start:end], chunk["tokens"]
     assert [c["tokens"][1] for c in chunks[:-1]] == [c["tokens"][0] for c in chunks[1:]]
+
+
+@pytest.fixture(scope="module")
+def chunking_engine() -> Iterator[Engine]:
+    """An engine served with --long-input chunk."""
+    config = ModelConfig(dtype="float32", long_input="chunk")
+    with Engine(model_config=config) as engine:
+        yield engine
+
+
+async def test_the_server_default_chunks_where_a_request_does_not_say(
+    chunking_engine: Engine, engine: Any, document: str
+) -> None:
+    ran = chunking_engine.service.core.stats.snapshot()
+    config = ServerConfig(max_queued_tokens=8192, max_request_tokens=4096, max_client_batch_size=64)
+    async with serving(chunking_engine, config) as client:
+        openai = vectors(await embed(client, input=document))
+        response = await client.post("/embed", json={"inputs": document})  # TEI's route
+        assert response.status_code == 200, response.text
+        assert_close_vectors(np.array(response.json(), dtype=np.float32), openai)
+        # Each API's own field still decides: TEI's truncate, OpenAI's long_input.
+        response = await client.post("/embed", json={"inputs": document, "truncate": False})
+        assert "truncate" in response.json()["error"]
+        assert_openai_error(
+            await client.post("/v1/embeddings", json={"input": document, "long_input": "error"}),
+            400,
+        )
+        # Admission counts the chunks: the document's cost is more than one request may have.
+        response = await client.post("/v1/embeddings", json={"input": [document, document]})
+        assert "split it" in assert_openai_error(response, 413)["message"]
+    # The chunks ran in the same batches, not one forward pass each.
+    after = chunking_engine.service.core.stats.snapshot()
+    chunks = len(engine.embed_chunks([document]).chunks[0][1])
+    assert after.items - ran.items == 2 * chunks  # /v1/embeddings and /embed, once each
+    assert after.batches - ran.batches <= chunks  # several chunks a pass, on both runners
+    # The Python API follows the engine's default too.
+    assert_close_vectors(chunking_engine.embed([document]), openai)
+
+
+def test_a_bulk_job_chunks_with_its_engine(
+    chunking_engine: Engine, document: str, tmp_path: Path
+) -> None:
+    """`poolserve embed --long-input chunk`: a long row is embedded in chunks, not a bad row."""
+    path = tmp_path / "in.jsonl"
+    rows = [{"id": "doc", "text": document}, {"id": "short", "text": "A short line."}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "out.parquet"
+    report = run_job(chunking_engine, InputSpec(str(path), "jsonl"), output, JobOptions())
+    assert (report.embedded, report.bad) == (2, 0)
+    vectors_ = np.array(pq.read_table(output).column("embedding").to_pylist(), dtype=np.float32)
+    assert_close_vectors(vectors_, chunking_engine.embed([document, "A short line."]))
