@@ -144,6 +144,14 @@ async def test_late_chunking_pools_spans_from_one_pass_over_the_document(
         assert_close_vectors(np.array([chunk["embedding"]]), expected.numpy()[None])
     expected = torch.nn.functional.normalize(tokens.mean(dim=0), dim=-1)
     assert_close_vectors(np.array([item["embedding"]]), expected.numpy()[None])
+    # The same as the mean of `/pooling`'s token vectors over each span.
+    body = {"input": text, "task": "token_embed", "normalize": False}
+    response = await client.post("/pooling", json=body)
+    assert response.status_code == 200, response.text
+    pooled = np.array(response.json()["data"][0]["data"], dtype=np.float64)[1:-1]
+    spans_of_tokens = [chunk["tokens"] for chunk in item["chunks"]]
+    expected = np.stack([pooled[a:b].mean(axis=0) for a, b in spans_of_tokens])
+    assert_close_vectors(np.array([c["embedding"] for c in item["chunks"]]), expected)
 
     # A document ten times the model's length: windows that overlap by a quarter, each token's
     # vector from the window where it sits farthest from an edge.

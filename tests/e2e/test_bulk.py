@@ -1,6 +1,6 @@
-"""`poolserve embed` as a user runs it: an 8,000-document corpus in 20 parts, killed with SIGKILL twice and
-rerun, ends with every document exactly once and the vectors `Engine.embed` gives; bad rows are
-reported by line; a finished output is not overwritten."""
+"""`poolserve embed` as a user runs it: an 8,000-document corpus in 20 parts, killed with
+SIGKILL twice and rerun, ends with every document exactly once and the vectors `Engine.embed`
+gives; bad rows are reported by line; a finished output is not overwritten."""
 
 from __future__ import annotations
 
