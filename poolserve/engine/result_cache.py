@@ -19,7 +19,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -86,9 +88,10 @@ class ResultCache:
         self._misses = 0
         self._evictions = 0
 
-    def route(self, items: Iterable[WorkItem]) -> list[WorkItem]:
+    def route(self, items: Iterable[WorkItem], *, counted: bool = False) -> list[WorkItem]:
         """Answer the items the cache holds, join those already in flight; returns the items
-        the model must run (each now leading its flight)."""
+        the model must run (each now leading its flight). `counted`: their misses were
+        counted already (waiters routed again)."""
         to_run: list[WorkItem] = []
         hits: list[tuple[WorkItem, np.ndarray]] = []
         leaders: list[tuple[WorkItem, _Flight]] = []
@@ -106,7 +109,7 @@ class ResultCache:
                     item.group.cached += 1
                     hits.append((item, entry[0]))
                     continue
-                self._misses += 1
+                self._misses += not counted
                 flight = self._flights.get(key)
                 if flight is not None:
                     item.group.cached += 1
@@ -120,9 +123,7 @@ class ResultCache:
         for item, output in hits:
             item.group.set_output(item.index, output, now, item.part)
         for item, flight in leaders:
-            item.group.future.add_done_callback(
-                lambda _, flight=flight: self._leader_gone(flight)  # type: ignore[misc]
-            )
+            item.group.future.add_done_callback(partial(self._leader_gone, flight))
         return to_run
 
     def _resolved(self, flight: _Flight, output: Any) -> None:
@@ -145,7 +146,7 @@ class ResultCache:
         for waiter in waiters:
             waiter.group.set_output(waiter.index, kept, now, waiter.part)
 
-    def _leader_gone(self, flight: _Flight) -> None:
+    def _leader_gone(self, flight: _Flight, _: Future[Any]) -> None:
         """The leader's request ended; if its output never came, the waiters run themselves."""
         with self._lock:
             if flight.done:
@@ -155,11 +156,10 @@ class ResultCache:
             waiters = [w for w in flight.waiters if not w.group.finished]
             flight.waiters = []
             for waiter in waiters:
-                self._misses -= 1  # counted again as they are routed
                 waiter.group.cached -= 1
         if waiters:
             try:
-                self._submit(self.route(waiters))
+                self._submit(self.route(waiters, counted=True))
             except Exception as exc:  # the engine closed meanwhile
                 for waiter in waiters:
                     waiter.group.fail(exc)

@@ -44,6 +44,20 @@ class Chunking:
     # Late: the spans to embed, as character ranges of the text.
     spans: tuple[Range, ...] | None = None
 
+    def __post_init__(self) -> None:
+        if self.spans is not None and self.method != "late":
+            raise InvalidRequestError(
+                'chunking.spans are late chunking\'s; pass "method": "late" with them, or '
+                "leave them out to split the input in chunks of chunking.size",
+                param="chunking",
+            )
+        if self.spans is not None and self.size is not None:
+            raise InvalidRequestError(
+                "chunking.spans and chunking.size both say where late chunking's spans are; "
+                "pass one of them",
+                param="chunking",
+            )
+
 
 @dataclass(frozen=True)
 class Span:

@@ -193,6 +193,8 @@ async def test_long_input_settings_that_cannot_work_are_400s(
         ({"chunking": {"method": "late"}}, "chunking.spans", None),
         ({"chunking": {"method": "late", "spans": [[5, 5]]}}, "holds no token", None),
         ({"return_chunks": True, "long_input": "truncate"}, "does not chunk", None),
+        ({"chunking": {"spans": [[0, 9]]}}, '"method": "late"', None),
+        ({"chunking": {"method": "late", "size": 9, "spans": [[0, 9]]}}, "pass one", None),
     ]
     for options, says, also in cases:
         response = await client.post("/v1/embeddings", json={"input": document, **options})
