@@ -85,6 +85,15 @@ def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
         "default: none)",
     )
     serve.add_argument(
+        "--allowed-media-domains",
+        nargs="+",
+        default=env_list("--allowed-media-domains"),
+        metavar="HOST",
+        help="fetch image URLs (http and https) from these hosts only, e.g. images.example.com "
+        "or .example.com for its subdomains; private and loopback addresses only when named "
+        "(POOLSERVE_ALLOWED_MEDIA_DOMAINS: comma-separated; default: no URL is fetched)",
+    )
+    serve.add_argument(
         "--api-key",
         action="append",
         default=None,
@@ -339,6 +348,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, EngineConf
         protect_metrics=args.protect_metrics,
         api_keys=tuple(args.api_key or env_list("--api-key") or ()),
         allowed_origins=tuple(args.allowed_origins or env_list("--allowed-origins") or ()),
+        allowed_media_domains=tuple(args.allowed_media_domains or ()),
         **flag_values(args, ServerConfig),
     )
     return model, engine, server

@@ -11,10 +11,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 from poolserve.backends import BACKENDS
 from poolserve.errors import SettingError
+from poolserve.images.policy import (
+    FETCH_TIMEOUT_SECONDS,
+    MAX_IMAGE_BYTES,
+    MAX_IMAGE_PIXELS,
+    MAX_IMAGES_PER_REQUEST,
+    MediaPolicy,
+)
 from poolserve.memory_bound import default_queued_tokens, machine_memory
 from poolserve.settings import check_settings, setting
 
@@ -229,6 +237,30 @@ class ServerConfig:
     protect_metrics: bool = False
     # Origins whose browser pages may call the API (CORS); empty: none, "*": any.
     allowed_origins: tuple[str, ...] = ()
+    # Hosts whose http(s) image URLs are fetched (images/fetch.py); empty: URLs are refused.
+    allowed_media_domains: tuple[str, ...] = ()
+    allowed_local_media_path: str | None = setting(
+        None,
+        metavar="DIR",
+        help="read image inputs given as local paths (or file:// URLs) under this folder "
+        "(default: none are read)",
+    )
+    max_image_bytes: int = setting(
+        MAX_IMAGE_BYTES, minimum=1, help="the most bytes one image file may have (413)"
+    )
+    max_image_pixels: int = setting(
+        MAX_IMAGE_PIXELS,
+        minimum=1,
+        help="the most pixels one image may decode to, read from its header before decoding (413)",
+    )
+    max_images_per_request: int = setting(
+        MAX_IMAGES_PER_REQUEST, minimum=1, help="images one request may carry (413)"
+    )
+    media_fetch_timeout: float = setting(
+        FETCH_TIMEOUT_SECONDS,
+        seconds="positive",
+        help="seconds one image URL may take to fetch (--allowed-media-domains)",
+    )
     gzip_min_bytes: int = setting(
         256 * 1024,
         minimum=0,
@@ -272,6 +304,19 @@ class ServerConfig:
         help="seconds from admission before a request is answered 504 and its work cancelled "
         "(default: none)",
     )
+
+    @property
+    def media(self) -> MediaPolicy:
+        """What image inputs may be and come from over HTTP."""
+        root = self.allowed_local_media_path
+        return MediaPolicy(
+            max_image_bytes=self.max_image_bytes,
+            max_image_pixels=self.max_image_pixels,
+            max_images=self.max_images_per_request,
+            allowed_domains=self.allowed_media_domains,
+            local_root=None if root is None else Path(root).expanduser().resolve(),
+            fetch_timeout=self.media_fetch_timeout,
+        )
 
     @property
     def request_tokens(self) -> int:
@@ -322,6 +367,9 @@ class ServerConfig:
         of the model's full length fits a request, and so does a request of
         `max_client_batch_size` of the shortest inputs."""
         check_settings(self)  # what each flag would refuse, given in Python
+        root = self.allowed_local_media_path
+        if root is not None and not Path(root).expanduser().is_dir():
+            raise SettingError(f"--allowed-local-media-path {root} is not a folder")
         if self.max_queued_tokens is None and self.max_request_tokens is None:
             return  # both sized from memory later, to fit
         request, queued = self.request_tokens, self.max_queued_tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 import weakref
 from collections import deque
@@ -21,6 +22,8 @@ from poolserve.engine.pipeline import submit
 from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.engine.tokenizer import Side
 from poolserve.errors import InvalidRequestError
+from poolserve.images.policy import MediaPolicy
+from poolserve.images.sources import ImageInput
 from poolserve.models.kinds import Head, describe
 from poolserve.python_arguments import Document, check_rerank, texts_of
 from poolserve.python_results import CountedEmbed, CountedEmbeddings, PythonPooling
@@ -177,6 +180,26 @@ class Engine:
         )
         return Prepared(task, ctx)
 
+    def _embed_images(
+        self, images: Any, *, normalize: bool | None = None, dimensions: int | None = None
+    ) -> Prepared[np.ndarray]:
+        """Embed images of an image-text model (CLIP, SigLIP): paths, bytes of image files, or
+        PIL images (one, or a sequence); a float32 array (len(images), dim) in the space of
+        `embed`'s text vectors. Options as `embed`'s."""
+        if not self.tasks.images:
+            raise InvalidRequestError(
+                f"{self.name} embeds text only; embed_images needs an image-text model (CLIP, "
+                "SigLIP)"
+            )
+        single = isinstance(images, str | bytes | os.PathLike) or hasattr(images, "getbands")
+        items = [images] if single else list(images)
+        if not items:
+            raise InvalidRequestError("images is empty; pass at least one image")
+        params = self.pooling_params(normalize=normalize, dimensions=dimensions)
+        inputs: list[str | ImageInput] = [ImageInput(each) for each in items]
+        request = EmbedRequest(inputs, media=MediaPolicy.for_caller())
+        return Prepared(self.embed_task, ServeContext(request, self.name, params))
+
     def _embed_context(
         self,
         texts: str | Sequence[str],
@@ -201,6 +224,8 @@ class Engine:
     embed = blocking(_embed, "embed")
     aembed = awaited(_embed, "aembed", of="embed")
     embed_later = later(_embed, "embed_later", of="embed")
+    embed_images = blocking(_embed_images, "embed_images")
+    aembed_images = awaited(_embed_images, "aembed_images", of="embed_images")
     embed_chunks = blocking(_embed_chunks, "embed_chunks")
     aembed_chunks = awaited(_embed_chunks, "aembed_chunks", of="embed_chunks")
 

@@ -39,9 +39,13 @@ class Batch:
 
     # Set for a packed batch (`attention_mask` then marks real tokens, not what attends to what).
     packed: PackedRows | None = None
+    # Set for a batch of images (float32 [items, 3, size, size]; no token arrays then).
+    pixel_values: np.ndarray | None = None
 
     @property
     def padded_tokens(self) -> int:
+        if self.pixel_values is not None:
+            return sum(item.cost for item in self.items)
         return int(self.input_ids.size)
 
 
@@ -112,7 +116,9 @@ def collate(
 ) -> Batch:
     """A packed batch where asked for and every item attends to all its tokens, else a padded
     one (token ids padded to the longest; the mask marks real tokens). The items' payloads
-    are `TokenizedText`."""
+    are `TokenizedText`, or (head `image_embed`) prepared images, stacked."""
+    if items[0].head == "image_embed":
+        return _images(items)
     texts: list[TokenizedText] = [item.payload for item in items]
     if packed and all(text.attention_mask is None for text in texts):
         return _pack(items, texts, pad_token_id, hidden_size, max_row_length)
@@ -134,6 +140,12 @@ def collate(
         for row, text in enumerate(texts):
             pool_mask[row, : text.pool_from] = 0
     return Batch(items, items[0].head, input_ids, attention_mask, token_type_ids, pool_mask)
+
+
+def _images(items: list[WorkItem]) -> Batch:
+    no_tokens = np.zeros((len(items), 0), dtype=np.int64)
+    pixels = np.stack([item.payload.pixel_values for item in items])
+    return Batch(items, "image_embed", no_tokens, no_tokens, None, pixel_values=pixels)
 
 
 def _pack(

@@ -44,6 +44,14 @@ def can_compile(spec: ModelSpec, mode: CompileMode) -> bool:
     """Whether `mode` compiles this model here: False (with a log line) where `auto` finds that
     compiling cannot work; `on` then refuses to start instead. On other devices than the CPU,
     only `on` compiles, with torch.compile."""
+    if spec.layout.vision is not None:
+        if mode == "on":
+            raise SettingError(
+                "--compile on: image-text models (CLIP, SigLIP) are not compiled here; use "
+                "--compile auto (they then run eagerly) or off"
+            )
+        logger.info("%s: image-text models run eagerly (not compiled)", spec.name)
+        return False
     if spec.device != "cpu":
         if mode == "on":  # torch.compile (not measured here)
             return True

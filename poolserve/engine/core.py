@@ -101,6 +101,13 @@ class EngineCore:
             for index in range(runners)
         ]
         self._threads_started: list[threading.Thread] = []
+        # The key of each CPU-pool thread's processor of this model (a str caches its hash).
+        vision = model.layout.vision
+        self._processor_key = (
+            model.tokenizer_json
+            if vision is None
+            else f"{vision.directory}\n{model.tokenizer_json}"
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -109,7 +116,7 @@ class EngineCore:
 
         The first runner loads the weights; the others start once it is ready, each building
         and warming up its own executor over the shared weights."""
-        self.cpu.warm_up(self.model.tokenizer_json, TextTokenizer)
+        self.cpu.warm_up(self._processor_key, self._build_processor)
         try:
             for runner in self._runners:
                 thread = threading.Thread(
@@ -161,13 +168,21 @@ class EngineCore:
 
     def processor(self) -> Any:
         """The calling CPU-pool thread's processor of this model's inputs, which a task's
-        preprocessing turns them into work items with: for text, its tokenizer (an image
-        model's would be its image processor)."""
+        preprocessing turns them into work items with: its tokenizer (for an image-text model,
+        a tokenizer that also prepares images: images/processor.py)."""
         return self.tokenizer()
 
     def tokenizer(self) -> TextTokenizer:
         """The calling CPU-pool thread's tokenizer of this model."""
-        return self.cpu.processor(self.model.tokenizer_json, TextTokenizer)
+        return self.cpu.processor(self._processor_key, self._build_processor)
+
+    def _build_processor(self, key: str) -> TextTokenizer:
+        vision = self.model.layout.vision
+        if vision is None:
+            return TextTokenizer(self.model.tokenizer_json)
+        from poolserve.images.processor import ImageTextProcessor
+
+        return ImageTextProcessor(self.model.tokenizer_json, vision)
 
     @property
     def runners(self) -> int:

@@ -48,6 +48,8 @@ class TorchBatch:
     pool_mask: torch.Tensor | None
     # A packed batch's positions, segments, pool weights, first and last token indices.
     packed: tuple[torch.Tensor, ...] | None
+    # A batch of images' pixels (an image-text model's image head).
+    pixel_values: torch.Tensor | None = None
 
 
 def to_torch(batch: Batch, device: torch.device) -> TorchBatch:
@@ -72,6 +74,7 @@ def to_torch(batch: Batch, device: torch.device) -> TorchBatch:
         optional(batch.token_type_ids),
         optional(batch.pool_mask),
         None if packed is None else tuple(tensor(array) for array in packed.arrays()),
+        optional(batch.pixel_values),
     )
 
 
@@ -91,7 +94,10 @@ class CompiledForward:
 
 
 def run_eagerly(module: Callable[..., torch.Tensor], batch: TorchBatch) -> torch.Tensor:
-    """The module's forward over a padded or a packed batch."""
+    """The module's forward over a padded or a packed batch, or a batch of images."""
+    if batch.pixel_values is not None:
+        images: Callable[[torch.Tensor], torch.Tensor] = module.images  # type: ignore[attr-defined]
+        return images(batch.pixel_values)
     if batch.packed is not None:
         forward_packed: Callable[..., torch.Tensor] = module.forward_packed  # type: ignore[attr-defined]
         return forward_packed(batch.head, batch.input_ids, *batch.packed, batch.token_type_ids)

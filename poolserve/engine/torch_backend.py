@@ -30,7 +30,9 @@ from poolserve.engine.executor import (
 )
 from poolserve.engine.layout import runner_layout
 from poolserve.engine.tokenizer import TextTokenizer, text_item
-from poolserve.engine.work import RequestGroup
+from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.images.processor import blank_image
+from poolserve.models.image_text import ImageTextModule
 from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec, enable_packing, load_module
 from poolserve.models.module import PoolingModule
@@ -124,6 +126,7 @@ class TorchBackend:
         self._choose_packing(module)
         if self._compile == "off" or not can_compile(self._spec, self._compile):
             return
+        assert isinstance(module, PoolingModule)  # an image-text model is not compiled
         started = time.perf_counter()
         head = self._spec.heads[0]
         try:
@@ -169,7 +172,7 @@ class TorchBackend:
             ", ".join(map(str, self.compiled_threads)),
         )
 
-    def _choose_packing(self, module: PoolingModule) -> None:
+    def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
         if self._packing == "off":
             logger.info("%s: padded batches in length buckets (--packing off)", self._spec.name)
             return
@@ -285,6 +288,9 @@ class TorchBackend:
         short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
         typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
         for head in heads:
+            if head == "image_embed":
+                self._warm_up_images(executor)
+                continue
             compiled_counts = self._compiled.runs.keys() if self._compiled is not None else ()
             for threads in sorted({1, self._threads, *compiled_counts}):
                 sizes = (1, min(8, self._max_batch_size))
@@ -294,6 +300,18 @@ class TorchBackend:
                     batch = self._collate([item] * size, head in self.packed_heads)
                     if executor.threads_for(batch, threads) == threads:
                         executor(batch, threads)
+
+    def _warm_up_images(self, executor: ModelExecutor) -> None:
+        """A batch of one image and one of eight, on one thread and on the runner's."""
+        vision = self._spec.layout.vision
+        assert vision is not None
+        image = blank_image(vision)
+        for threads in sorted({1, self._threads}):
+            for size in (1, min(8, self._max_batch_size)):
+                item = WorkItem.of(RequestGroup(size), 0, image)
+                batch = self._collate([item] * size, False)
+                if executor.threads_for(batch, threads) == threads:
+                    executor(batch, threads)
 
 
 class _AotRun:

@@ -119,6 +119,12 @@ class Payload(Protocol):
         ...
 
 
+def admitted_cost(payload: Any) -> int:
+    """What a payload counts in admission: its cost, or (an image, whose pixels hold more than
+    its tokens' share) the `admitted` tokens it says."""
+    return int(getattr(payload, "admitted", payload.cost))
+
+
 @dataclass(frozen=True)
 class Parts:
     """One input prepared as several payloads (a long text's chunks, each within the model's

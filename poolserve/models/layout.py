@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.vision import VisionLayout, image_family, read_vision
 
 # Class-name endings of decoder checkpoints saved with their language-model head.
 CAUSAL_LM_CLASSES = ("ForCausalLM", "LMHeadModel")
@@ -74,6 +75,8 @@ class ModelLayout:
     m3_heads: bool = False
     # The Matryoshka dimension sentence-transformers truncates to (its truncate_dim), or None.
     truncate_dim: int | None = None
+    # An image-text model's image side (CLIP, SigLIP); None for a text model.
+    vision: VisionLayout | None = None
 
     @property
     def model_type(self) -> str:
@@ -99,6 +102,8 @@ class ModelLayout:
 
     @property
     def embedding_dim(self) -> int:
+        if self.vision is not None:
+            return self.vision.embedding_dim
         if self.dense:
             return self.dense[-1].out_features
         return self.hidden_size * len(self.pooling_modes)
@@ -145,15 +150,37 @@ def _text_config(config: Any) -> Any:
     return getter() if callable(getter) else config
 
 
+# sentence-transformers' CLIP module: the transformers checkpoint sits in the module's folder
+# (clip-ViT-B-32's `0_CLIPModel`), with no config.json beside modules.json.
+_CHECKPOINT_MODULES = ("CLIPModel",)
+
+
+def transformers_directory(directory: Path) -> Path:
+    """Where the transformers checkpoint of a model directory is: the directory itself, or the
+    folder of a sentence-transformers module that holds one (see `_CHECKPOINT_MODULES`)."""
+    modules_file = directory / "modules.json"
+    if (directory / "config.json").is_file() or not modules_file.is_file():
+        return directory
+    for module in _read_json(modules_file):
+        if str(module.get("type", "")).rsplit(".", 1)[-1] in _CHECKPOINT_MODULES:
+            return directory / str(module.get("path", ""))
+    return directory
+
+
 def read_layout(
     directory: Path, max_model_len: int | None = None, *, trust_remote_code: bool = False
 ) -> ModelLayout:
-    """Read config.json and the sentence-transformers module files of a model directory."""
+    """Read config.json and the sentence-transformers module files of a model directory.
+    The layout's `directory` is where the transformers checkpoint is (`transformers_directory`);
+    the sentence-transformers files are read from `directory`."""
+    root, directory = directory, transformers_directory(directory)
     hf_config = _read_json(directory / "config.json")
     if not isinstance(hf_config, dict):
         raise ModelLoadError(f"{directory}/config.json is not a JSON object")
     architectures = hf_config.get("architectures") or ["AutoModel"]
     config = load_hf_config(directory, hf_config, trust_remote_code)
+    family = image_family(hf_config)
+    vision = read_vision(directory, config, family) if family is not None else None
     text_config = _text_config(config)
     hidden_size = int(getattr(text_config, "hidden_size", 0) or 0)
     if hidden_size <= 0:
@@ -166,13 +193,13 @@ def read_layout(
     module_types: list[str] = []
     splade: dict[str, Any] = {}
     include_prompt = True
-    modules_file = directory / "modules.json"
+    modules_file = root / "modules.json"
     if modules_file.is_file():
         normalize = False
         for module in _read_json(modules_file):
             kind = str(module.get("type", "")).rsplit(".", 1)[-1]
             module_types.append(kind)
-            module_dir = directory / module.get("path", "")
+            module_dir = root / module.get("path", "")
             if kind == "Pooling":
                 pooling_modes = _read_pooling_modes(module_dir / "config.json")
                 include_prompt = bool(
@@ -185,11 +212,11 @@ def read_layout(
             elif kind == "SpladePooling":
                 splade = _read_json(module_dir / "config.json")
 
-    st_file = directory / "config_sentence_transformers.json"
+    st_file = root / "config_sentence_transformers.json"
     st_config = _read_json(st_file) if st_file.is_file() else {}
     metadata_file = directory / "artifact.metadata"
     colbert_metadata = _read_json(metadata_file) if metadata_file.is_file() else {}
-    limit = _model_length_limit(directory, text_config)
+    limit = _model_length_limit(root, directory, text_config)
     if colbert_metadata.get("doc_maxlen"):
         # Stanford ColBERT's doc_maxlen counts the marker token inserted after [CLS].
         limit = min(limit, int(colbert_metadata["doc_maxlen"]) - 1)
@@ -216,6 +243,7 @@ def read_layout(
         st_config=st_config,
         m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
         truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
+        vision=vision,
     )
 
 
@@ -244,9 +272,9 @@ def _read_dense(directory: Path) -> DenseSpec:
     )
 
 
-def _model_length_limit(directory: Path, config: Any) -> int:
+def _model_length_limit(root: Path, directory: Path, config: Any) -> int:
     """sentence-transformers' max_seq_length, else the smaller of the model's and tokenizer's."""
-    st_config = directory / "sentence_bert_config.json"
+    st_config = root / "sentence_bert_config.json"
     if st_config.is_file():
         max_seq_length = _read_json(st_config).get("max_seq_length")
         if max_seq_length:

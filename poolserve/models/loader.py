@@ -15,6 +15,7 @@ from poolserve.config import ModelConfig
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.dense import build_dense, load_linear_head, load_m3_heads
 from poolserve.models.device import choose_device, choose_dtype, torch_dtype
+from poolserve.models.image_text import ImageTextModule
 from poolserve.models.kinds import Kind, describe, detect_kind
 from poolserve.models.layout import TRUST_REMOTE_CODE, read_layout
 from poolserve.models.module import NextTokenScorer, PoolingModule
@@ -27,6 +28,7 @@ from poolserve.models.packing import (
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 from poolserve.models.score_template import template_for, with_token_ids
 from poolserve.models.spec import ModelSpec
+from poolserve.models.vision import pad_token
 from poolserve.settings import check_settings
 
 logger = logging.getLogger(__name__)
@@ -94,11 +96,19 @@ def prepare_model(
             "--score-template applies to a causal LM served as a reranker (--task "
             f"cross_encoder); this is {describe(kind)} ({layout.architecture})"
         )
-    tokenizer_json = load_tokenizer_json(directory)
+    if layout.vision is not None and kind != "embedding":
+        raise SettingError(
+            f"{directory} is an image-text model ({layout.architecture}): it serves as an "
+            f"embedding model (text and image vectors), not as {describe(kind)}; leave --task out"
+        )
+    tokenizer_json = load_tokenizer_json(layout.directory)
     try:
         tokenizer = Tokenizer.from_str(tokenizer_json)  # fail at start-up, not at a request
     except Exception as exc:
         raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    pad_id = None
+    if layout.vision is not None and (token := pad_token(layout.directory)) is not None:
+        pad_id = tokenizer.token_to_id(token)
     template = None
     if kind == "cross_encoder" and layout.is_causal_lm:
         template = with_token_ids(
@@ -118,6 +128,7 @@ def prepare_model(
         attention=config.attention,
         score_template=template,
         capped_from=capped_from,
+        tokenizer_pad_id=pad_id,
     )
 
 
@@ -241,11 +252,15 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
     return backbone  # type: ignore[no-any-return]
 
 
-def load_module(spec: ModelSpec) -> PoolingModule:
+def load_module(spec: ModelSpec) -> PoolingModule | ImageTextModule:
     """Load the weights and build the module on the spec's device (call on the runner thread)."""
     layout = spec.layout
     started = time.perf_counter()
     backbone = _from_pretrained(spec)
+    if layout.vision is not None:
+        image_text = ImageTextModule(backbone, layout.vision, spec.pad_token_id)
+        _loaded(spec, started)
+        return image_text.to(torch.device(spec.device)).eval()
     dense: list[torch.nn.Module] = [build_dense(dense_spec) for dense_spec in layout.dense]
     if spec.kind == "late_interaction" and not dense:
         dense = [load_linear_head(layout.directory)]
@@ -268,23 +283,29 @@ def load_module(spec: ModelSpec) -> PoolingModule:
         else None,
     )
     module = module.to(torch.device(spec.device)).eval()
+    _loaded(spec, started)
+    return module
+
+
+def _loaded(spec: ModelSpec, started: float) -> None:
     logger.info(
         "%s: weights loaded in %.1f s from %s: %s (%s), %s on %s, max_model_len %d",
         spec.name,
         time.perf_counter() - started,
-        layout.directory,
+        spec.layout.directory,
         spec.kind,
-        layout.architecture,
+        spec.layout.architecture,
         spec.dtype,
         spec.device,
-        layout.max_model_len,
+        spec.layout.max_model_len,
     )
-    return module
 
 
-def enable_packing(module: PoolingModule, spec: ModelSpec) -> str | None:
+def enable_packing(module: PoolingModule | ImageTextModule, spec: ModelSpec) -> str | None:
     """Let `module` run packed batches if its backbone gives each packed sequence the outputs it
     has alone (checked now, on two sequences); else say why not."""
+    if isinstance(module, ImageTextModule):
+        return "an image-text model's towers pool their own way"
     if not any(head != "classify" or module.next_token is not None for head in spec.heads):
         return "its classifier head reads the first position of each row"
     backbone = module.backbone

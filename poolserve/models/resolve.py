@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from poolserve.errors import ModelLoadError
+from poolserve.models.layout import transformers_directory
 
 # The files a pooling model needs; weights in other formats are not downloaded.
 DESCRIPTION_PATTERNS = ("*.json", "*.txt", "*.model", "*/*.json")
@@ -44,7 +45,7 @@ def resolve_model_dir(
         return default_model_dir()
     path = Path(model).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (transformers_directory(path) / "config.json").is_file():
             raise ModelLoadError(f"{path} is a directory but has no config.json")
         return path.resolve()
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:

@@ -39,9 +39,15 @@ class ModelSpec:
     score_template: ScoreTemplate | None = None
     # The model's own length limit where a smaller batch budget capped it (see `prepare_model`).
     capped_from: int | None = None
+    # The tokenizer's padding token, where texts are padded with it rather than with config.json's
+    # pad_token_id (an image-text model, whose config.json has none at its top level).
+    tokenizer_pad_id: int | None = None
 
     @property
     def heads(self) -> tuple[Head, ...]:
+        if self.layout.vision is not None and self.kind == "embedding":
+            # CLIP, SigLIP: text vectors and image vectors in one space.
+            return ("embed", "image_embed")
         if self.layout.m3_heads and self.kind == "embedding":
             # BGE-M3: dense, lexical (sparse) and multi-vector outputs, and all three at once.
             return ("embed", "token_embed", "sparse", "m3")
@@ -71,6 +77,8 @@ class ModelSpec:
 
     @property
     def pad_token_id(self) -> int:
+        if self.tokenizer_pad_id is not None:
+            return self.tokenizer_pad_id
         return int(self.layout.hf_config.get("pad_token_id") or 0)
 
     @property

@@ -17,6 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 from poolserve._version import __version__
 from poolserve.config import ServerConfig
 from poolserve.errors import SettingError
+from poolserve.images.fetch import MediaFetcher
 from poolserve.memory_bound import sized_bound_message
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.admission_door import AdmissionMiddleware
@@ -74,6 +75,8 @@ def create_app(
     config = sized
     config.check_limits(max_model_len)
 
+    fetcher = MediaFetcher(config.media) if config.allowed_media_domains else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics.loop_lag.start()
@@ -83,6 +86,8 @@ def create_app(
         finally:
             metrics.live.stop()
             metrics.loop_lag.stop()
+            if fetcher is not None:
+                await fetcher.aclose()
 
     app = FastAPIOffline(  # /docs and /redoc with their assets from the package, no CDN
         title="poolserve",
@@ -113,6 +118,8 @@ def create_app(
         request_timeout=config.request_timeout,
         gzip_min_bytes=config.gzip_min_bytes,
         max_request_bytes=config.max_request_bytes,
+        media=config.media,
+        fetcher=fetcher,
     )
     routers = routers_for([service.tasks for service in models])
     # Starlette runs the middleware added last first: metrics, auth, body size (a body too

@@ -29,6 +29,8 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve.engine.request import Encoder, PoolingParams, Task
+from poolserve.images.fetch import fetch_urls
+from poolserve.images.sources import ImageInput
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_shapes import OPENAI_ERRORS, ErrorShape, answer_errors_as
 from poolserve.server.errors import name_inputs
@@ -51,6 +53,8 @@ class Served:
     params: PoolingParams
     encode: Encoder[Any, Any]
     timeout: float | None = None
+    # Its image inputs, each with its name ("input 2"), whose URLs are fetched before it runs.
+    images: Sequence[tuple[str, ImageInput]] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,8 @@ async def _serve(
     for inputs in (endpoint.inputs, *endpoint.more_inputs):
         state.check_batch(inputs.count(wire), inputs.field)
     served = endpoint.translate(Call(wire, service, state))
+    if served.images:
+        await fetch_urls(state.fetcher, served.images, endpoint.inputs.field)
     return await serve_task(
         request,
         service,

@@ -69,6 +69,10 @@ class WireModel(StrictModel):
     )
 
 
+IMAGE_SOURCE = (
+    "a data URI (data:image/png;base64,...); an http(s) URL of a host the server's "
+    "--allowed-media-domains names; or a path under its --allowed-local-media-path"
+)
 Truncation = Annotated[StrictInt, Field(ge=-1)]
 TextOrTexts = StrictStr | list[StrictStr]
 TEXT_OR_TEXTS = "a string or an array of strings"

@@ -10,6 +10,8 @@ from starlette.types import Scope
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
+from poolserve.images.fetch import MediaFetcher
+from poolserve.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
 from poolserve.server.admission import AdmissionControl
 from poolserve.server.metrics import MODEL_KEY, Metrics
@@ -33,6 +35,10 @@ class ServingState:
     gzip_min_bytes: int = 0
     # The most bytes a request body may hold, gzipped bodies once decompressed (0: no limit).
     max_request_bytes: int = 0
+    # What image inputs may be and come from, and the fetcher of their URLs (None: no
+    # --allowed-media-domains, no URL is fetched).
+    media: MediaPolicy = field(default_factory=MediaPolicy)
+    fetcher: MediaFetcher | None = None
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)

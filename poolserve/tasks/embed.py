@@ -13,7 +13,10 @@ from poolserve.config import LongInput
 from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import Parts
-from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
+from poolserve.images.policy import MediaPolicy
+from poolserve.images.processor import ImageTextProcessor
+from poolserve.images.sources import ImageInput
 from poolserve.models.kinds import Head
 from poolserve.tasks.chat import ChatOptions, Conversation
 from poolserve.tasks.chunking import (
@@ -24,9 +27,10 @@ from poolserve.tasks.chunking import (
     combine,
     plan_chunks,
 )
+from poolserve.tasks.images import has_images, with_images
 from poolserve.tasks.inputs import InputsTask, bound_text, l2_normalize, tokenize_inputs
 
-EmbedInputs = list[str] | list[list[int]] | list[Conversation]
+EmbedInputs = list[str] | list[list[int]] | list[Conversation] | list[str | ImageInput]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class EmbedRequest:
     # Whether the tokenizer adds the model's special tokens around each text (a chat
     # template writes its own: vLLM's add_special_tokens, false for chat).
     add_special_tokens: bool = True
+    # What image inputs (`ImageInput`, for an image-text model) may be and come from.
+    media: MediaPolicy = field(default_factory=MediaPolicy)
 
     @property
     def chunked(self) -> bool:
@@ -71,6 +77,21 @@ class EmbedTask(InputsTask[EmbedRequest]):
         # The most tokens one input may have when it is chunked (--max-input-tokens).
         self.max_input_tokens = max_input_tokens
 
+    # Whether its answer takes image inputs (the chunked answer's spans are a text's).
+    takes_images = True
+
+    def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[object]:
+        inputs = ctx.request.inputs
+        images = sum(isinstance(each, ImageInput) for each in inputs)
+        media = ctx.request.media
+        if images > media.max_images:
+            raise PayloadTooLargeError(
+                f"the request has {images} images, more than the {media.max_images} one request "
+                "may have here (--max-images-per-request); split it",
+                param="input",
+            )
+        return inputs
+
     def preprocess(
         self,
         ctx: ServeContext[EmbedRequest],
@@ -78,6 +99,8 @@ class EmbedTask(InputsTask[EmbedRequest]):
         start: int,
         inputs: Sequence[str] | Sequence[list[int]],
     ) -> Sequence[TokenizedText | Parts]:
+        if has_images(inputs):
+            return self._with_images(ctx, tokenizer, start, inputs)
         request = ctx.request
         if request.chat is not None:
             inputs = request.chat.render_all(inputs)  # type: ignore[arg-type]
@@ -113,6 +136,30 @@ class EmbedTask(InputsTask[EmbedRequest]):
             prompt_length = len(tokenizer.encode_batch([prompt], truncate_to=None)[0]) - 1
             tokenized = [replace(text, pool_from=prompt_length) for text in tokenized]
         return tokenized
+
+    def _with_images(
+        self,
+        ctx: ServeContext[EmbedRequest],
+        processor: TextTokenizer,
+        start: int,
+        inputs: Sequence[object],
+    ) -> list[TokenizedText | Parts]:
+        """Images prepared one by one (CPU pool), each run of texts among them as texts are."""
+        if not self.takes_images and isinstance(processor, ImageTextProcessor):
+            first = next(i for i, each in enumerate(inputs) if isinstance(each, ImageInput))
+            raise InvalidRequestError(
+                f"input {start + first} is an image: chunks and spans are a text's "
+                "(return_chunks, late chunking); embed images without them",
+                param="input",
+            )
+        return with_images(
+            processor,
+            start,
+            inputs,
+            media=ctx.request.media,
+            name="input {}".format,
+            texts=lambda at, run: self.preprocess(ctx, processor, at, run),
+        )
 
     def _chunked(
         self,
@@ -195,6 +242,8 @@ class EmbedTask(InputsTask[EmbedRequest]):
 
 class ChunkedEmbedTask(EmbedTask):
     """The embedding task answering with each input's chunks (or late spans) too."""
+
+    takes_images = False
 
     def postprocess(  # type: ignore[override]
         self, ctx: ServeContext[EmbedRequest], outputs: list[np.ndarray]

@@ -41,6 +41,8 @@ class TaskSet:
     prompts: Prompts = field(default_factory=Prompts)
     # An embedding model's chat template, where its checkpoint has one (chat-style inputs).
     chat_template: ChatTemplate | None = None
+    # Whether it embeds images beside texts (an image-text model: CLIP, SigLIP).
+    images: bool = False
 
 
 def classifier_head(spec: ModelSpec) -> ClassifierHead:
@@ -168,8 +170,9 @@ def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
         )
 
     return TaskSet(
-        # The heads a request may name (`/pooling`); "m3" is BGE-M3's scorers' own.
-        heads=tuple(head for head in spec.heads if head != "m3"),
+        # The heads a request may name (`/pooling`); "m3" is BGE-M3's scorers' own, and
+        # "image_embed" runs images only.
+        heads=tuple(head for head in spec.heads if head not in ("m3", "image_embed")),
         # BGE-M3's token vectors are those of every token after [CLS] (FlagEmbedding's).
         pooling=PoolingTask(max_model_len=limit, classifier=classifier, first_token_row=int(m3)),
         embed=embed_task(EmbedTask),
@@ -184,4 +187,5 @@ def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
         sparse=kind == "sparse" or m3,
         prompts=read_prompts(spec.layout.st_config, spec.prompts),
         chat_template=ChatTemplate.of(spec.layout.directory) if kind == "embedding" else None,
+        images=spec.layout.vision is not None,
     )

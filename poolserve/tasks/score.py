@@ -12,23 +12,27 @@ Pairs are formed 1:1, 1:N (one query, N documents) or N:N (zipped).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
-from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
+from poolserve.images.policy import MediaPolicy
+from poolserve.images.sources import ImageInput
 from poolserve.models.kinds import Head
 from poolserve.tasks.classify import ClassifierHead
+from poolserve.tasks.images import has_images, with_images
 from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
     queries: list[str]
-    documents: list[str]
+    # Texts, or for an image-text model also images (`ImageInput`).
+    documents: list[str] | list[str | ImageInput]
     # (query index, document index) of each score, in response order.
     pairs: list[tuple[int, int]]
     # A rerank (one query, named "query" in errors) rather than a score of pairs.
@@ -38,6 +42,8 @@ class ScoreRequest:
     # One of the model's ways of scoring (`Scorer.names`: BGE-M3's dense, sparse, colbert or
     # m3); None: its default.
     scorer: str | None = None
+    # What image documents may be and come from.
+    media: MediaPolicy = field(default_factory=MediaPolicy)
 
 
 def pair_up(queries: int, documents: int) -> list[tuple[int, int]]:
@@ -129,6 +135,7 @@ class CrossEncoderScorer:
         def bounded(index: int) -> str:
             """Query or document `index` of `_texts(request)`, checked as every input is."""
             text = request.queries[index] if index < queries else request.documents[index - queries]
+            assert isinstance(text, str)  # ScoreTask refuses images for a text-only scorer
             cutting = truncating or limit is not None
             side = ctx.pooling_params.truncation_side
             return bound_text(tokenizer, text, name(index), self.max_model_len, cutting, side=side)
@@ -177,6 +184,9 @@ class _EachTextOnce:
 
 
 class BiEncoderScorer(_EachTextOnce):
+    # An image-text model's image documents are scored by cosine as texts are.
+    takes_images = True
+
     def preprocess(
         self,
         ctx: ServeContext[ScoreRequest],
@@ -184,6 +194,15 @@ class BiEncoderScorer(_EachTextOnce):
         start: int,
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
+        if has_images(inputs):
+            return with_images(
+                tokenizer,
+                start,
+                inputs,
+                media=ctx.request.media,
+                name=text_namer(ctx.request),
+                texts=lambda at, run: self.tokenize(ctx, tokenizer, at, run, "embed"),
+            )
         return self.tokenize(ctx, tokenizer, start, inputs, "embed")
 
     def tokenize(
@@ -313,6 +332,20 @@ class ScoreTask:
         self.scorer = scorer
 
     def inputs(self, ctx: ServeContext[ScoreRequest]) -> Sequence[Any]:
+        request = ctx.request
+        if not getattr(self.scorer, "takes_images", False) and has_images(request.documents):
+            raise InvalidRequestError(
+                "documents hold an image, and this model scores text only; send images to an "
+                "image-text model (CLIP, SigLIP)",
+                param="documents",
+            )
+        images = sum(isinstance(each, ImageInput) for each in request.documents)
+        if images > request.media.max_images:
+            raise PayloadTooLargeError(
+                f"documents hold {images} images, more than the {request.media.max_images} one "
+                "request may have here (--max-images-per-request); split it",
+                param="documents",
+            )
         chosen, names = ctx.request.scorer, self.scorer.names
         if chosen is not None and chosen not in names:
             raise InvalidRequestError(

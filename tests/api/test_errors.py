@@ -172,13 +172,14 @@ async def test_unknown_route_and_wrong_method(client: httpx.AsyncClient) -> None
             "/v1/embeddings",
             {"input": 42},
             "input must be a string, an array of strings, an array of token ids, or an array "
-            "of arrays of token ids; input is a number",
+            'of arrays of token ids (an image-text model\'s images as {"image": ...} among the '
+            "strings); input is a number",
         ),
         (
             "/rerank",
             {"query": "q", "documents": ["d", {"text": 5}]},
-            "documents must be an array of strings or of objects with a `text` string; "
-            "documents[1].text is a number",
+            "documents must be an array of strings or of objects with a `text` string (or, for "
+            "an image-text model, an `image`); documents[1].text is a number",
         ),
         (
             "/score",

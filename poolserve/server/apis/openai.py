@@ -15,9 +15,10 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from poolserve.config import LongInput
 from poolserve.engine.request import ServeContext
 from poolserve.errors import InvalidRequestError
+from poolserve.images.sources import ImageInput
 from poolserve.server.apis.envelope import EncodingFormat, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
-from poolserve.server.protocol import InputRequest, StrictModel
+from poolserve.server.protocol import IMAGE_SOURCE, InputRequest, StrictModel, TokenIds
 from poolserve.server.schemas import Documented, ListEnvelope
 from poolserve.service import ModelService
 from poolserve.tasks.chat import ChatOptions
@@ -59,8 +60,23 @@ class ChunkingOptions(StrictModel):
         return Chunking(self.method, self.size, self.overlap, spans)
 
 
+class ImageItem(StrictModel):
+    """An image among the inputs (image-text models: CLIP, SigLIP)."""
+
+    image: StrictStr = Field(description=IMAGE_SOURCE)
+
+
+EmbeddingInput = StrictStr | ImageItem | list[StrictStr | ImageItem] | TokenIds | list[TokenIds]
+
+
 class EmbeddingRequest(InputRequest):
     """OpenAI `POST /v1/embeddings`, plus vLLM's pooling options and poolserve's chunking."""
+
+    # Texts and images; the base class's field holds texts and token ids only.
+    input: EmbeddingInput = Field(  # type: ignore[assignment]
+        description="a string, an array of strings, an array of token ids, or an array of "
+        'arrays of token ids (an image-text model\'s images as {"image": ...} among the strings)'
+    )
 
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
@@ -102,22 +118,48 @@ class EmbeddingRequest(InputRequest):
         """`normalize`, or vLLM's `use_activation`; None leaves it to the model's config."""
         return self.normalize if self.normalize is not None else self.use_activation
 
+    def inputs(self) -> list[Any]:
+        """The inputs as a list: texts and images (`ImageInput`), or token-id lists."""
+        value = self.input
+        if isinstance(value, ImageItem):
+            return [ImageInput(value.image)]
+        if isinstance(value, list) and any(isinstance(each, ImageItem) for each in value):
+            return [ImageInput(e.image) if isinstance(e, ImageItem) else e for e in value]
+        return super().inputs()
+
 
 class ContentPart(StrictModel):
     type: Literal["text"]
     text: StrictStr
 
 
+class ImageUrl(StrictModel):
+    url: StrictStr = Field(description=IMAGE_SOURCE)
+    detail: StrictStr | None = Field(None, description="OpenAI's detail level (ignored)")
+
+
+class ImagePart(StrictModel):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
 class ChatMessage(StrictModel):
     role: StrictStr
-    content: StrictStr | list[ContentPart]
+    content: StrictStr | list[Annotated[ContentPart | ImagePart, Field(discriminator="type")]]
     name: StrictStr | None = None
+
+    def parts(self) -> list[str | ImageInput]:
+        """Its content: texts and images, in order."""
+        if isinstance(self.content, str):
+            return [self.content]
+        return [
+            part.text if isinstance(part, ContentPart) else ImageInput(part.image_url.url)
+            for part in self.content
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         """As a chat template reads it: text parts joined by new lines (vLLM's string form)."""
-        content = self.content
-        if not isinstance(content, str):
-            content = "\n".join(part.text for part in content)
+        content = "\n".join(part for part in self.parts() if isinstance(part, str))
         message = {"role": self.role, "content": content}
         return message if self.name is None else {**message, "name": self.name}
 
@@ -247,6 +289,14 @@ def _embeddings(call: Call[EmbeddingRequest]) -> Served:
 
 def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
     wire, service = call.wire, call.service
+    if service.tasks.images:
+        return _served(call, EmbedRequest([_one_input(wire)]))
+    if any(isinstance(part, ImageInput) for m in wire.messages for part in m.parts()):
+        raise InvalidRequestError(
+            f"messages hold an image, and {service.served_name} embeds text only; send images "
+            "to an image-text model (CLIP, SigLIP)",
+            param="messages",
+        )
     template = service.tasks.chat_template
     if template is None:
         raise InvalidRequestError(
@@ -271,6 +321,22 @@ def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
     return _served(call, request)
 
 
+def _one_input(wire: ChatEmbeddingRequest) -> str | ImageInput:
+    """What an image-text model embeds of a conversation (it has no chat template): its one
+    image, or its text (vLLM's rule for CLIP: one or the other, not both)."""
+    parts = [part for message in wire.messages for part in message.parts()]
+    images = [part for part in parts if isinstance(part, ImageInput)]
+    texts = [part for part in parts if isinstance(part, str) and part.strip()]
+    if len(images) > 1 or (images and texts):
+        raise InvalidRequestError(
+            "an image-text model embeds one image or one text per conversation; these messages "
+            f"hold {len(images)} images and {len(texts)} texts (send each as an input of its "
+            "own)",
+            param="messages",
+        )
+    return images[0] if images else "\n".join(texts)
+
+
 def _served(call: Call[Any], request: EmbedRequest) -> Served:
     """An embedding request (its inputs and prompt chosen) with the wire's options."""
     wire, service = call.wire, call.service
@@ -285,20 +351,28 @@ def _served(call: Call[Any], request: EmbedRequest) -> Served:
     chunking = wire.chunking.chunking() if wire.chunking else Chunking()
     late = chunking.method == "late"
     request = replace(
-        request, long_input=long_input_of(wire, service.long_input), chunking=chunking
+        request,
+        long_input=long_input_of(wire, service.long_input),
+        chunking=chunking,
+        media=call.state.media,
     )
     options: dict[str, Any] = {
         "encoding_format": wire.encoding_format,
         "embed_dtype": wire.embed_dtype,
         "endianness": wire.endianness,
     }
+    images = [
+        (f"input {index}", each)
+        for index, each in enumerate(request.inputs)
+        if isinstance(each, ImageInput)
+    ]
     if wire.return_chunks or late:
         chunked = service.tasks.embed_chunks
         assert chunked is not None
         encode = partial(chunked_embeddings_body, **options)
-        return Served(chunked, request, params, encode, wire.request_timeout)
+        return Served(chunked, request, params, encode, wire.request_timeout, images)
     encode = partial(embeddings_body, **options)
-    return Served(embed, request, params, encode, wire.request_timeout)
+    return Served(embed, request, params, encode, wire.request_timeout, images)
 
 
 def long_input_of(wire: EmbeddingRequest, default: LongInput) -> LongInput:

@@ -5,17 +5,19 @@ query and documents, answered best first), over the score task: its request sche
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Annotated, Any
 
 import numpy as np
 import orjson
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from poolserve.engine.request import ServeContext
+from poolserve.images.sources import ImageInput
 from poolserve.server.apis.envelope import usage
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, scorers
-from poolserve.server.protocol import ScoringRequest, StrictModel
+from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel
 from poolserve.server.schemas import Documented, Usage
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 
@@ -25,7 +27,17 @@ PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
 
 
 class RerankDocument(StrictModel):
-    text: StrictStr
+    """A document: its `text`, or (Jina's form, for an image-text model: CLIP, SigLIP) its
+    `image`."""
+
+    text: StrictStr | None = None
+    image: StrictStr | None = Field(None, description=IMAGE_SOURCE)
+
+    @model_validator(mode="after")
+    def _one_of_them(self) -> RerankDocument:
+        if (self.text is None) == (self.image is None):
+            raise ValueError("a document object has a `text` or an `image`, one of them")
+        return self
 
 
 class RerankRequest(ScoringRequest):
@@ -34,20 +46,27 @@ class RerankRequest(ScoringRequest):
     model: StrictStr | None = None
     query: StrictStr
     documents: list[StrictStr | RerankDocument] = Field(
-        min_length=1, description="an array of strings or of objects with a `text` string"
+        min_length=1,
+        description="an array of strings or of objects with a `text` string (or, for an "
+        "image-text model, an `image`)",
     )
     top_n: Annotated[StrictInt, Field(ge=0)] | None = None
     return_documents: StrictBool = True
 
-    def document_texts(self) -> list[str]:
-        return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
+    def document_inputs(self) -> list[str | ImageInput]:
+        """The documents: texts, and images (`ImageInput`)."""
+        return [
+            doc if isinstance(doc, str) else doc.text or ImageInput(doc.image)
+            for doc in self.documents
+        ]
 
 
 # -- the answer ----------------------------------------------------------------------------------
 
 
 class RerankedDocument(Documented):
-    text: str
+    text: str | None = Field(default=None, description="a text document")
+    image: str | None = Field(default=None, description="an image document, as it was sent")
 
 
 class RerankResult(Documented):
@@ -69,7 +88,7 @@ def rerank_body(
     ctx: ServeContext[Any],
     scores: np.ndarray,
     *,
-    documents: list[str],
+    documents: Sequence[str | ImageInput],
     top_n: int | None,
     return_documents: bool,
 ) -> bytes:
@@ -77,7 +96,10 @@ def rerank_body(
     for index, score in ranked(scores, top_n):
         entry: dict[str, Any] = {"index": index, "relevance_score": score}
         if return_documents:
-            entry["document"] = {"text": documents[index]}
+            document = documents[index]
+            entry["document"] = (
+                {"text": document} if isinstance(document, str) else {"image": document.source}
+            )
         results.append(entry)
     return orjson.dumps(
         {
@@ -96,7 +118,7 @@ def _rerank(call: Call[RerankRequest]) -> Served:
     wire, service = call.wire, call.service
     task = service.tasks.score
     assert task is not None  # model_for chose a model that serves this route
-    documents = wire.document_texts()
+    documents = wire.document_inputs()
     internal = ScoreRequest(
         queries=[wire.query],
         documents=documents,
@@ -104,6 +126,7 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         rerank=True,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         scorer=wire.scorer,
+        media=call.state.media,
     )
     params = service.pooling_params(
         truncate_prompt_tokens=wire.truncate_prompt_tokens,
@@ -116,7 +139,12 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         top_n=wire.top_n,
         return_documents=wire.return_documents,
     )
-    return Served(task, internal, params, encode, wire.request_timeout)
+    images = [
+        (f"documents[{index}]", each)
+        for index, each in enumerate(documents)
+        if isinstance(each, ImageInput)
+    ]
+    return Served(task, internal, params, encode, wire.request_timeout, images)
 
 
 DOCUMENTS = Inputs[RerankRequest]("documents", lambda wire: len(wire.documents))
