@@ -53,12 +53,25 @@ def load_tokenizer_json(directory: Path) -> str:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), use_fast=True)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ImportError) as exc:
         raise ModelLoadError(
-            f"{directory}: no tokenizer.json and no convertible tokenizer"
+            f"{directory}: no tokenizer.json and no convertible tokenizer ({_first_line(exc)})"
         ) from exc
-    json_text: str = tokenizer.backend_tokenizer.to_str()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        # SigLIP's SiglipTokenizer: SentencePiece driven by Python code (it lowercases and
+        # strips punctuation first), which no tokenizer.json states.
+        raise ModelLoadError(
+            f"{directory}: no tokenizer.json, and its tokenizer ({type(tokenizer).__name__}) "
+            "runs in Python only, with no fast form to serve it with"
+        )
+    json_text: str = backend.to_str()
     return json_text
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def prepare_model(

@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from poolserve.images.sources import ImageInput
+
 TokenIds = list[StrictInt]
 
 
@@ -73,6 +75,35 @@ IMAGE_SOURCE = (
     "a data URI (data:image/png;base64,...); an http(s) URL of a host the server's "
     "--allowed-media-domains names; or a path under its --allowed-local-media-path"
 )
+
+
+class TextPart(StrictModel):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ImageUrl(StrictModel):
+    url: StrictStr = Field(description=IMAGE_SOURCE)
+    detail: StrictStr | None = Field(None, description="OpenAI's detail level (ignored)")
+
+
+class ImagePart(StrictModel):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+# A content part of a message (OpenAI's, vLLM's) or of a Cohere input: a text or an image.
+Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+def parts_of(parts: list[TextPart | ImagePart]) -> list[str | ImageInput]:
+    """Content parts as texts and images (`ImageInput`), in order."""
+    return [
+        part.text if isinstance(part, TextPart) else ImageInput(part.image_url.url)
+        for part in parts
+    ]
+
+
 Truncation = Annotated[StrictInt, Field(ge=-1)]
 TextOrTexts = StrictStr | list[StrictStr]
 TEXT_OR_TEXTS = "a string or an array of strings"

@@ -184,7 +184,8 @@ async def test_unknown_route_and_wrong_method(client: httpx.AsyncClient) -> None
         (
             "/score",
             {"queries": "q", "documents": [1, 2]},
-            "documents must be a string or an array of strings; documents[0] is a number",
+            "documents must be a string or an array of strings (an image-text model's also "
+            '{"content": [parts]}); documents[0] is a number',
         ),
     ],
 )

@@ -375,3 +375,46 @@ async def test_rerank_ranks_image_documents_against_a_text_query(
     )
     by_index = {r["index"]: r["document"] for r in results}
     assert by_index[0] == {"image": documents[0]["image"]} and by_index[3] == {"text": CAPTIONS[2]}
+
+
+async def test_cohere_embed_takes_images_and_inputs(
+    clip_client: httpx.AsyncClient, clip: Engine
+) -> None:
+    images = sample_images()[:2]
+    uris = [data_uri(image) for image in images]
+    expected = clip.embed_images(images)
+    response = await clip_client.post(
+        "/v2/embed", json={"images": uris, "input_type": "image", "embedding_types": ["float"]}
+    )
+    assert response.status_code == 200, response.text
+    assert_close_vectors(np.array(response.json()["embeddings"]["float"]), expected)
+    content = [
+        {"content": [{"type": "image_url", "image_url": {"url": uris[0]}}]},
+        {"content": [{"type": "text", "text": CAPTIONS[0]}]},
+    ]
+    response = await clip_client.post("/v2/embed", json={"inputs": content})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    got = np.array(body["embeddings"]["float"])
+    assert_close_vectors(got[:1], expected[:1])
+    assert_close_vectors(got[1:], clip.embed([CAPTIONS[0]]))
+    assert body["texts"] == [CAPTIONS[0]]
+    both = await clip_client.post("/v2/embed", json={"texts": ["a"], "images": uris})
+    assert "send one of texts, images or inputs" in assert_openai_error(both, 400)["message"]
+
+
+async def test_score_scores_image_documents_against_text_queries(
+    clip_client: httpx.AsyncClient, clip: Engine
+) -> None:
+    images = sample_images()[:2]
+    parts = [{"type": "image_url", "image_url": {"url": data_uri(image)}} for image in images]
+    parts.append({"type": "text", "text": CAPTIONS[3]})
+    response = await clip_client.post(
+        "/score", json={"queries": CAPTIONS[1], "documents": {"content": parts}}
+    )
+    assert response.status_code == 200, response.text
+    got = [item["score"] for item in response.json()["data"]]
+    query = clip.embed([CAPTIONS[1]])[0].astype(np.float64)
+    others = np.concatenate([clip.embed_images(images), clip.embed([CAPTIONS[3]])])
+    expected = others.astype(np.float64) @ query / np.linalg.norm(others, axis=1)
+    np.testing.assert_allclose(got, expected / np.linalg.norm(query), atol=1e-5)

@@ -16,9 +16,10 @@ from pydantic import Field, StrictInt, StrictStr
 
 from poolserve.engine.request import ServeContext
 from poolserve.errors import InvalidRequestError
+from poolserve.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
-from poolserve.server.protocol import WireModel
+from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.server.schemas import Documented
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
@@ -30,13 +31,27 @@ Version = Literal["1", "2"]
 # -- the request ---------------------------------------------------------------------------------
 
 
-class CohereEmbedRequest(WireModel):
-    """Cohere `POST /v2/embed` and `/v1/embed` (texts; images are not served)."""
+class CohereInput(StrictModel):
+    """One input of `inputs`: its content, one text or one image (an image-text model embeds
+    each on its own)."""
 
-    texts: list[StrictStr] = Field(min_length=1, description="the texts to embed")
+    content: list[Part] = Field(min_length=1, max_length=1)
+
+
+class CohereEmbedRequest(WireModel):
+    """Cohere `POST /v2/embed` and `/v1/embed`: `texts`, or (an image-text model) `images` or
+    `inputs`, one of them."""
+
+    texts: list[StrictStr] | None = Field(None, min_length=1, description="the texts to embed")
+    images: list[StrictStr] | None = Field(
+        None, min_length=1, description="images to embed: " + IMAGE_SOURCE
+    )
+    inputs: list[CohereInput] | None = Field(
+        None, min_length=1, description="texts and images, each an input's one content part"
+    )
     model: StrictStr | None = None
     input_type: (
-        Literal["search_document", "search_query", "classification", "clustering"] | None
+        Literal["search_document", "search_query", "classification", "clustering", "image"] | None
     ) = Field(
         None,
         description="picks the model's prompt for this use (README, Cohere embed); "
@@ -56,6 +71,31 @@ class CohereEmbedRequest(WireModel):
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = Field(
         None, description="cut each input to N tokens, at the end `truncate` names"
     )
+
+    def items(self) -> list[str | ImageInput]:
+        """Its inputs, texts and images (`texts`, `images` or `inputs`: exactly one)."""
+        given = [name for name in ("texts", "images", "inputs") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise InvalidRequestError(
+                "send one of texts, images or inputs"
+                + (f", not {' and '.join(given)}" if given else ""),
+                param=given[-1] if given else "texts",
+            )
+        if self.texts is not None:
+            if self.input_type == "image":
+                raise InvalidRequestError(
+                    'input_type "image" is for images; send them as `images` (or `inputs`), or '
+                    "pick the input type of texts",
+                    param="input_type",
+                )
+            return list(self.texts)
+        if self.images is not None:
+            return [ImageInput(image) for image in self.images]
+        assert self.inputs is not None
+        return [part for each in self.inputs for part in parts_of(each.content)]
+
+    def count(self) -> int:
+        return len(self.texts or self.images or self.inputs or ())
 
 
 # -- the answer ----------------------------------------------------------------------------------
@@ -157,15 +197,19 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
         truncate_prompt_tokens=cut,
         truncation_side="left" if wire.truncate == "START" else "right",
     )
-    prompt = service.tasks.prompts.for_input_type(wire.input_type)
-    encode = partial(
-        embed_body, texts=wire.texts, embedding_types=wire.embedding_types, version=version
+    items = wire.items()
+    texts = [each for each in items if isinstance(each, str)]
+    prompt = service.tasks.prompts.for_input_type(
+        None if wire.input_type == "image" else wire.input_type
     )
-    return Served(embed, EmbedRequest(wire.texts, prompt), params, encode, wire.request_timeout)
+    encode = partial(embed_body, texts=texts, embedding_types=wire.embedding_types, version=version)
+    images = [(f"input {i}", each) for i, each in enumerate(items) if isinstance(each, ImageInput)]
+    request = EmbedRequest(items, prompt, media=call.state.media)
+    return Served(embed, request, params, encode, wire.request_timeout, images)
 
 
 TEXTS = Inputs[CohereEmbedRequest](
-    "texts", lambda wire: len(wire.texts), cut_with='`truncate: "END"` (or "START")'
+    "texts", CohereEmbedRequest.count, cut_with='`truncate: "END"` (or "START")'
 )
 VERSIONS: tuple[tuple[str, Version, str], ...] = (
     ("/v2/embed", "2", "embed_v2"),

@@ -18,7 +18,14 @@ from poolserve.errors import InvalidRequestError
 from poolserve.images.sources import ImageInput
 from poolserve.server.apis.envelope import EncodingFormat, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
-from poolserve.server.protocol import IMAGE_SOURCE, InputRequest, StrictModel, TokenIds
+from poolserve.server.protocol import (
+    IMAGE_SOURCE,
+    InputRequest,
+    Part,
+    StrictModel,
+    TokenIds,
+    parts_of,
+)
 from poolserve.server.schemas import Documented, ListEnvelope
 from poolserve.service import ModelService
 from poolserve.tasks.chat import ChatOptions
@@ -128,34 +135,16 @@ class EmbeddingRequest(InputRequest):
         return super().inputs()
 
 
-class ContentPart(StrictModel):
-    type: Literal["text"]
-    text: StrictStr
-
-
-class ImageUrl(StrictModel):
-    url: StrictStr = Field(description=IMAGE_SOURCE)
-    detail: StrictStr | None = Field(None, description="OpenAI's detail level (ignored)")
-
-
-class ImagePart(StrictModel):
-    type: Literal["image_url"]
-    image_url: ImageUrl
-
-
 class ChatMessage(StrictModel):
     role: StrictStr
-    content: StrictStr | list[Annotated[ContentPart | ImagePart, Field(discriminator="type")]]
+    content: StrictStr | list[Part]
     name: StrictStr | None = None
 
     def parts(self) -> list[str | ImageInput]:
         """Its content: texts and images, in order."""
         if isinstance(self.content, str):
             return [self.content]
-        return [
-            part.text if isinstance(part, ContentPart) else ImageInput(part.image_url.url)
-            for part in self.content
-        ]
+        return parts_of(self.content)
 
     def as_dict(self) -> dict[str, Any]:
         """As a chat template reads it: text parts joined by new lines (vLLM's string form)."""

@@ -13,10 +13,19 @@ from pydantic import Field, StrictBool, StrictStr
 
 from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
+from poolserve.images.sources import ImageInput
 from poolserve.models.kinds import Head
 from poolserve.server.apis.envelope import EncodingFormat, base64_float32, list_body
 from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, classifiers, scorers
-from poolserve.server.protocol import TEXT_OR_TEXTS, InputRequest, ScoringRequest, TextOrTexts
+from poolserve.server.protocol import (
+    TEXT_OR_TEXTS,
+    InputRequest,
+    Part,
+    ScoringRequest,
+    StrictModel,
+    TextOrTexts,
+    parts_of,
+)
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
 from poolserve.service import ModelService
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
@@ -31,16 +40,27 @@ class ClassifyRequest(InputRequest):
     """vLLM `POST /classify`."""
 
 
+class ScoreContent(StrictModel):
+    """vLLM's multimodal documents: each content part one document (a text or an image)."""
+
+    content: list[Part] = Field(min_length=1)
+
+
+# vLLM's multimodal form: each content part (a text, an image_url) one document.
+DOCUMENTS_DESCRIPTION = TEXT_OR_TEXTS + ' (an image-text model\'s also {"content": [parts]})'
+Documents = TextOrTexts | ScoreContent
+
+
 class ScoreRequest(ScoringRequest):
     """vLLM `POST /score`: `queries`/`documents` (or `text_1`/`text_2`), 1:1, 1:N or N:N."""
 
     model: StrictStr | None = None
     queries: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    documents: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    documents: Documents | None = Field(default=None, description=DOCUMENTS_DESCRIPTION)
     text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
-    text_2: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
+    text_2: Documents | None = Field(default=None, description=DOCUMENTS_DESCRIPTION)
 
-    def sides(self) -> tuple[list[str], list[str]]:
+    def sides(self) -> tuple[list[str], list[str | ImageInput]]:
         first = self.queries if self.queries is not None else self.text_1
         second = self.documents if self.documents is not None else self.text_2
         if first is None or second is None:
@@ -48,8 +68,9 @@ class ScoreRequest(ScoringRequest):
                 "send `queries` and `documents` (or `text_1` and `text_2`)", param="queries"
             )
         queries = [first] if isinstance(first, str) else first
-        documents = [second] if isinstance(second, str) else second
-        return queries, documents
+        if isinstance(second, ScoreContent):
+            return queries, parts_of(second.content)
+        return queries, [second] if isinstance(second, str) else list(second)
 
 
 class PoolingRequest(InputRequest):
@@ -177,8 +198,15 @@ def _score(call: Call[ScoreRequest]) -> Served:
         pairs=pair_up(len(queries), len(documents)),
         max_tokens_per_doc=wire.max_tokens_per_doc,
         scorer=wire.scorer,
+        media=call.state.media,
     )
-    return Served(task, internal, _params(service, wire), score_body, wire.request_timeout)
+    images = [
+        (f"documents[{index}]", each)
+        for index, each in enumerate(documents)
+        if isinstance(each, ImageInput)
+    ]
+    params = _params(service, wire)
+    return Served(task, internal, params, score_body, wire.request_timeout, images)
 
 
 def _pooling(call: Call[PoolingRequest]) -> Served:
