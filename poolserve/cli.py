@@ -46,6 +46,7 @@ def embed(args: argparse.Namespace) -> int:
             format=input_format(args.input, args.format),
             text_field=args.text_field,
             id_field=args.id_field,
+            image_field=args.image_field,
         )
         options = JobOptions(
             part_rows=args.part_rows,

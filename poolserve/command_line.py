@@ -187,7 +187,11 @@ def _add_embed_command(commands: Any) -> None:
         description=EMBED_DESCRIPTION,
         formatter_class=_EmbedHelpFormatter,
     )
-    embed.add_argument("input", help="the corpus file, or - for standard input")
+    embed.add_argument(
+        "input",
+        help="the corpus file, - for standard input, or a folder of images (an image-text "
+        "model: each image file under it, its id its path there)",
+    )
     embed.add_argument("--output", "-o", required=True, help="where the embeddings go")
     embed.add_argument(
         "--model", default=env_default("--model", None), help="default: the bundled model"
@@ -199,6 +203,12 @@ def _add_embed_command(commands: Any) -> None:
         help="the input's format (default: from its extension)",
     )
     embed.add_argument("--text-field", default="text", help="the field or column of the text")
+    embed.add_argument(
+        "--image-field",
+        default=None,
+        help="embed images (an image-text model): the field or column of each image's path, "
+        "relative to the input file's folder (a folder as the input: its image files)",
+    )
     embed.add_argument(
         "--id-field", default=None, help="the field or column of the id (default: record number)"
     )

@@ -234,13 +234,20 @@ class Engine:
         texts: Sequence[str],
         *,
         skip_too_long: bool = False,
+        images: bool = False,
         **options: Any,
     ) -> Future[CountedEmbeddings]:
         """`embed_later` (with its options), with each text's token count (special tokens
         included, after any truncation) next to its vectors. With `skip_too_long`, a text too
         long for the model (without truncation) is left out and named in `too_long` instead of
-        failing the call: the others are embedded once (a bulk job's bad rows)."""
-        ctx = self._embed(texts, **options).ctx
+        failing the call, and an image that cannot be read in `unreadable`: the others are
+        embedded once (a bulk job's bad rows). With `images`, `texts` are image paths
+        (`embed_images`; truncation does not apply)."""
+        if images:
+            options.pop("truncate_prompt_tokens", None)
+            ctx = self._embed_images(texts, **options).ctx
+        else:
+            ctx = self._embed(texts, **options).ctx
         task = CountedEmbed(self.embed_task, skip_too_long=skip_too_long)
         return cancellable(*submit(self.core, task, ctx))
 

@@ -102,6 +102,14 @@ def colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny CLIP in openai/clip-vit-base-patch32's layout (tests/vision_zoo.py)."""
+    from tests.vision_zoo import make_clip_vit_base_patch32
+
+    return make_clip_vit_base_patch32(tmp_path_factory.mktemp("tiny") / "clip")
+
+
+@pytest.fixture(scope="session")
 def splade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.tiny_models import make_splade
 

@@ -1,10 +1,13 @@
-"""Reading a corpus for `poolserve embed`: JSONL, CSV, Parquet or plain text, streamed.
+"""Reading a corpus for `poolserve embed`: JSONL, CSV, Parquet or plain text, streamed; or
+images: a folder of image files, or a field of image paths (`--image-field`).
 
-Every record becomes a `Row` (its text) or a `BadRow` (why it cannot be embedded: a missing
-field, a value that is not text, a blank text, a line that is not JSON), each numbered by its
-place in the input (`position`: the line in a text file, the row in a Parquet file) so that a
-report can point at it. Records are numbered 0, 1, 2... in input order (`index`), which is the
-default id and what a resumed job counts to skip what it has done.
+Every record becomes a `Row` (its text, or its image's path) or a `BadRow` (why it cannot be
+embedded: a missing field, a value that is not text, a blank text, a line that is not JSON),
+each numbered by its place in the input (`position`: the line in a text file, the row in a
+Parquet file, the file in a folder) so that a report can point at it. Records are numbered
+0, 1, 2... in input order (`index`), which is the default id and what a resumed job counts to
+skip what it has done. A folder's files are read in the order of their paths, each one's id its
+path under the folder; an image path in a field is read relative to the input file's folder.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import Any, Literal
 
 import orjson
 
-Format = Literal["jsonl", "csv", "parquet", "text"]
-FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet", "text")
+Format = Literal["jsonl", "csv", "parquet", "text", "images"]
+FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet", "text", "images")
+# The files of a folder of images that are embedded (any other file is left alone).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 _EXTENSIONS: dict[str, Format] = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -61,11 +66,23 @@ class InputSpec:
     text_field: str = "text"
     # None: the record's index.
     id_field: str | None = None
+    # The field of image paths (an image-text model embeds the images); None: texts.
+    image_field: str | None = None
 
     @property
     def unit(self) -> str:
         """What `position` counts."""
-        return "row" if self.format == "parquet" else "line"
+        return {"parquet": "row", "images": "file"}.get(self.format, "line")
+
+    @property
+    def images(self) -> bool:
+        """Whether its rows name images (a folder of them, or `image_field`)."""
+        return self.format == "images" or self.image_field is not None
+
+    @property
+    def field(self) -> str:
+        """The field its rows are read from."""
+        return self.image_field or self.text_field
 
 
 def input_format(path: str, declared: str | None) -> Format:
@@ -76,6 +93,8 @@ def input_format(path: str, declared: str | None) -> Format:
         return declared
     if path == "-":
         raise InputError("reading standard input needs --format (jsonl, csv or text)")
+    if Path(path).is_dir():
+        return "images"
     suffix = Path(path).suffix.lower()
     if suffix not in _EXTENSIONS:
         raise InputError(
@@ -87,6 +106,9 @@ def input_format(path: str, declared: str | None) -> Format:
 
 def read_records(spec: InputSpec) -> Iterator[Record]:
     """Every record of the input, in order."""
+    if spec.format == "images":
+        yield from _folder_records(spec)
+        return
     if spec.format == "parquet":
         if spec.path == "-":
             raise InputError("Parquet cannot be read from standard input; pass a file")
@@ -109,6 +131,8 @@ def count_records(spec: InputSpec) -> int | None:
     """How many records the input holds, cheaply (for a progress bar's ETA); None if unknown."""
     if spec.path == "-":
         return None
+    if spec.format == "images":
+        return len(image_files(Path(spec.path)))
     if spec.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -134,18 +158,36 @@ def _open_text(path: str) -> io.TextIOBase:
 def _judge(spec: InputSpec, index: int, position: int, record: Any) -> Record:
     """A Row, or a BadRow that says why; blank texts follow the server's one rule."""
     record_id = index if spec.id_field is None else record.get(spec.id_field)
+    field = spec.field
     if spec.id_field is not None and record_id is None:
         return BadRow(index, position, index, f"no {spec.id_field!r} field")
-    if spec.text_field not in record or record[spec.text_field] is None:
-        return BadRow(index, position, record_id, f"no {spec.text_field!r} field")
-    text = record[spec.text_field]
+    if field not in record or record[field] is None:
+        return BadRow(index, position, record_id, f"no {field!r} field")
+    text = record[field]
     if not isinstance(text, str):
-        return BadRow(
-            index, position, record_id, f"{spec.text_field!r} is a {type(text).__name__}, not text"
-        )
+        return BadRow(index, position, record_id, f"{field!r} is a {type(text).__name__}, not text")
     if not text.strip():
-        return BadRow(index, position, record_id, f"{spec.text_field!r} is blank")
+        return BadRow(index, position, record_id, f"{field!r} is blank")
+    if spec.image_field is not None and spec.path != "-":
+        text = str(Path(spec.path).parent / text)  # relative to the input file's folder
     return Row(index, position, record_id, text)
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files under `folder` (its subfolders too), in the order of their paths."""
+    return sorted(
+        path
+        for path in folder.rglob("*")
+        if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+    )
+
+
+def _folder_records(spec: InputSpec) -> Iterator[Record]:
+    folder = Path(spec.path)
+    if spec.id_field is not None:
+        raise InputError("a folder of images has no fields: its ids are the files' paths")
+    for index, path in enumerate(image_files(folder)):
+        yield Row(index, index + 1, path.relative_to(folder).as_posix(), str(path))
 
 
 def _jsonl_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
@@ -168,7 +210,7 @@ def _jsonl_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
 def _csv_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
     reader = csv.DictReader(stream)
     columns = reader.fieldnames or []
-    for needed in (spec.text_field, spec.id_field):
+    for needed in (spec.field, spec.id_field):
         if needed is not None and needed not in columns:
             raise InputError(
                 f"{spec.path} has no column {needed!r} (its columns: {', '.join(columns)})"
@@ -193,7 +235,7 @@ def _parquet_records(spec: InputSpec) -> Iterator[Record]:
         file = pq.ParquetFile(spec.path)
     except OSError as exc:
         raise InputError(f"cannot read {spec.path}: {exc}") from None
-    columns = [spec.text_field] + ([spec.id_field] if spec.id_field else [])
+    columns = [spec.field] + ([spec.id_field] if spec.id_field else [])
     missing = [name for name in columns if name not in file.schema_arrow.names]
     if missing:
         raise InputError(

@@ -62,6 +62,7 @@ class PartEmbedder(Protocol):
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
         skip_too_long: bool = False,
+        images: bool = False,
     ) -> Future[CountedEmbeddings]: ...
 
 
@@ -115,7 +116,10 @@ def check_job(spec: InputSpec, output: Path, options: JobOptions) -> None:
     input is there, the output's kind is one it can write, and the output does not hold a
     finished or a foreign job (JobStateError or InputError, one line each). Says when it will
     resume."""
-    if spec.path != "-" and not Path(spec.path).is_file():
+    if spec.format == "images":
+        if not Path(spec.path).is_dir():
+            raise InputError(f"{spec.path}: no such folder")
+    elif spec.path != "-" and not Path(spec.path).is_file():
         raise InputError(f"{spec.path}: no such file")
     kind = output_kind(output)
     if kind != "parquet" and output.exists() and not options.overwrite:
@@ -173,7 +177,7 @@ def run_job(
             chunk = list(itertools.islice(records, options.part_rows))
             if not chunk:
                 break
-            in_flight.append(_start(engine, index, chunk, options))
+            in_flight.append(_start(engine, index, chunk, options, spec.images))
             if len(in_flight) >= parts_in_flight:
                 _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
         while in_flight:
@@ -197,6 +201,7 @@ def _fingerprint(spec: InputSpec) -> dict[str, Any]:
         "path": spec.path if spec.path == "-" else str(Path(spec.path).resolve()),
         "format": spec.format,
         "text_field": spec.text_field,
+        "image_field": spec.image_field,
         "id_field": spec.id_field,
     }
     if spec.path != "-":
@@ -205,25 +210,29 @@ def _fingerprint(spec: InputSpec) -> dict[str, Any]:
     return described
 
 
-def _start(engine: PartEmbedder, index: int, chunk: list[Record], options: JobOptions) -> _Part:
+def _start(
+    engine: PartEmbedder, index: int, chunk: list[Record], options: JobOptions, images: bool
+) -> _Part:
     rows = [record for record in chunk if isinstance(record, Row)]
     bad = [record for record in chunk if isinstance(record, BadRow)]
     part = _Part(index, rows, bad, [], None)
-    _submit(engine, part, options)
+    _submit(engine, part, options, images)
     return part
 
 
-def _submit(engine: PartEmbedder, part: _Part, options: JobOptions) -> None:
+def _submit(engine: PartEmbedder, part: _Part, options: JobOptions, images: bool) -> None:
     part.order = sorted(range(len(part.rows)), key=lambda i: len(part.rows[i].text))
     if not part.rows:
         part.future = None
         return
+    extra: dict[str, Any] = {"images": True} if images else {}
     part.future = engine.embed_counted_later(
         [part.rows[i].text for i in part.order],
         normalize=options.normalize,
         dimensions=options.dimensions,
         truncate_prompt_tokens=-1 if options.truncate else None,
         skip_too_long=True,
+        **extra,
     )
 
 
@@ -263,8 +272,12 @@ def _results(
         row = part.rows[sent[index]]
         reason = f"the text {detail} (see --truncate)"
         part.bad.append(BadRow(row.index, row.position, row.id, reason))
+    for index, detail in counted.unreadable.items():
+        row = part.rows[sent[index]]
+        part.bad.append(BadRow(row.index, row.position, row.id, detail))
     part.bad.sort(key=lambda bad: bad.index)
-    embedded = [row for i, row in enumerate(sent) if i not in counted.too_long]
+    left_out = counted.too_long.keys() | counted.unreadable.keys()
+    embedded = [row for i, row in enumerate(sent) if i not in left_out]
     # Back to input order.
     restore = np.argsort(np.asarray(embedded, dtype=np.int64), kind="stable")
     part.rows = [part.rows[embedded[i]] for i in restore]

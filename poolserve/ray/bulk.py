@@ -67,12 +67,14 @@ class RayEmbedder:
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
         skip_too_long: bool = False,
+        images: bool = False,
     ) -> Future[CountedEmbeddings]:
         options = {
             "normalize": normalize,
             "dimensions": dimensions,
             "truncate_prompt_tokens": truncate_prompt_tokens,
             "skip_too_long": skip_too_long,
+            "images": images,
         }
         with self._lock:
             which = min(range(len(self._actors)), key=self._outstanding.__getitem__)

@@ -239,7 +239,8 @@ class AdmissionControl:
             if growth > 0 and tokens > self.max_request_tokens:
                 raise PayloadTooLargeError(
                     f"this request costs {tokens} tokens (at least {MIN_INPUT_TOKENS} per "
-                    f"input), more than one request may ({self.max_request_tokens}, "
+                    "input; an image what its pixels hold), more than one request may "
+                    f"({self.max_request_tokens}, "
                     "--max-request-tokens): split it into smaller requests"
                 )
             if growth <= 0 or self.admitted_tokens + growth <= self.max_tokens:

@@ -86,6 +86,11 @@ def embedders(tasks: TaskSet) -> bool:
     return tasks.embed is not None
 
 
+def token_embedders(tasks: TaskSet) -> bool:
+    """Embedding models with token vectors (an image-text model's towers pool their own)."""
+    return tasks.embed is not None and "token_embed" in tasks.heads
+
+
 def classifiers(tasks: TaskSet) -> bool:
     return tasks.classify is not None
 

@@ -418,3 +418,69 @@ async def test_score_scores_image_documents_against_text_queries(
     others = np.concatenate([clip.embed_images(images), clip.embed([CAPTIONS[3]])])
     expected = others.astype(np.float64) @ query / np.linalg.norm(others, axis=1)
     np.testing.assert_allclose(got, expected / np.linalg.norm(query), atol=1e-5)
+
+
+async def test_admission_prices_an_image_by_what_its_pixels_hold(clip: Engine) -> None:
+    from poolserve.images.processor import image_costs
+
+    vision = clip.service.core.model.layout.vision
+    assert vision is not None
+    cost, admitted = image_costs(vision)
+    # The tiny model's 16 floats cost 128 + 5 × 16 bytes a token: 3 × 224² float32 pixels hold
+    # far more than its 50 tokens.
+    assert (cost, admitted) == (50, -(-4 * (3 * 224 * 224 + 16) // (128 + 5 * 16)))
+    config = ServerConfig(
+        max_request_tokens=2 * admitted, max_queued_tokens=4 * admitted, max_client_batch_size=64
+    )
+    image = {"image": data_uri(sample_images()[-1])}  # 48 × 40: its body costs less
+    async with serving(clip, config) as client:
+        assert (await client.post("/v1/embeddings", json={"input": [image] * 2})).status_code == 200
+        response = await client.post("/v1/embeddings", json={"input": [image] * 3})
+        error = assert_openai_error(response, 413)
+        assert f"costs {3 * admitted} tokens" in error["message"], error
+
+
+def test_a_bulk_job_embeds_a_folder_of_images_and_a_field_of_image_paths(
+    clip: Engine, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    import pyarrow.dataset as ds
+
+    from poolserve.bulk.inputs import InputSpec, input_format
+    from poolserve.bulk.job import JobOptions, run_job
+
+    folder = tmp_path / "photos"
+    (folder / "more").mkdir(parents=True)
+    paths = photo_paths()
+    for index, path in enumerate(paths):
+        shutil.copy(path, folder / ("more" if index % 2 else "") / path.name)
+    (folder / "broken.png").write_bytes(encoded(sample_images()[1])[:500])
+    (folder / "notes.txt").write_text("not an image")  # not an image file: left alone
+    assert input_format(str(folder), None) == "images"
+    report = run_job(clip, InputSpec(str(folder), "images"), tmp_path / "out.parquet", JobOptions())
+    table = ds.dataset(tmp_path / "out.parquet").to_table()
+    ids = table.column("id").to_pylist()
+    files = {
+        p.relative_to(folder).as_posix(): p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix != ".txt"
+    }
+    assert ids == sorted(set(files) - {"broken.png"})
+    expected = clip.embed_images([files[name] for name in ids])
+    assert_close_vectors(np.array(table.column("embedding").to_pylist()), expected)
+    assert (report.embedded, report.bad) == (len(paths), 1)
+    errors = [json.loads(line) for line in Path(report.errors_file or "").read_text().splitlines()]
+    assert [(e["id"], e["file"]) for e in errors] == [("broken.png", 1)]
+    assert errors[0]["reason"].startswith("the image cannot be decoded")
+    # A field of paths, relative to the input file's folder; a missing file is a bad row.
+    listing = tmp_path / "images.jsonl"
+    rows = [{"path": "photos/" + name} for name in ids[:2]] + [{"path": "photos/missing.png"}]
+    listing.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = InputSpec(str(listing), "jsonl", image_field="path")
+    report = run_job(clip, spec, tmp_path / "listed.npy", JobOptions())
+    assert_close_vectors(np.load(tmp_path / "listed.npy"), expected[:2])
+    errors = [json.loads(line) for line in Path(report.errors_file or "").read_text().splitlines()]
+    assert [(e["id"], e["line"]) for e in errors] == [(2, 3)]
+    assert "No such file" in errors[0]["reason"]

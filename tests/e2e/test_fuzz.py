@@ -1,11 +1,11 @@
 """Property-based fuzzing of the real server's HTTP API from its own OpenAPI schema (schemathesis).
 
 Every operation gets a bounded number of generated requests (deterministic: the same cases on
-every run), on the embedding model's server and on a cross-encoder's, a classifier's, SPLADE's and
-ColBERT's. What must hold for all of them: no 5xx (a 504 only when the request itself asked for a
-time limit, as it may), every answer in the shape the spec documents for its status (errors in
-OpenAI's or text-embeddings-inference's, as the route says), and the server still healthy
-afterwards.
+every run), on the embedding model's server and on a cross-encoder's, a classifier's, SPLADE's,
+ColBERT's and an image-text model's (CLIP: its image inputs, documents and parts). What must
+hold for all of them: no 5xx (a 504 only when the request itself asked for a time limit, as it
+may), every answer in the shape the spec documents for its status (errors in OpenAI's or
+text-embeddings-inference's, as the route says), and the server still healthy afterwards.
 Schemathesis' other default checks flag what the API does by design (status codes the schema does
 not list, such as 400/404/413; schema-valid bodies refused by semantic checks, such as empty
 inputs or an unknown `model`; integral floats like `1.0` refused by strict integer fields), so
@@ -220,6 +220,12 @@ KIND_OPERATIONS = {
     "colbert_dir": [
         "POST /v1/score", "POST /score", "POST /v2/rerank", "POST /v1/rerank", "POST /rerank",
         "POST /pooling",
+    ],
+    # An image-text model: the image forms of /v1/embeddings, /v2/embed, /rerank and /score.
+    "clip_dir": [
+        "POST /v1/embeddings", "POST /v1/score", "POST /score", "POST /v2/rerank",
+        "POST /v1/rerank", "POST /rerank", "POST /pooling", "POST /v2/embed", "POST /v1/embed",
+        "POST /embed", "POST /similarity", "POST /",
     ],
 }  # fmt: skip
 COMMON_OPERATIONS = [label for label in OPERATIONS if not label.startswith("POST ")] + [

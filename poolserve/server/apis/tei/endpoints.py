@@ -46,6 +46,7 @@ from poolserve.server.endpoint import (
     classifiers,
     embedders,
     scorers,
+    token_embedders,
 )
 from poolserve.server.error_shapes import TEI_ERRORS, answer_errors_as
 from poolserve.server.handlers import state_of
@@ -272,7 +273,7 @@ ENDPOINTS = [
         _embed_all,
         INPUTS,
         "embed_all",
-        embedders,
+        token_embedders,
     ),
     _tei(
         "/similarity",
