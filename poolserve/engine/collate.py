@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poolserve.engine.tokenizer import TokenizedText
-from poolserve.engine.work import WorkItem
+from poolserve.engine.work import WorkItem, admitted_cost
 from poolserve.models.kinds import Head
 
 
@@ -47,6 +47,14 @@ class Batch:
         if self.pixel_values is not None:
             return sum(item.cost for item in self.items)
         return int(self.input_ids.size)
+
+    @property
+    def priced_tokens(self) -> int:
+        """Its padded tokens as admission prices them: each image at what its pixels hold
+        (`work.admitted_cost`), a text's tokens as they are."""
+        if self.pixel_values is None:
+            return self.padded_tokens
+        return sum(admitted_cost(item.payload) for item in self.items)
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ class Runner:
             tokens=sum(item.cost for item in items),
             padded_tokens=batch.padded_tokens,
             seconds=ended - started,
+            priced_tokens=batch.priced_tokens,
         )
         for row, item in enumerate(items):
             item.deliver(outputs[row], ended)

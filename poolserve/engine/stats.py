@@ -24,6 +24,9 @@ class RunnerCounters:
     # The inputs' own tokens, and the tokens their batches held with padding.
     tokens: int = 0
     padded_tokens: int = 0
+    # The padded tokens, each image counted as admission prices it (what its pixels hold,
+    # work.admitted_cost): the rate admission compares admitted work with.
+    priced_tokens: int = 0
     failed_batches: int = 0
     # Seconds this runner spent in forward passes (the rest of its time it waited for work).
     busy_seconds: float = 0.0
@@ -40,6 +43,7 @@ class RunnerSnapshot:
     failed_batches: int
     busy_seconds: float
     alive: bool
+    priced_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,10 @@ class StatsSnapshot:
 
     @property
     def tokens_per_second(self) -> float:
-        """What the engine as a whole runs: each runner's measured rate, summed over the
-        runners still alive (0 before the first batch)."""
-        return token_rate((r.padded_tokens, r.busy_seconds, r.alive) for r in self.runners)
+        """What the engine as a whole runs, in admission's tokens (padded tokens; an image at
+        its price): each runner's measured rate, summed over the runners still alive (0 before
+        the first batch)."""
+        return token_rate((r.priced_tokens, r.busy_seconds, r.alive) for r in self.runners)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -132,9 +137,17 @@ class EngineStats:
             self._max_running = max(self._max_running, self._running)
 
     def batch_ended(
-        self, runner: int, *, items: int, tokens: int, padded_tokens: int, seconds: float
+        self,
+        runner: int,
+        *,
+        items: int,
+        tokens: int,
+        padded_tokens: int,
+        seconds: float,
+        priced_tokens: int | None = None,
     ) -> None:
-        """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs."""
+        """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs.
+        `priced_tokens`: its padded tokens in admission's prices (None: the padded tokens)."""
         with self._lock:
             self._running -= 1
             counters = self._runners[runner]
@@ -145,6 +158,7 @@ class EngineStats:
             counters.items += items
             counters.tokens += tokens
             counters.padded_tokens += padded_tokens
+            counters.priced_tokens += padded_tokens if priced_tokens is None else priced_tokens
             counters.busy_seconds += seconds
             self._batch_sizes[items] += 1
             self._batch_tokens[padded_tokens] += 1
@@ -163,7 +177,7 @@ class EngineStats:
         """`StatsSnapshot.tokens_per_second` without building a snapshot (admission reads it
         for every refusal's Retry-After)."""
         with self._lock:
-            counts = [(c.padded_tokens, c.busy_seconds, c.alive) for c in self._runners]
+            counts = [(c.priced_tokens, c.busy_seconds, c.alive) for c in self._runners]
         return token_rate(counts)
 
     def snapshot(self) -> StatsSnapshot:
@@ -178,6 +192,7 @@ class EngineStats:
                     c.failed_batches,
                     c.busy_seconds,
                     c.alive,
+                    c.priced_tokens,
                 )
                 for index, c in enumerate(self._runners)
             )

@@ -20,7 +20,9 @@ requests are let in in arrival order as the admitted ones are tokenized (their c
 the real one) and answered, a smaller one passing a larger one at most `MAX_PASSED_OVER` times.
 It gets 429 with `Retry-After` when it has waited `--max-admission-wait` seconds, or at once when
 the engine's measured token rate says that it would (the work admitted and waiting before it,
-priced at what tokenized requests have really cost against their door estimates), or when the
+priced at what tokenized requests have really cost against their door estimates: a moving
+average, or the last few requests' ratio where all of them cost less, as image requests do,
+whose base64 bytes are far fewer tokens; an image counts what its pixels hold), or when the
 waiting and admitted requests number `--max-concurrent-requests`. With no wait allowed, it gets
 429 at once. Once admitted, a chunked body that streams in past the room, or a pair request that
 costs more than estimated (when a tokenized chunk shows it), gets 429 too. One that costs more
@@ -54,6 +56,8 @@ BODY_BYTES_PER_TOKEN = 8
 MAX_PASSED_OVER = 8
 # The weight of each tokenized request in the moving average of cost over door estimate.
 COST_AVERAGING = 0.05
+# The last requests whose cost over estimate, all lower than the average, prices the next ones.
+RECENT_COSTS = 8
 
 
 @dataclass(eq=False)
@@ -139,6 +143,10 @@ class AdmissionControl:
         # from English JSON's token per four bytes), and the door estimates of the admitted
         # requests not tokenized yet.
         self._cost_per_estimate = cost_per_estimate
+        # The last requests' cost over estimate: a run of requests far cheaper than their
+        # bodies (images: base64 bytes, not tokens) is priced at once, not after the average
+        # has crept down to them.
+        self._recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
         self._unpriced = 0
 
     @property
@@ -350,7 +358,7 @@ class AdmissionControl:
         if not rate:
             return 0.0
         # Its own estimate is among the waiting (priced at the average): count it once, whole.
-        work = self._work(estimate) - self._cost_per_estimate * estimate
+        work = self._work(estimate) - self._cost_ratio() * estimate
         return max(0.0, work - self.max_tokens) / rate
 
     def _work(self, estimate: int) -> float:
@@ -359,7 +367,17 @@ class AdmissionControl:
         (the ones not tokenized yet at what tokenized ones have cost over their estimates),
         and the new one at its estimate (what it will reserve)."""
         guessed = self._unpriced + self._waiting_tokens
-        return self.admitted_tokens - self._unpriced + self._cost_per_estimate * guessed + estimate
+        return self.admitted_tokens - self._unpriced + self._cost_ratio() * guessed + estimate
+
+    def _cost_ratio(self) -> float:
+        """Under the lock: what a request not tokenized yet will cost per token of its door
+        estimate: the moving average, or less where every one of the last `RECENT_COSTS`
+        requests cost less (the guess only decides whether a request waits or is refused at
+        once; waiting is bounded by --max-admission-wait either way)."""
+        recent = self._recent_costs
+        if len(recent) < RECENT_COSTS:
+            return self._cost_per_estimate
+        return min(self._cost_per_estimate, max(recent))
 
     def priced(self, ticket: Ticket, cost: int) -> None:
         """`ticket`'s real cost is known: learn how costs relate to door estimates."""
@@ -371,6 +389,7 @@ class AdmissionControl:
             if ticket.door_estimate > 0:
                 sample = min(cost / ticket.door_estimate, 1.0)
                 self._cost_per_estimate += COST_AVERAGING * (sample - self._cost_per_estimate)
+                self._recent_costs.append(sample)
 
     def _hold(self, tokens: int) -> None:
         self.admitted_tokens += tokens

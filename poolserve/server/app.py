@@ -18,8 +18,9 @@ from poolserve._version import __version__
 from poolserve.config import ServerConfig
 from poolserve.errors import SettingError
 from poolserve.images.fetch import MediaFetcher
+from poolserve.images.processor import image_costs
 from poolserve.memory_bound import sized_bound_message
-from poolserve.server.admission import AdmissionControl
+from poolserve.server.admission import BODY_BYTES_PER_TOKEN, AdmissionControl
 from poolserve.server.admission_door import AdmissionMiddleware
 from poolserve.server.auth import BearerAuthMiddleware
 from poolserve.server.body_limit import BodyLimitMiddleware
@@ -47,6 +48,25 @@ EXPOSED_HEADERS = (
     "x-total-time",
     "retry-after",
 )
+
+
+def largest_request_tokens(config: ServerConfig, models: ServiceRegistry) -> int:
+    """The most one request can cost: its inputs at the longest model's length, its body at
+    one token per `BODY_BYTES_PER_TOKEN` bytes (it is held until the answer: what images'
+    base64 bytes weigh), or its images at what their pixels hold."""
+    images = max(
+        (
+            config.max_images_per_request * image_costs(vision)[1]
+            for service in models
+            if (vision := service.core.model.layout.vision) is not None
+        ),
+        default=0,
+    )
+    return max(
+        config.max_client_batch_size * max(s.max_model_len for s in models),
+        math.ceil(config.max_request_bytes / BODY_BYTES_PER_TOKEN),
+        images,
+    )
 
 
 def create_app(
@@ -100,7 +120,7 @@ def create_app(
         max_requests=config.max_concurrent_requests,
         max_tokens=config.queued_tokens,
         max_request_tokens=config.request_tokens,
-        largest_request_tokens=config.max_client_batch_size * max(s.max_model_len for s in models),
+        largest_request_tokens=largest_request_tokens(config, models),
         # A request past its time limit would get its 504 once admitted: it waits no longer.
         max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
     )

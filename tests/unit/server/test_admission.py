@@ -326,6 +326,40 @@ def test_the_expected_wait_prices_waiting_requests_at_what_tokenized_ones_cost()
     asyncio.run(scenario(learn=True))
 
 
+def test_a_run_of_requests_far_cheaper_than_their_bodies_prices_the_next_at_once() -> None:
+    """Image requests: base64 bytes at the door, a few tokens once prepared. After a run of
+    them (RECENT_COSTS), waiting requests are priced at the run's ratio, not at the average,
+    which creeps down by COST_AVERAGING a request."""
+    from poolserve.server.admission import RECENT_COSTS
+
+    async def scenario(run: int) -> None:
+        admission = waiting_control(rate=100.0, max_wait=5.0, cost_per_estimate=1.0)
+        for _ in range(run):
+            ticket = await admission.enter(400)
+            ticket.tokenized([4], last=True)  # 1 % of its estimate
+            admission.release(ticket)
+        held = [await admission.enter(500), await admission.enter(500)]
+        waiting = await entering(admission, 400)
+        if run < RECENT_COSTS:
+            # The average after a few is still far above 1 %: 1000 + 400 + 500 - 1000 at
+            # about that ratio is more than 5 s.
+            with pytest.raises(OverloadedError, match="about"):
+                await admission.enter(500)
+        else:
+            last = await entering(admission, 500)
+            assert admission.waiting == 2
+            for ticket in held:
+                admission.release(ticket)
+            assert (await waiting).reserved == 400 and (await last).reserved == 500
+            return
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario(RECENT_COSTS - 1))
+    asyncio.run(scenario(RECENT_COSTS))
+
+
 def test_waiting_requests_count_against_max_concurrent_requests() -> None:
     async def scenario() -> None:
         admission = waiting_control(max_requests=3)
