@@ -134,8 +134,8 @@ def preparing_limit(directory: Path, seconds: float) -> float:
     import base64
 
     from poolserve import ModelConfig
+    from poolserve.engine.image_processor import ImageTextProcessor
     from poolserve.images.policy import MediaPolicy
-    from poolserve.images.processor import ImageTextProcessor
     from poolserve.images.sources import ImageInput
     from poolserve.models.loader import prepare_model
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.engine.image_processor import ImageTextProcessor, blank_image
 from poolserve.engine.request import ServeContext
 from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
-from poolserve.images.processor import ImageTextProcessor, blank_image
 from poolserve.images.sources import ImageInput
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask

@@ -21,6 +21,7 @@ from poolserve.config import EngineConfig
 from poolserve.engine.backend import BackendFactory, Collate, Forward, backend_named
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.engine.image_processor import ImageTextProcessor
 from poolserve.engine.layout import runner_layout
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
@@ -169,7 +170,7 @@ class EngineCore:
     def processor(self) -> Any:
         """The calling CPU-pool thread's processor of this model's inputs, which a task's
         preprocessing turns them into work items with: its tokenizer (for an image-text model,
-        a tokenizer that also prepares images: images/processor.py)."""
+        a tokenizer that also prepares images: engine/image_processor.py)."""
         return self.tokenizer()
 
     def tokenizer(self) -> TextTokenizer:
@@ -180,8 +181,6 @@ class EngineCore:
         vision = self.model.layout.vision
         if vision is None:
             return TextTokenizer(self.model.tokenizer_json)
-        from poolserve.images.processor import ImageTextProcessor
-
         return ImageTextProcessor(self.model.tokenizer_json, vision)
 
     @property

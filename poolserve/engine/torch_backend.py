@@ -28,10 +28,10 @@ from poolserve.engine.executor import (
     run_eagerly,
     use_threads,
 )
+from poolserve.engine.image_processor import blank_image
 from poolserve.engine.layout import runner_layout
 from poolserve.engine.tokenizer import TextTokenizer, text_item
 from poolserve.engine.work import RequestGroup, WorkItem
-from poolserve.images.processor import blank_image
 from poolserve.models.image_text import ImageTextModule
 from poolserve.models.kinds import Head
 from poolserve.models.loader import ModelSpec, enable_packing, load_module

@@ -1,3 +1,3 @@
-"""Images for image-text models: where an image may come from (`policy`), how its reference
-becomes bytes (`sources`, `fetch`), how bytes become pixels safely (`decode`), and how pixels
-become the model's input, a work item's payload (`processor`)."""
+"""Image inputs, read safely: where an image may come from (`policy`), how its reference becomes
+bytes (`sources`, and `fetch` for allowed URLs), and how bytes become pixels (`decode`). The
+engine's image processor (engine/image_processor.py) makes the model's input of them."""

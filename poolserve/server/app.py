@@ -16,9 +16,9 @@ from starlette.middleware.cors import CORSMiddleware
 
 from poolserve._version import __version__
 from poolserve.config import ServerConfig
+from poolserve.engine.image_processor import image_costs
 from poolserve.errors import SettingError
 from poolserve.images.fetch import MediaFetcher
-from poolserve.images.processor import image_costs
 from poolserve.memory_bound import sized_bound_message
 from poolserve.server.admission import BODY_BYTES_PER_TOKEN, AdmissionControl
 from poolserve.server.admission_door import AdmissionMiddleware

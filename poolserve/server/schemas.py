@@ -84,6 +84,9 @@ class ModelCard(Documented):
     routes: list[str] = Field(description="the model-specific routes it serves")
     max_model_len: int
     embedding_dim: int | None = Field(description="its embeddings' size (null: it embeds none)")
+    input_modalities: list[Literal["text", "image"]] = Field(
+        description="what its inputs may be: texts, and images for an image-text model"
+    )
     prompts: dict[str, str] = Field(
         description="the model's prompts by name (`prompt_name` in a request), with --prompt's"
     )

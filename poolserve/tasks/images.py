@@ -8,10 +8,10 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from poolserve.engine.image_processor import ImageTextProcessor
 from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
 from poolserve.images.policy import MediaPolicy
-from poolserve.images.processor import ImageTextProcessor
 from poolserve.images.sources import ImageInput
 from poolserve.tasks.inputs import param_of
 

@@ -421,7 +421,7 @@ async def test_score_scores_image_documents_against_text_queries(
 
 
 async def test_admission_prices_an_image_by_what_its_pixels_hold(clip: Engine) -> None:
-    from poolserve.images.processor import image_costs
+    from poolserve.engine.image_processor import image_costs
 
     vision = clip.service.core.model.layout.vision
     assert vision is not None

@@ -105,6 +105,7 @@ def _model_card(state: ServingState, service: ModelService, name: str) -> dict[s
         "routes": list(state.routes_of(service)),
         "max_model_len": service.max_model_len,
         "embedding_dim": service.embedding_dim if service.tasks.embed is not None else None,
+        "input_modalities": ["text", "image"] if service.tasks.images else ["text"],
         **service.tasks.prompts.card(),
     }
 

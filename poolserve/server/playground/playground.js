@@ -13,6 +13,7 @@ const state = {
   model: null,          // the chosen card
   tickets: {},          // per result: the newest request; older answers are dropped
   termNames: new Map(), // model id -> Map(token id -> token string), for sparse terms
+  images: [],           // the chosen image files as {name, uri} (data URIs), for image search
   pollTimer: null,
   polling: false,
 };
@@ -175,6 +176,7 @@ function chooseModel(id) {
     kind,
     card.max_model_len != null && `max ${card.max_model_len} tokens`,
     card.embedding_dim != null && `${card.embedding_dim} dimensions`,
+    Array.isArray(card.input_modalities) && card.input_modalities.includes('image') && 'texts and images',
   ].filter(Boolean).join(' · ') : '';
 
   const missing = [];
@@ -186,6 +188,10 @@ function chooseModel(id) {
   $('btn-tokens').disabled = card == null;
   $('texts-note').textContent = !card ? 'No model is loaded.'
     : missing.length ? `Not served by this ${kind}: ${missing.join('; ')}.` : '';
+
+  const images = card != null && Array.isArray(card.input_modalities) && card.input_modalities.includes('image');
+  $('panel-images').hidden = !images;
+  $('btn-image-search').disabled = !images || state.images.length === 0;
 
   const rerank = card != null && serves('/rerank');
   $('btn-rerank').disabled = !rerank;
@@ -233,11 +239,12 @@ async function run(target, block, work) {
 
 function clearResults() {
   for (const block of ['similarity-block', 'classify-block', 'sparse-block', 'tokens-block']) $(block).hidden = true;
-  for (const id of ['heatmap', 'classify-results', 'sparse-results', 'tokens-results', 'rerank-results']) {
+  for (const id of ['heatmap', 'classify-results', 'sparse-results', 'tokens-results', 'rerank-results', 'image-results']) {
     $(id).replaceChildren();
     delete $(id).dataset.ready;
   }
   $('rerank-results').hidden = true;
+  $('image-results').hidden = true;
 }
 
 function texts() {
@@ -388,6 +395,48 @@ async function rerank() {
     el('span', { class: 'doc' }, result.document ? result.document.text : documents[result.index]),
     el('span', { class: 'muted' }, ` #${result.index}`))));
 }
+
+// ---------------------------------------------------------------- image search
+
+const readAsDataUri = (file) => new Promise((resolve, reject) => {
+  const reader = new FileReader();
+  reader.onload = () => resolve(reader.result);
+  reader.onerror = () => reject(new ApiError(`${file.name}: could not be read (${reader.error && reader.error.message})`, 0));
+  reader.readAsDataURL(file);
+});
+
+$('image-files').addEventListener('change', async (event) => {
+  const files = [...event.target.files];
+  try {
+    state.images = await Promise.all(files.map(async (file) => ({ name: file.name, uri: await readAsDataUri(file) })));
+  } catch (err) {
+    state.images = [];
+    showError(err.message);
+  }
+  $('image-thumbs').replaceChildren(...state.images.map((image, i) => el('figure', { dataset: { index: i } },
+    el('img', { src: image.uri, alt: image.name }), el('figcaption', { title: image.name }, short(image.name, 16)))));
+  $('image-thumbs').dataset.count = String(state.images.length);
+  $('btn-image-search').disabled = state.images.length === 0 || $('panel-images').hidden;
+});
+
+// The images ranked by their vectors' cosine with the query's: /rerank with image documents.
+async function imageSearch() {
+  const query = $('image-query').value.trim();
+  if (!query) throw new ApiError('Type what the image should show.', 0);
+  if (state.images.length === 0) throw new ApiError('Choose at least one image.', 0);
+  const images = state.images;
+  const documents = images.map((image) => ({ image: image.uri }));
+  const body = await api('POST', '/rerank', { model: state.model.id, query, documents, return_documents: false });
+  return (list) => list.replaceChildren(...body.results.map((result) => el('li', { dataset: { index: result.index, score: String(result.relevance_score) } },
+    el('span', { class: 'score', title: String(result.relevance_score) }, fmt(result.relevance_score, 4)),
+    el('img', { class: 'thumb', src: images[result.index].uri, alt: images[result.index].name }),
+    el('span', { class: 'doc' }, images[result.index].name))));
+}
+
+$('images-form').addEventListener('submit', (event) => {
+  event.preventDefault();
+  run('image-results', null, imageSearch);
+});
 
 // ---------------------------------------------------------------- wiring
 
