@@ -48,8 +48,10 @@ class EmbedRequest:
     # Whether the tokenizer adds the model's special tokens around each text (a chat
     # template writes its own: vLLM's add_special_tokens, false for chat).
     add_special_tokens: bool = True
-    # What image inputs (`ImageInput`, for an image-text model) may be and come from.
+    # What image inputs (`ImageInput`, for an image-text model) may be and come from, and how
+    # errors name one ("input 3"; Cohere's "images[3]").
     media: MediaPolicy = field(default_factory=MediaPolicy)
+    image_names: str = "input {}"
 
     @property
     def chunked(self) -> bool:
@@ -157,7 +159,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
             start,
             inputs,
             media=ctx.request.media,
-            name="input {}".format,
+            name=ctx.request.image_names.format,
             texts=lambda at, run: self.preprocess(ctx, processor, at, run),
         )
 

@@ -203,8 +203,11 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
         None if wire.input_type == "image" else wire.input_type
     )
     encode = partial(embed_body, texts=texts, embedding_types=wire.embedding_types, version=version)
-    images = [(f"input {i}", each) for i, each in enumerate(items) if isinstance(each, ImageInput)]
-    request = EmbedRequest(items, prompt, media=call.state.media)
+    names = "images[{}]" if wire.images is not None else "inputs[{}]"
+    images = [
+        (names.format(i), each) for i, each in enumerate(items) if isinstance(each, ImageInput)
+    ]
+    request = EmbedRequest(items, prompt, media=call.state.media, image_names=names)
     return Served(embed, request, params, encode, wire.request_timeout, images)
 
 
