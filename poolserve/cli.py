@@ -122,6 +122,11 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
     from poolserve.services import ServiceRegistry
 
+    # Ctrl-C while the models load exits from the signal handler itself: a KeyboardInterrupt
+    # raised while the main thread runs a finalizer (a garbage collection in the middle of the
+    # load) would be printed and dropped, and the load would go on. A runner may still be busy
+    # loading (or compiling): its thread is left behind.
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
     try:
         served = served_models(args, model_config, engine_config)
         for each in served:
@@ -140,11 +145,6 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)
         return 1
-    except KeyboardInterrupt:
-        # A runner may still be busy loading (or compiling): its thread is left behind.
-        logger.error("interrupted while loading the model; exiting")
-        logging.shutdown()
-        os._exit(130)
     app = create_app(models, replace(server_config, served_model_name=None))
     logger.info(
         "serving %s on http://%s:%d (playground: http://%s:%d/ui)",
@@ -190,6 +190,12 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         logging.shutdown()
         os._exit(1)
     return 0 if server.started else 1
+
+
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    logger.error("interrupted while loading the model; exiting")
+    logging.shutdown()
+    os._exit(128 + signum)
 
 
 def served_models(
