@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import io
-import shutil
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -318,8 +317,3 @@ def image_features(directory: Path, images: Sequence[Any]) -> np.ndarray:
     pixels = processor(images=rgb, return_tensors="pt")["pixel_values"]
     with torch.inference_mode():
         return _as_array(model.get_image_features(pixel_values=pixels))
-
-
-def copy_model(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
-    return target

@@ -36,13 +36,6 @@ class ImageInput:
             return source
         return None
 
-    def describe(self) -> str:
-        """A short form of the source for error messages (a data URI without its data)."""
-        source = self.source
-        if isinstance(source, str):
-            return source.split(",", 1)[0] + ",..." if source.startswith("data:") else source
-        return type(source).__name__
-
 
 def image_bytes(image: ImageInput, where: str, policy: MediaPolicy, param: str) -> bytes | Any:
     """The image's bytes (or, given one in Python, the PIL image itself); a 400 or 413 that
