@@ -115,7 +115,8 @@ def served(directory: Path, seconds: float, concurrency: int) -> tuple[float, fl
 def model_limit(directory: Path, seconds: float) -> float:
     """Images/s of the model alone on prepared pixels, batches of 32."""
     from poolserve import ModelConfig
-    from poolserve.models.loader import load_module, prepare_model
+    from poolserve.backends.torch.loader import load_module
+    from poolserve.models.describe import prepare_model
 
     spec = prepare_model(ModelConfig(model=str(directory)))
     module: Any = load_module(spec)
@@ -134,10 +135,10 @@ def preparing_limit(directory: Path, seconds: float) -> float:
     import base64
 
     from poolserve import ModelConfig
-    from poolserve.engine.image_processor import ImageTextProcessor
-    from poolserve.images.policy import MediaPolicy
-    from poolserve.images.sources import ImageInput
-    from poolserve.models.loader import prepare_model
+    from poolserve.inputs.image_processor import ImageTextProcessor
+    from poolserve.inputs.images.policy import MediaPolicy
+    from poolserve.inputs.images.sources import ImageInput
+    from poolserve.models.describe import prepare_model
 
     spec = prepare_model(ModelConfig(model=str(directory)))
     assert spec.layout.vision is not None

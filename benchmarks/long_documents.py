@@ -23,11 +23,11 @@ import torch
 
 from benchmarks import corpus
 from poolserve import Engine, EngineConfig
-from poolserve.engine.collate import collate
-from poolserve.engine.executor import to_torch
-from poolserve.engine.tokenizer import TextTokenizer, text_item
+from poolserve.backends.torch.executor import to_torch
+from poolserve.backends.torch.loader import load_module
+from poolserve.engine.collate import collate, text_item
 from poolserve.engine.work import RequestGroup
-from poolserve.models.loader import load_module
+from poolserve.inputs.tokenizer import TextTokenizer
 
 
 def rounds_of(fn: Callable[[], object], rounds: int) -> list[float]:

@@ -16,12 +16,13 @@ import torch
 
 from benchmarks.rerank import QUERIES
 from benchmarks.sentences import sentences
+from poolserve.backends.torch.executor import to_torch
+from poolserve.backends.torch.loader import load_module
 from poolserve.config import ModelConfig
-from poolserve.engine.collate import collate
-from poolserve.engine.executor import to_torch
-from poolserve.engine.tokenizer import TextTokenizer, text_item
+from poolserve.engine.collate import collate, text_item
 from poolserve.engine.work import RequestGroup
-from poolserve.models.loader import load_module, prepare_model
+from poolserve.inputs.tokenizer import TextTokenizer
+from poolserve.models.describe import prepare_model
 
 
 def main() -> None:

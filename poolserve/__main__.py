@@ -2,6 +2,6 @@
 
 import sys
 
-from poolserve.cli import main
+from poolserve.commands import main
 
 sys.exit(main())

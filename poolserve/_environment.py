@@ -8,8 +8,8 @@
   must not fan out into a thread pool of its own.
 
 - TORCHINDUCTOR_CACHE_DIR=`POOLSERVE_CACHE_DIR`/inductor: the compiled kernels' cache beside
-  poolserve's own (engine/aot.py). torch reads the variable once, the first time inductor looks
-  for its cache, and then writes its own default into it, so it is set here, up front.
+  poolserve's own (backends/torch/aot.py). torch reads the variable once, the first time inductor
+  looks for its cache, and then writes its own default into it, so it is set here, up front.
 
 All are defaults: a value the user set in the environment wins. They only take effect if this
 module runs before torch (or tokenizers) is imported, which `import poolserve` ensures unless

@@ -40,7 +40,7 @@ from poolserve.bulk.inputs import (
 from poolserve.bulk.parts import JobStateError, PartStore
 
 if TYPE_CHECKING:
-    from poolserve.python_results import CountedEmbeddings
+    from poolserve.offline.results import CountedEmbeddings
 
 logger = logging.getLogger(__name__)
 

@@ -1,16 +1,16 @@
 """Collating work items of tokenized text into the arrays of one forward pass: padded, or packed.
 
 The batch is numpy arrays (the backend seam carries no torch types): a backend makes its own
-tensors of them (the torch backend without a copy, engine/executor.py).
+tensors of them (the torch backend without a copy, backends/torch/executor.py).
 
 Padded: one row per item, padded to the longest. Packed (for a model whose backbone takes it,
-models/packing.py): the items laid end to end in rows of one length, longest first, each into
-the first row with room; the row length is the one, among the longest item's and a few round
-lengths above it, that costs least: rows × length for the linear layers, plus the attention's
-share, which grows with the length (about length ÷ 6 hidden sizes of a token's work).
-Measured on real prose (all-MiniLM-L6-v2, bf16, one thread, 64 sentences of 5-45 tokens): one
-padded batch 315 ms, length buckets 147 ms, packed rows of 64 tokens 97 ms (97.9 % real tokens),
-of the longest item's length 112 ms.
+backends/torch/packing.py): the items laid end to end in rows of one length, longest first, each
+into the first row with room; the row length is the one, among the longest item's and a few round
+lengths above it, that costs least: rows × length for the linear layers, plus the attention's share,
+which grows with the length (about length ÷ 6 hidden sizes of a token's work). Measured on real
+prose (all-MiniLM-L6-v2, bf16, one thread, 64 sentences of 5-45 tokens): one padded batch 315 ms,
+length buckets 147 ms, packed rows of 64 tokens 97 ms (97.9 % real tokens), of the longest item's
+length 112 ms.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poolserve.engine.tokenizer import TokenizedText
-from poolserve.engine.work import WorkItem, admitted_cost
+from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.inputs.tokenizer import TokenizedText
 from poolserve.models.kinds import Head
 
 
@@ -49,12 +49,9 @@ class Batch:
         return int(self.input_ids.size)
 
     @property
-    def priced_tokens(self) -> int:
-        """Its padded tokens as admission prices them: each image at what its pixels hold
-        (`work.admitted_cost`), a text's tokens as they are."""
-        if self.pixel_values is None:
-            return self.padded_tokens
-        return sum(admitted_cost(item.payload) for item in self.items)
+    def held_bytes(self) -> int:
+        """The bytes its items hold beyond their tokens (images' pixels and outputs)."""
+        return sum(item.payload.held_bytes for item in self.items)
 
 
 @dataclass(frozen=True)
@@ -198,3 +195,17 @@ def _pack(
         token_type_ids=token_type_ids,
         packed=PackedRows(positions, segments, pool_weights, first, last, tuple(places)),
     )
+
+
+def text_item(
+    group: RequestGroup,
+    index: int,
+    input_ids: list[int],
+    token_type_ids: list[int] | None = None,
+    head: Head = "embed",
+    attention_mask: list[int] | None = None,
+    pool_from: int = 0,
+) -> WorkItem:
+    """A work item of tokenized text (warm-up batches, benchmarks and tests build them)."""
+    text = TokenizedText(input_ids, token_type_ids, head, attention_mask, pool_from)
+    return WorkItem.of(group, index, text)

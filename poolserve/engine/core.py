@@ -18,21 +18,21 @@ from functools import partial
 from typing import Any
 
 from poolserve.config import EngineConfig
-from poolserve.engine.backend import BackendFactory, Collate, Forward, backend_named
+from poolserve.config.fields import check_settings
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.image_processor import ImageTextProcessor
-from poolserve.engine.layout import runner_layout
+from poolserve.engine.model_backend import BackendFactory, Collate, Forward, backend_named
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
+from poolserve.engine.runner_layout import runner_layout
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, SettingError
+from poolserve.inputs.image_processor import ImageTextProcessor
+from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
-from poolserve.settings import check_settings
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class EngineCore:
     def processor(self) -> Any:
         """The calling CPU-pool thread's processor of this model's inputs, which a task's
         preprocessing turns them into work items with: its tokenizer (for an image-text model,
-        a tokenizer that also prepares images: engine/image_processor.py)."""
+        a tokenizer that also prepares images: inputs/image_processor.py)."""
         return self.tokenizer()
 
     def tokenizer(self) -> TextTokenizer:

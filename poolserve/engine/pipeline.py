@@ -22,7 +22,7 @@ import numpy as np
 
 from poolserve.engine.core import EngineCore
 from poolserve.engine.request import Encoder, ServeContext, Task
-from poolserve.engine.work import RequestGroup, WorkItem, admitted_cost
+from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, PoolserveError
 
 RequestT = TypeVar("RequestT")
@@ -56,7 +56,11 @@ def _prepare_chunk(
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if ctx.cost_meter is not None:
             last = chunk_index == len(ctx.chunk_tokens) - 1
-            ctx.cost_meter.tokenized([admitted_cost(item.payload) for item in items], last=last)
+            ctx.cost_meter.tokenized(
+                [item.cost for item in items],
+                held_bytes=[item.payload.held_bytes for item in items],
+                last=last,
+            )
         if not group.finished:
             engine.submit(items)
     except PoolserveError as exc:

@@ -18,8 +18,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.tokenizer import Side
 from poolserve.engine.work import Parts, Payload
+from poolserve.inputs.tokenizer import Side
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -60,11 +60,14 @@ class Timings:
 
 
 class CostMeter(Protocol):
-    """Told the token counts of each tokenized chunk of a request, in order, before the chunk
-    reaches the engine; raises (a PoolserveError) to refuse the request. The HTTP server's
-    admission ticket is one."""
+    """Told what each prepared chunk of a request holds, in order, before the chunk reaches the
+    engine: each item's tokens, and the bytes it holds beyond them (an image's pixels and
+    output; 0 for text); raises (a PoolserveError) to refuse the request. The HTTP server's
+    admission ticket is one, and prices them in its own units."""
 
-    def tokenized(self, lengths: Sequence[int], *, last: bool) -> None: ...
+    def tokenized(
+        self, lengths: Sequence[int], *, last: bool, held_bytes: Sequence[int] = ()
+    ) -> None: ...
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from poolserve.engine.backend import Forward
 from poolserve.engine.collate import Batch
+from poolserve.engine.model_backend import Forward
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
@@ -130,7 +130,7 @@ class Runner:
             tokens=sum(item.cost for item in items),
             padded_tokens=batch.padded_tokens,
             seconds=ended - started,
-            priced_tokens=batch.priced_tokens,
+            held_bytes=batch.held_bytes,
         )
         for row, item in enumerate(items):
             item.deliver(outputs[row], ended)

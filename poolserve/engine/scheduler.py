@@ -34,7 +34,7 @@ over, none of its items in them, seeds the next batch, however many items it has
 request under a steady stream of small ones would otherwise never be seeded, and, with the
 batches full of small ones, never filled in either).
 
-A model that runs packed batches (several inputs to a row, models/packing.py) has nothing to
+A model that runs packed batches (several inputs to a row, backends/torch/packing.py) has nothing to
 cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes the
 short items in the order above, whatever their lengths, as many as the token budget holds
 (counted in real tokens). Longer inputs share few rows (a row's attention costs its length

@@ -24,9 +24,11 @@ class RunnerCounters:
     # The inputs' own tokens, and the tokens their batches held with padding.
     tokens: int = 0
     padded_tokens: int = 0
-    # The padded tokens, each image counted as admission prices it (what its pixels hold,
-    # work.admitted_cost): the rate admission compares admitted work with.
-    priced_tokens: int = 0
+    # The work the rate admission compares admitted work with: the padded tokens of batches
+    # that hold nothing beyond their tokens (text), and the bytes held by those that do
+    # (images' pixels and outputs, `work.Payload.held_bytes`).
+    token_work: int = 0
+    held_bytes: int = 0
     failed_batches: int = 0
     # Seconds this runner spent in forward passes (the rest of its time it waited for work).
     busy_seconds: float = 0.0
@@ -43,7 +45,8 @@ class RunnerSnapshot:
     failed_batches: int
     busy_seconds: float
     alive: bool
-    priced_tokens: int = 0
+    token_work: int = 0
+    held_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,14 @@ class StatsSnapshot:
 
     @property
     def tokens_per_second(self) -> float:
-        """What the engine as a whole runs, in admission's tokens (padded tokens; an image at
-        its price): each runner's measured rate, summed over the runners still alive (0 before
-        the first batch)."""
-        return token_rate((r.priced_tokens, r.busy_seconds, r.alive) for r in self.runners)
+        """The padded tokens of text batches the engine as a whole runs: each runner's measured
+        rate, summed over the runners still alive (0 before the first batch)."""
+        return token_rate((r.token_work, r.busy_seconds, r.alive) for r in self.runners)
+
+    @property
+    def held_bytes_per_second(self) -> float:
+        """The same for the bytes image batches hold."""
+        return token_rate((r.held_bytes, r.busy_seconds, r.alive) for r in self.runners)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -102,7 +109,7 @@ class StatsSnapshot:
 
 
 def token_rate(runners: Iterable[tuple[int, float, bool]]) -> float:
-    """Tokens a second from each runner's (padded tokens, busy seconds, alive): the alive
+    """Work a second from each runner's (work done, busy seconds, alive): the alive
     runners' rates summed, or, with none alive that ran, the rate of all of them."""
     counts = list(runners)
     rate = sum(tokens / busy for tokens, busy, alive in counts if alive and busy)
@@ -144,10 +151,10 @@ class EngineStats:
         tokens: int,
         padded_tokens: int,
         seconds: float,
-        priced_tokens: int | None = None,
+        held_bytes: int = 0,
     ) -> None:
         """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs.
-        `priced_tokens`: its padded tokens in admission's prices (None: the padded tokens)."""
+        `held_bytes`: what its items hold beyond their tokens (images)."""
         with self._lock:
             self._running -= 1
             counters = self._runners[runner]
@@ -158,7 +165,10 @@ class EngineStats:
             counters.items += items
             counters.tokens += tokens
             counters.padded_tokens += padded_tokens
-            counters.priced_tokens += padded_tokens if priced_tokens is None else priced_tokens
+            if held_bytes:
+                counters.held_bytes += held_bytes
+            else:
+                counters.token_work += padded_tokens
             counters.busy_seconds += seconds
             self._batch_sizes[items] += 1
             self._batch_tokens[padded_tokens] += 1
@@ -174,11 +184,16 @@ class EngineStats:
     # -- readers ------------------------------------------------------------------------------
 
     def tokens_per_second(self) -> float:
-        """`StatsSnapshot.tokens_per_second` without building a snapshot (admission reads it
-        for every refusal's Retry-After)."""
+        """`StatsSnapshot.tokens_per_second` without building a snapshot."""
+        return self.work_rate()[0]
+
+    def work_rate(self) -> tuple[float, float]:
+        """`StatsSnapshot`'s tokens and held bytes per second without building a snapshot
+        (admission reads them for every refusal's Retry-After)."""
         with self._lock:
-            counts = [(c.priced_tokens, c.busy_seconds, c.alive) for c in self._runners]
-        return token_rate(counts)
+            tokens = [(c.token_work, c.busy_seconds, c.alive) for c in self._runners]
+            held = [(c.held_bytes, c.busy_seconds, c.alive) for c in self._runners]
+        return token_rate(tokens), token_rate(held)
 
     def snapshot(self) -> StatsSnapshot:
         with self._lock:
@@ -192,7 +207,8 @@ class EngineStats:
                     c.failed_batches,
                     c.busy_seconds,
                     c.alive,
-                    c.priced_tokens,
+                    c.token_work,
+                    c.held_bytes,
                 )
                 for index, c in enumerate(self._runners)
             )

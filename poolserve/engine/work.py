@@ -118,11 +118,11 @@ class Payload(Protocol):
         """What the forward pass must return for it; a batch holds one head only."""
         ...
 
-
-def admitted_cost(payload: Any) -> int:
-    """What a payload counts in admission: its cost, or (an image, whose pixels hold more than
-    its tokens' share) the `admitted` tokens it says."""
-    return int(getattr(payload, "admitted", payload.cost))
+    @property
+    def held_bytes(self) -> int:
+        """The bytes it holds beyond what its tokens' share covers (an image's pixels and its
+        output; 0 for text): what the server's admission prices it by, with its tokens."""
+        ...
 
 
 @dataclass(frozen=True)

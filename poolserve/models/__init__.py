@@ -1,3 +1,4 @@
-"""Loading pooling models: finding the directory (`resolve`), reading its layout (`layout`,
-`kinds`), building the module (`loader`, `module`). Import the submodules: this package imports
-nothing itself, so that the CLI can read `kinds` without importing torch."""
+"""A checkpoint described before anything is loaded, torch-free: its directory (`resolve`), its
+layout (`layout`, `vision`), what kind of model it is (`kinds`), the LLM reranker's template
+(`score_template`), and all of it together (`describe` makes a `spec.ModelSpec`). The weights
+are a backend's to load (`backends/`)."""

@@ -15,8 +15,9 @@ from poolserve.models.layout import ModelLayout
 Kind = Literal[
     "embedding", "cross_encoder", "classifier", "late_interaction", "sparse", "token_classifier"
 ]
-# "m3": BGE-M3's dense, lexical and multi-vector outputs of one forward pass (models/module.py);
-# "image_embed": an image-text model's image vectors (models/image_text.py).
+# "m3": BGE-M3's dense, lexical and multi-vector outputs of one forward pass
+# (backends/torch/module.py); "image_embed": an image-text model's image vectors
+# (backends/torch/image_text.py).
 Head = Literal["embed", "token_embed", "classify", "token_classify", "sparse", "m3", "image_embed"]
 
 KINDS: tuple[Kind, ...] = (

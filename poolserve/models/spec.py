@@ -1,6 +1,6 @@
 """What is known about a model before its weights are loaded (`ModelSpec`): its layout, kind,
 tokenizer, and where and in what precision it runs, by name. No torch here: the engine and the
-backend seam read it; models/loader.py makes it (`prepare_model`) and loads the weights."""
+backend seam read it; models/describe.py makes it (`prepare_model`) and loads the weights."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ towers embed into, and how its texts are padded.
 Detected from config.json's `model_type` ("clip", "siglip": `CLIPModel`, `SiglipModel`, and
 SigLIP 2's fixed-resolution checkpoints, which are `SiglipModel`s with a Gemma tokenizer). The
 image processor's settings (resize, crop, normalization) stay in preprocessor_config.json, read
-by transformers' own image processor (engine/image_processor.py).
+by transformers' own image processor (inputs/image_processor.py).
 
 SigLIP's text tower pools its last position, whatever token is there: it was trained on texts
 padded to their full length (64 tokens), and transformers' model card pads them so

@@ -18,14 +18,14 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:
-    from poolserve.python_results import CountedEmbeddings
+    from poolserve.offline.results import CountedEmbeddings
 
 
 class _EngineActor:
     """An engine in a Ray actor (`ray.remote` below)."""
 
     def __init__(self, model_config: ModelConfig, engine_config: EngineConfig) -> None:
-        from poolserve.offline import Engine
+        from poolserve.offline.engine import Engine
 
         self.engine = Engine(model_config=model_config, engine_config=engine_config)
 

@@ -13,7 +13,7 @@ import ray
 from ray import serve
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.models.loader import prepare_model
+from poolserve.models.describe import prepare_model
 from poolserve.ray.bulk import RayEmbedder
 from poolserve.ray.cluster import check_fits, connect
 from poolserve.ray.replica import APP_NAME, deployment

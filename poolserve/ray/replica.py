@@ -17,8 +17,8 @@ from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
+from poolserve.config.values import flag_arguments, unknown_setting
 from poolserve.errors import SettingError
-from poolserve.flags import flag_arguments, unknown_setting
 from poolserve.ray.cluster import actor_engine_config
 
 APP_NAME = "poolserve"
@@ -32,7 +32,7 @@ class EngineReplica:
     def __init__(
         self, model_config: ModelConfig, engine_config: EngineConfig, server_config: ServerConfig
     ) -> None:
-        from poolserve.offline import Engine
+        from poolserve.offline.engine import Engine
 
         self.server_config = server_config
         self.engine = Engine(model_config=model_config, engine_config=engine_config)
@@ -40,14 +40,18 @@ class EngineReplica:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.server import create_app
+        from poolserve.server.admission.budget import sized_for
         from poolserve.server.gc_freeze import freeze_loaded_objects
 
         service = self.engine.service
         # Replicas share their node: each sizes its default bound from its share of the
         # node's memory, as much as of its cores.
         cores = self.engine_cores / (os.cpu_count() or 1)
-        config = self.server_config.sized_for(
-            [service.output_floats], service.max_model_len, memory_share=min(1.0, cores)
+        config = sized_for(
+            self.server_config,
+            [service.output_floats],
+            service.max_model_len,
+            memory_share=min(1.0, cores),
         )
         app = create_app(service, config)
         app.add_middleware(WithoutRequestIdHeader)
@@ -132,7 +136,7 @@ def build_app(args: Mapping[str, Any]) -> Application:
     `args` are `poolserve serve` flags by name (`model`, `replicas`, `dtype`,
     `max_queued_tokens` or `max-queued-tokens`, ...), checked as the command line checks them;
     a list value repeats its flag."""
-    from poolserve.command_line import NARGS_FLAGS, configs_from_args, parse_args
+    from poolserve.config.grammar import NARGS_FLAGS, configs_from_args, parse_args
 
     known = set(vars(parse_args(["serve", "--ray"]))) - {"command", "ray"}
     for key in args:

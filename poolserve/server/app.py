@@ -16,23 +16,24 @@ from starlette.middleware.cors import CORSMiddleware
 
 from poolserve._version import __version__
 from poolserve.config import ServerConfig
-from poolserve.engine.image_processor import image_costs
 from poolserve.errors import SettingError
-from poolserve.images.fetch import MediaFetcher
-from poolserve.memory_bound import sized_bound_message
-from poolserve.server.admission import BODY_BYTES_PER_TOKEN, AdmissionControl
-from poolserve.server.admission_door import AdmissionMiddleware
-from poolserve.server.auth import BearerAuthMiddleware
-from poolserve.server.body_limit import BodyLimitMiddleware
-from poolserve.server.direct_routes import DirectRouteMiddleware
+from poolserve.inputs.image_processor import image_held_bytes
+from poolserve.inputs.images.fetch import MediaFetcher
+from poolserve.inputs.images.policy import MediaPolicy
+from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
+from poolserve.server.admission.control import BODY_BYTES_PER_TOKEN, AdmissionControl
+from poolserve.server.admission.door import AdmissionMiddleware
 from poolserve.server.errors import UnexpectedErrorMiddleware, install_error_handlers
-from poolserve.server.metrics import Metrics, MetricsMiddleware
-from poolserve.server.model_routes import COMMON_ROUTES, model_routes, routers_for
-from poolserve.server.playground_routes import ASSETS, PAGE
+from poolserve.server.middleware.auth import BearerAuthMiddleware
+from poolserve.server.middleware.body_limit import BodyLimitMiddleware
+from poolserve.server.middleware.dispatch import DirectRouteMiddleware
+from poolserve.server.observe.metrics import Metrics, MetricsMiddleware
+from poolserve.server.playground import ASSETS, PAGE
+from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.shutdown import GracePeriod
 from poolserve.server.state import ServingState
-from poolserve.service import ModelService
-from poolserve.services import ServiceRegistry
+from poolserve.service.model_service import ModelService
+from poolserve.service.registry import ServiceRegistry
 
 logger = logging.getLogger("poolserve")
 
@@ -50,13 +51,16 @@ EXPOSED_HEADERS = (
 )
 
 
-def largest_request_tokens(config: ServerConfig, models: ServiceRegistry) -> int:
+def largest_request_tokens(
+    config: ServerConfig, models: ServiceRegistry, per_token_bytes: int
+) -> int:
     """The most one request can cost: its inputs at the longest model's length, its body at
     one token per `BODY_BYTES_PER_TOKEN` bytes (it is held until the answer: what images'
     base64 bytes weigh), or its images at what their pixels hold."""
     images = max(
         (
-            config.max_images_per_request * image_costs(vision)[1]
+            config.max_images_per_request
+            * max(vision.image_tokens, math.ceil(image_held_bytes(vision) / per_token_bytes))
             for service in models
             if (vision := service.core.model.layout.vision) is not None
         ),
@@ -87,7 +91,7 @@ def create_app(
         )
     max_model_len = max(service.max_model_len for service in models)
     outputs = [service.output_floats for service in models]
-    sized = config.sized_for(outputs, max_model_len)
+    sized = sized_for(config, outputs, max_model_len)
     if sized is not config:
         logger.info(
             sized_bound_message(sized.queued_tokens, sized.max_concurrent_requests, outputs)
@@ -95,7 +99,8 @@ def create_app(
     config = sized
     config.check_limits(max_model_len)
 
-    fetcher = MediaFetcher(config.media) if config.allowed_media_domains else None
+    media = MediaPolicy.of_server(config)
+    fetcher = MediaFetcher(media) if config.allowed_media_domains else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -115,12 +120,20 @@ def create_app(
         lifespan=lifespan,
         static_url=DOCS_ASSETS,
     )
+    per_token_bytes = max(bytes_per_token(*service.output_floats) for service in models)
+
+    def token_rate() -> float:
+        """What the engines run a second, in admission's tokens."""
+        rates = [service.core.stats.work_rate() for service in models]
+        return sum(tokens + held / per_token_bytes for tokens, held in rates)
+
     admission = AdmissionControl(
-        lambda: sum(s.core.stats.tokens_per_second() for s in models),
+        token_rate,
+        bytes_per_token=per_token_bytes,
         max_requests=config.max_concurrent_requests,
         max_tokens=config.queued_tokens,
         max_request_tokens=config.request_tokens,
-        largest_request_tokens=largest_request_tokens(config, models),
+        largest_request_tokens=largest_request_tokens(config, models, per_token_bytes),
         # A request past its time limit would get its 504 once admitted: it waits no longer.
         max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
     )
@@ -138,7 +151,7 @@ def create_app(
         request_timeout=config.request_timeout,
         gzip_min_bytes=config.gzip_min_bytes,
         max_request_bytes=config.max_request_bytes,
-        media=config.media,
+        media=media,
         fetcher=fetcher,
     )
     routers = routers_for([service.tasks for service in models])

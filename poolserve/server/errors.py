@@ -1,13 +1,18 @@
-"""Turning exceptions into OpenAI-style error responses: `{"error": {message, type, param, code}}`.
+"""Turning exceptions into error responses: OpenAI's `{"error": {message, type, param, code}}`,
+or the shape of the API family a route belongs to (`ErrorShape`: text-embeddings-inference's and
+Voyage AI's are declared in their modules under `server/apis/`).
 
-Client mistakes get their 4xx with a message that says how to fix them; anything unexpected is
-logged with its traceback and answered with a 500 that carries no internals.
+OpenAI's is every route's by default (and what the door refuses with: 401 always, 413 and 429
+before a body is read). Client mistakes get their 4xx with a message that says how to fix them;
+anything unexpected is logged with its traceback and answered with a 500 that carries no
+internals.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
 
@@ -184,24 +189,23 @@ def _no_such_route(request: Request) -> str:
 # An error in an API family's own shape: (status, message, headers) → the response.
 ErrorRender = Callable[[int, str, Mapping[str, str] | None], Response]
 # Set in a request's scope by a handler whose API family answers errors in its own shape
-# (server/error_shapes.py); absent, they take OpenAI's.
+# (server/errors.py); absent, they take OpenAI's.
 ERROR_RENDER = "poolserve.error_render"
-_TEI_ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
 
 
-def answer_errors_with(request: Request, render: ErrorRender) -> None:
-    """From here on, `request`'s errors are answered by `render`."""
-    request.scope[ERROR_RENDER] = render
+@dataclass(frozen=True)
+class ErrorShape:
+    """An API family's errors: their body as the OpenAPI document gives it, and how to write
+    one (None: OpenAI's, the default)."""
+
+    body: type[BaseModel]
+    render: ErrorRender | None = None
 
 
-def tei_error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    """text-embeddings-inference's error shape: `{"error", "error_type"}`."""
-    body = {"error": message, "error_type": _TEI_ERROR_TYPES.get(status, "Validation")}
-    return Response(
-        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
-    )
+def answer_errors_as(request: Request, shape: ErrorShape) -> None:
+    """From here on, `request`'s errors take `shape` (OpenAI's unless it renders its own)."""
+    if shape.render is not None:
+        request.scope[ERROR_RENDER] = shape.render
 
 
 def _family_error(

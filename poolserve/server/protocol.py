@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput
 
 TokenIds = list[StrictInt]
 

@@ -34,14 +34,6 @@ class ErrorBody(Documented):
     error: ErrorDetail
 
 
-class TeiErrorBody(Documented):
-    """text-embeddings-inference's error shape, on its routes (and on a route that also takes
-    another family's body, for a TEI body)."""
-
-    error: str = Field(description="what went wrong and how to fix the request")
-    error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
-
-
 class Usage(Documented):
     prompt_tokens: int
     total_tokens: int

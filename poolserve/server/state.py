@@ -6,18 +6,19 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
+from starlette.requests import Request
 from starlette.types import Scope
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
-from poolserve.images.fetch import MediaFetcher
-from poolserve.images.policy import MediaPolicy
+from poolserve.inputs.images.fetch import MediaFetcher
+from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
-from poolserve.server.admission import AdmissionControl
-from poolserve.server.metrics import MODEL_KEY, Metrics
+from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.observe.metrics import MODEL_KEY, Metrics
 from poolserve.server.shutdown import GracePeriod
-from poolserve.service import ModelService
-from poolserve.services import ServiceRegistry
+from poolserve.service.model_service import ModelService
+from poolserve.service.registry import ServiceRegistry
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,9 @@ class ServingState:
         """True for the model's own routes, and for routes no model owns (every model serves
         /tokenize)."""
         return path in self.routes_of(service) or not any(path in r for r in self.model_routes)
+
+
+def state_of(request: Request) -> ServingState:
+    """What the routes of `request`'s app share."""
+    state: ServingState = request.app.state.serving
+    return state

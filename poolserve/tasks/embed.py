@@ -10,13 +10,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from poolserve.config import LongInput
-from poolserve.engine.image_processor import ImageTextProcessor
 from poolserve.engine.request import PoolingParams, ServeContext
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
-from poolserve.images.policy import MediaPolicy
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.image_processor import ImageTextProcessor
+from poolserve.inputs.images.policy import MediaPolicy
+from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.chat import ChatOptions, Conversation
 from poolserve.tasks.chunking import (

@@ -8,11 +8,11 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from poolserve.engine.image_processor import ImageTextProcessor
-from poolserve.engine.tokenizer import TextTokenizer
 from poolserve.errors import InvalidRequestError
-from poolserve.images.policy import MediaPolicy
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.image_processor import ImageTextProcessor
+from poolserve.inputs.images.policy import MediaPolicy
+from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.tasks.inputs import param_of
 
 

@@ -9,9 +9,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from poolserve.engine.request import PoolingParams, ServeContext
-from poolserve.engine.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.inputs.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 
 Inputs = Sequence[str] | Sequence[list[int]]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.engine.request import ServeContext
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
+from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.inputs import l2_normalize
 from poolserve.tasks.score import BiEncoderScorer, ScoreRequest
 

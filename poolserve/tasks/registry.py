@@ -6,7 +6,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 from poolserve.tasks.chat import ChatTemplate

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from poolserve.engine.request import ServeContext
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
-from poolserve.images.policy import MediaPolicy
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.policy import MediaPolicy
+from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.images import has_images, with_images

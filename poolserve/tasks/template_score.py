@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from poolserve.engine.request import ServeContext
-from poolserve.engine.tokenizer import TextTokenizer, TokenizedText
 from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.score_template import ScoreTemplate
 from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.inputs import bound_text

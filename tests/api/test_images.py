@@ -421,14 +421,15 @@ async def test_score_scores_image_documents_against_text_queries(
 
 
 async def test_admission_prices_an_image_by_what_its_pixels_hold(clip: Engine) -> None:
-    from poolserve.engine.image_processor import image_costs
+    from poolserve.inputs.image_processor import image_held_bytes
 
     vision = clip.service.core.model.layout.vision
     assert vision is not None
-    cost, admitted = image_costs(vision)
     # The tiny model's 16 floats cost 128 + 5 × 16 bytes a token: 3 × 224² float32 pixels hold
     # far more than its 50 tokens.
-    assert (cost, admitted) == (50, -(-4 * (3 * 224 * 224 + 16) // (128 + 5 * 16)))
+    assert vision.image_tokens == 50
+    assert image_held_bytes(vision) == 4 * (3 * 224 * 224 + 16)
+    admitted = -(-image_held_bytes(vision) // (128 + 5 * 16))
     config = ServerConfig(
         max_request_tokens=2 * admitted, max_queued_tokens=4 * admitted, max_client_batch_size=64
     )

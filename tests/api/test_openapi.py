@@ -157,7 +157,7 @@ def documented_error_shapes(spec: dict[str, Any], path: str, status: int) -> set
 
 ERROR_MODELS: dict[str, type[BaseModel]] = {
     "ErrorBody": schemas.ErrorBody,
-    "TeiErrorBody": schemas.TeiErrorBody,
+    "TeiErrorBody": tei.TeiErrorBody,
     "DetailErrorBody": voyage.DetailErrorBody,
 }
 

@@ -1,8 +1,8 @@
 """A server launcher that injects faults into the model's forward pass: test harness only.
 
-`python -m tests.e2e.faults serve ...` runs `poolserve.cli.main` with a model backend that wraps
-the real one: each runner's forward is wrapped once the real backend has loaded and warmed it up
-(so warm-up is neither slowed nor poisoned). What to inject comes as JSON in the HARNESS_FAULTS
+`python -m tests.e2e.faults serve ...` runs `poolserve.commands.main` with a model backend that
+wraps the real one: each runner's forward is wrapped once the real backend has loaded and warmed it
+up (so warm-up is neither slowed nor poisoned). What to inject comes as JSON in the HARNESS_FAULTS
 environment variable:
 
 - `delay`: seconds every batch sleeps before its forward pass (a slow model);
@@ -84,7 +84,7 @@ class FaultyBackend:
 
 def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
     """A `BackendFactory`: the real torch backend, wrapped."""
-    from poolserve.engine.torch_backend import make_backend
+    from poolserve.backends.torch.backend import make_backend
 
     def build(*args: Any) -> FaultyBackend:
         return FaultyBackend(make_backend(*args), faults)
@@ -94,7 +94,7 @@ def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
 
 def main(argv: Sequence[str]) -> int:
     import poolserve  # noqa: F401 - first: sets the threading environment before torch
-    from poolserve.cli import main as cli_main
+    from poolserve.commands import main as cli_main
 
     faults = json.loads(os.environ.get(ENV) or "{}")
     return cli_main(list(argv), backend=faulty_backend(faults))

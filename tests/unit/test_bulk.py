@@ -18,11 +18,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from poolserve import cli, offline
+from poolserve import commands
 from poolserve.bulk.inputs import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, JobOptions, run_job
 from poolserve.bulk.parts import JobStateError
 from poolserve.errors import ModelLoadError
+from poolserve.offline import engine as offline_engine
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
 TEXTS = [" ".join(WORDS[i : i + 3 + i % 7]) for i in range(40)]
@@ -190,7 +191,7 @@ def test_poolserve_embed_checks_its_job_before_loading_a_model(
     def no_model(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("loaded a model for a job that cannot run")
 
-    monkeypatch.setattr(offline, "Engine", no_model)
+    monkeypatch.setattr(offline_engine, "Engine", no_model)
     cases = [
         ([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a.npy")], "no such file"),
         ([spec.path, "-o", str(tmp_path / "a.csv")], "cannot write a.csv: name the output"),
@@ -198,7 +199,7 @@ def test_poolserve_embed_checks_its_job_before_loading_a_model(
     ]
     for argv, message in cases:
         caplog.clear()
-        assert cli.main(["embed", *argv]) == 1
+        assert commands.main(["embed", *argv]) == 1
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert len(errors) == 1 and message in errors[0], errors
     # A job that will resume says so before the model loads.
@@ -206,7 +207,7 @@ def test_poolserve_embed_checks_its_job_before_loading_a_model(
     job_file.write_text(job_file.read_text().replace('"complete": true', '"complete": false'))
     caplog.clear()
     with caplog.at_level(logging.INFO), pytest.raises(AssertionError, match="loaded a model"):
-        cli.main(["embed", spec.path, "-o", str(finished), "--part-rows", "16"])
+        commands.main(["embed", spec.path, "-o", str(finished), "--part-rows", "16"])
     assert any("resumes after them" in r.getMessage() for r in caplog.records)
 
 
@@ -221,7 +222,7 @@ def test_a_bulk_job_never_waits_for_a_compile_unless_asked(
         given.append(engine_config)
         raise ModelLoadError("stopped before loading")
 
-    monkeypatch.setattr(offline, "Engine", engine)
+    monkeypatch.setattr(offline_engine, "Engine", engine)
     path = write_input(tmp_path, "text")
-    assert cli.main(["embed", str(path), "-o", str(tmp_path / "out.parquet"), *flag]) == 1
+    assert commands.main(["embed", str(path), "-o", str(tmp_path / "out.parquet"), *flag]) == 1
     assert [config.compile for config in given] == [mode]

@@ -11,15 +11,16 @@ from dataclasses import replace
 import pytest
 
 from poolserve import __version__
-from poolserve.cli import main
-from poolserve.command_line import build_parser, configs_from_args, parse_args
+from poolserve.commands import main
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.memory_bound import (
+from poolserve.config.grammar import build_parser, configs_from_args, parse_args
+from poolserve.server.admission.budget import (
     MOST_QUEUED_TOKENS,
     admitted_bytes,
     bytes_per_token,
     default_queued_tokens,
     machine_memory,
+    sized_for,
 )
 from tests.e2e.conftest import free_port
 
@@ -230,13 +231,13 @@ def test_the_default_limits_fit_together_for_models_up_to_8192_tokens() -> None:
     defaults = configs()[2]
     assert defaults.max_queued_tokens is None  # sized from memory once the models are known
     for max_model_len in (128, 256, 512, 8192):
-        sized = defaults.sized_for([(384, False)], max_model_len)
+        sized = sized_for(defaults, [(384, False)], max_model_len)
         assert sized.request_tokens == sized.queued_tokens // 2
         sized.check_limits(max_model_len)
     with pytest.raises(ValueError, match="less than the model's length limit 256"):
         replace(defaults, max_request_tokens=200, max_client_batch_size=50).check_limits(256)
     # A request limit given alone: the bound sized for it holds two such requests.
-    alone = replace(defaults, max_request_tokens=1_000_000).sized_for([(384, False)], 512)
+    alone = sized_for(replace(defaults, max_request_tokens=1_000_000), [(384, False)], 512)
     assert alone.queued_tokens >= 2_000_000
     alone.check_limits(512)
 
@@ -437,11 +438,11 @@ def test_help_states_each_default_once(command: str, capsys: pytest.CaptureFixtu
 def test_the_memory_limit_is_read_from_the_processs_own_cgroups_too() -> None:
     from pathlib import Path
 
-    from poolserve.memory_bound import cgroup_limit_files
+    from poolserve.server.admission.budget import cgroup_limit_files
 
-    v2 = cgroup_limit_files("0::/system.slice/poolserve.service\n")
+    v2 = cgroup_limit_files("0::/system.slice/poolserve.service.model_service\n")
     assert v2 == [
-        Path("/sys/fs/cgroup/system.slice/poolserve.service/memory.max"),
+        Path("/sys/fs/cgroup/system.slice/poolserve.service.model_service/memory.max"),
         Path("/sys/fs/cgroup/system.slice/memory.max"),
         Path("/sys/fs/cgroup/memory.max"),
     ]
@@ -458,6 +459,6 @@ def test_servers_sharing_a_machine_size_their_bounds_from_their_share() -> None:
     """A Ray replica of a quarter of the node's cores sizes its default bound from a quarter
     of its memory: replicas together stay within an eighth of it."""
     defaults = configs()[2]
-    whole = defaults.sized_for([(384, False)], 256).queued_tokens
-    quarter = defaults.sized_for([(384, False)], 256, memory_share=0.25).queued_tokens
+    whole = sized_for(defaults, [(384, False)], 256).queued_tokens
+    quarter = sized_for(defaults, [(384, False)], 256, memory_share=0.25).queued_tokens
     assert quarter < whole / 3

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from poolserve.cli import main
+from poolserve.commands import main
 from poolserve.config import EngineConfig, ModelConfig, ServedModel
+from poolserve.config.model_file import base_settings, read_model_file
 from poolserve.errors import SettingError
-from poolserve.model_file import base_settings, read_model_file
 from tests.e2e.conftest import free_port
 
 BASE = base_settings(ModelConfig(), EngineConfig(max_batch_size=64, compile="auto"))

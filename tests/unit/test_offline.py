@@ -131,13 +131,13 @@ def test_concurrent_callers_get_their_own_results(engine: Any, corpus: Corpus) -
 def test_an_engine_that_fails_after_start_up_leaves_no_thread_behind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import poolserve.service
+    import poolserve.service.model_service
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("building the tasks failed")
 
     before = {thread.ident for thread in threading.enumerate()}
-    monkeypatch.setattr(poolserve.service, "build_tasks", broken)
+    monkeypatch.setattr(poolserve.service.model_service, "build_tasks", broken)
     with pytest.raises(RuntimeError, match="building the tasks failed"):
         Engine(model_config=ModelConfig(dtype="float32"))
     left = [

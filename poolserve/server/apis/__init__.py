@@ -1,5 +1,5 @@
 """The API families poolserve speaks, one module each: its request schemas, answer docs,
-encoders and endpoint declarations (see `server/endpoint.py`), and any routes it writes out by
+encoders and endpoint declarations (see `server/template.py`), and any routes it writes out by
 hand (`ROUTES`, served whatever the models are).
 
 `FAMILIES` registers them: adding a family is its module and one line here. Where two families
@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from poolserve.server.apis import admin, cohere, openai, rerank, tei, vllm, voyage
-from poolserve.server.endpoint import Endpoint
+from poolserve.server.template import Endpoint
 
 FAMILIES: tuple[ModuleType, ...] = (admin, openai, cohere, vllm, rerank, tei, voyage)
 

@@ -12,11 +12,10 @@ from starlette.responses import Response
 
 from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.tei.answers import TeiTokenizeResponse, tokens_body
-from poolserve.server.apis.tei.requests import TeiTokenizeRequest
+from poolserve.server.apis.tei.answers import TeiErrorBody, TeiTokenizeResponse, tokens_body
+from poolserve.server.apis.tei.requests import TeiTokenizeRequest, parse_tei_or
 from poolserve.server.body import parse_body
 from poolserve.server.errors import error_response
-from poolserve.server.handlers import parse_tei_or_other, state_of
 from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
@@ -26,13 +25,12 @@ from poolserve.server.schemas import (
     ModelCard,
     ModelList,
     StatsBody,
-    TeiErrorBody,
     TokenizeResponse,
     VersionBody,
     documented,
 )
-from poolserve.server.state import ServingState
-from poolserve.service import ModelService
+from poolserve.server.state import ServingState, state_of
+from poolserve.service.model_service import ModelService
 
 ROUTES = APIRouter()
 
@@ -65,7 +63,7 @@ async def tokenize(request: Request) -> Response:
     state = state_of(request)
     cpu = state.cpu
     # text-embeddings-inference's shape has `inputs`; vLLM's `prompt`.
-    wire = await parse_tei_or_other(request, "inputs", TeiTokenizeRequest, TokenizeRequest)
+    wire = await parse_tei_or(request, "inputs", TeiTokenizeRequest, TokenizeRequest)
     if isinstance(wire, TeiTokenizeRequest):
         service = state.model_for(request.scope, None)
         texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs

@@ -16,11 +16,11 @@ from pydantic import Field, StrictInt, StrictStr
 
 from poolserve.engine.request import ServeContext
 from poolserve.errors import InvalidRequestError
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.server.schemas import Documented
+from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
 

@@ -15,9 +15,8 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from poolserve.config import LongInput
 from poolserve.engine.request import ServeContext
 from poolserve.errors import InvalidRequestError
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import EncodingFormat, list_body
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders
 from poolserve.server.protocol import (
     IMAGE_SOURCE,
     InputRequest,
@@ -27,7 +26,8 @@ from poolserve.server.protocol import (
     parts_of,
 )
 from poolserve.server.schemas import Documented, ListEnvelope
-from poolserve.service import ModelService
+from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
+from poolserve.service.model_service import ModelService
 from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest

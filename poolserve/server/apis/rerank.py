@@ -14,11 +14,11 @@ import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from poolserve.engine.request import ServeContext
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import usage
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, scorers
 from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel
 from poolserve.server.schemas import Documented, Usage
+from poolserve.server.template import Call, Endpoint, Inputs, Served, scorers
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 
 PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")

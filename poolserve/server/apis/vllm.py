@@ -13,10 +13,9 @@ from pydantic import Field, StrictBool, StrictStr
 
 from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
-from poolserve.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.models.kinds import Head
 from poolserve.server.apis.envelope import EncodingFormat, base64_float32, list_body
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, classifiers, scorers
 from poolserve.server.protocol import (
     TEXT_OR_TEXTS,
     InputRequest,
@@ -27,7 +26,8 @@ from poolserve.server.protocol import (
     parts_of,
 )
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
-from poolserve.service import ModelService
+from poolserve.server.template import Call, Endpoint, Inputs, Served, classifiers, scorers
+from poolserve.service.model_service import ModelService
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal

@@ -20,11 +20,11 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import Response
 
 from poolserve.engine.request import ServeContext
-from poolserve.server.endpoint import Call, Endpoint, Inputs, Served, embedders, scorers
-from poolserve.server.error_shapes import ErrorShape
+from poolserve.server.errors import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
-from poolserve.service import ModelService
+from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders, scorers
+from poolserve.service.model_service import ModelService
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import quantize
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from poolserve.engine.collate import collate, packed_layout
-from poolserve.engine.tokenizer import text_item
+from poolserve.engine.collate import collate, packed_layout, text_item
 from poolserve.engine.work import RequestGroup
 
 

@@ -23,19 +23,18 @@ import numpy as np
 import pytest
 import torch
 
-from poolserve import cli
+from poolserve import commands
+from poolserve.backends.torch import aot
+from poolserve.backends.torch import backend as backend_module
+from poolserve.backends.torch import executor as executor_module
+from poolserve.backends.torch.backend import TorchBackend
+from poolserve.backends.torch.executor import use_threads
 from poolserve.config import ModelConfig
-from poolserve.engine import aot
-from poolserve.engine import executor as executor_module
-from poolserve.engine import torch_backend as backend_module
-from poolserve.engine.collate import Batch, collate
-from poolserve.engine.executor import use_threads
-from poolserve.engine.tokenizer import text_item
-from poolserve.engine.torch_backend import TorchBackend
+from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import ModelLoadError
+from poolserve.models.describe import ModelSpec, prepare_model
 from poolserve.models.kinds import Head
-from poolserve.models.loader import ModelSpec, prepare_model
 from tests.reference import FP32_COSINE, assert_close_vectors
 from tests.tiny_models import make_cross_encoder, minilm_path
 
@@ -171,7 +170,7 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
     truncated = library.with_suffix(".part")
     truncated.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
     truncated.replace(library)
-    with caplog.at_level(logging.WARNING, logger="poolserve.engine.aot"):
+    with caplog.at_level(logging.WARNING, logger="poolserve.backends.torch.aot"):
         rebuilt = make_backend(spec, "on")
         rebuilt.load()
     assert rebuilt.report.source == "built"
@@ -191,7 +190,7 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
     that borrows the other runner's core."""
     model = make_cross_encoder(tmp_path / "reranker")
     flags = ["--dtype", "float32", "--runners", "2", "--torch-threads", "1"]
-    assert cli.main(["compile", str(model), *flags, "--log-level", "warning"]) == 0
+    assert commands.main(["compile", str(model), *flags, "--log-level", "warning"]) == 0
     assert len(list(cache.glob("aot/*/*.so"))) == 2
     reranker = prepare_model(ModelConfig(model=str(model), dtype="float32"))
     use_threads(1)
@@ -326,7 +325,7 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
         backend.load()
     assert backend.report.source == "jit" and len(compiled) == 1
     assert any("Constraints violated" in record.getMessage() for record in caplog.records)
@@ -340,7 +339,7 @@ def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", runners=2, packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
         backend.load()
     assert backend.report.source == "eager" and not backend.compiled and not compiled
     assert any("eagerly with 2 runners" in record.getMessage() for record in caplog.records)
@@ -351,7 +350,7 @@ def test_a_packed_model_that_does_not_export_serves_packed_batches_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto")
-    with caplog.at_level(logging.INFO, logger="poolserve.engine.torch_backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
         backend.load()
     assert backend.report.source == "eager" and not compiled and backend.packed_heads
     assert any("packed batches eagerly" in record.getMessage() for record in caplog.records)
@@ -366,10 +365,10 @@ def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(
 
     monkeypatch.setattr(backend_module.aot, "build", failing_build)
     backend = make_backend(spec, "on")
-    with caplog.at_level(logging.WARNING, logger="poolserve.engine.torch_backend"):
+    with caplog.at_level(logging.WARNING, logger="poolserve.backends.torch.backend"):
         backend.load()
     assert not backend.compiled
-    warnings = [r for r in caplog.records if r.name == "poolserve.engine.torch_backend"]
+    warnings = [r for r in caplog.records if r.name == "poolserve.backends.torch.backend"]
     assert len(warnings) == 1 and "serving it eagerly" in warnings[0].getMessage()
     batch = collate(batch_of(3, 20, 2), pad_token_id=0)
     assert len(backend.executor()(batch, 1)) == 3

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from poolserve.engine.collate import Batch, collate
+from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.runner import Runner
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.tokenizer import text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 

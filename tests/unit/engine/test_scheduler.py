@@ -13,9 +13,9 @@ from concurrent.futures import Future
 
 import pytest
 
+from poolserve.engine.collate import text_item
 from poolserve.engine.scheduler import MAX_PASSED_OVER, Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.tokenizer import text_item
 from poolserve.engine.work import RequestGroup, WorkItem
 
 WAIT = 5

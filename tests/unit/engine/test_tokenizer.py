@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.inputs.tokenizer import TextTokenizer
 from tests.reference import Corpus
 
 

@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.backends.torch.dense import build_dense
 from poolserve.errors import EngineUnavailableError, InputTooLongError, ModelLoadError
-from poolserve.models.dense import build_dense
+from poolserve.models.describe import prepare_model
 from poolserve.models.layout import DenseSpec
-from poolserve.models.loader import prepare_model
 from tests.reference import FP32_COSINE, assert_close_vectors, st_encode, text_with_tokens
 
 SMALL_ENGINE = EngineConfig(cpu_workers=1, max_batch_tokens=4096)

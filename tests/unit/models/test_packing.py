@@ -11,16 +11,17 @@ from typing import Any
 import pytest
 import torch
 
-from poolserve.config import ModelConfig
-from poolserve.models.loader import enable_packing, load_module, prepare_model
-from poolserve.models.module import PoolingModule
-from poolserve.models.packing import (
+from poolserve.backends.torch.loader import enable_packing, load_module
+from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch.packing import (
     Packing,
     packing_of,
     required_similarity,
     similarity_packed_to_alone,
     why_not_packable,
 )
+from poolserve.config import ModelConfig
+from poolserve.models.describe import prepare_model
 from tests.tiny_models import make_cross_encoder
 
 

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from poolserve.engine.collate import PackedRows, collate
-from poolserve.engine.tokenizer import text_item
+from poolserve.backends.torch.pooling import pool, pool_segments
+from poolserve.engine.collate import PackedRows, collate, text_item
 from poolserve.engine.work import RequestGroup
 from poolserve.models.layout import POOLING_MODES
-from poolserve.models.pooling import pool, pool_segments
 
 LENGTHS = [9, 1, 4, 7, 2]
 SEQ, DIM = 9, 6

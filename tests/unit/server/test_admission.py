@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from poolserve.errors import OverloadedError, PayloadTooLargeError
-from poolserve.server.admission import (
+from poolserve.server.admission.control import (
     BODY_BYTES_PER_TOKEN,
     MAX_PASSED_OVER,
     MIN_INPUT_TOKENS,
@@ -19,6 +19,8 @@ from poolserve.server.admission import (
 )
 
 BOUND = 1000
+# What one admitted token may hold (an embedding model of 384 floats: 128 + 5 × 384 bytes).
+BYTES_PER_TOKEN = 2048
 
 
 def control(
@@ -26,6 +28,7 @@ def control(
 ) -> AdmissionControl:
     return AdmissionControl(
         lambda: rate,
+        bytes_per_token=BYTES_PER_TOKEN,
         max_requests=max_requests,
         max_tokens=BOUND,
         max_request_tokens=max_request_tokens,
@@ -146,6 +149,7 @@ def test_a_refusal_reads_the_engines_rate_outside_the_admission_lock() -> None:
 
     admission = AdmissionControl(
         rate,
+        bytes_per_token=BYTES_PER_TOKEN,
         max_requests=1,
         max_tokens=BOUND,
         max_request_tokens=BOUND,
@@ -175,9 +179,23 @@ def test_the_engines_rate_without_a_snapshot_is_the_snapshots() -> None:
     stats.batch_started()
     stats.batch_ended(1, items=2, tokens=40, padded_tokens=60, seconds=0.2)
     assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 200.0 + 300.0
+    # A batch of images counts the bytes it holds, not its tokens, in a rate of its own.
+    stats.batch_started()
+    stats.batch_ended(1, items=2, tokens=100, padded_tokens=100, seconds=0.3, held_bytes=5000)
+    assert stats.work_rate() == (200.0 + 60 / 0.5, 5000 / 0.5)
+    assert stats.snapshot().held_bytes_per_second == 5000 / 0.5
     stats.runner_died(0)
     stats.runner_died(1)
-    assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 160 / 0.7
+    assert stats.tokens_per_second() == stats.snapshot().tokens_per_second == 160 / 1.0
+
+
+def test_what_an_input_holds_beyond_its_tokens_is_priced_at_the_bounds_bytes_per_token() -> None:
+    """An image's pixels hold far more than its tokens' share: it costs its bytes at what one
+    admitted token may hold, so the memory bound holds for images too; text costs its tokens."""
+    admission = control()
+    ticket = admission.admit(100)
+    ticket.tokenized([50, 3, 7], held_bytes=[BYTES_PER_TOKEN * 100 + 1, 0, 10], last=True)
+    assert ticket.tokenized_cost == 101 + MIN_INPUT_TOKENS + 7
 
 
 # -- waiting at the door -------------------------------------------------------------------------
@@ -192,6 +210,7 @@ def waiting_control(
 ) -> AdmissionControl:
     return AdmissionControl(
         lambda: rate,
+        bytes_per_token=BYTES_PER_TOKEN,
         max_requests=max_requests,
         max_tokens=BOUND,
         max_request_tokens=BOUND // 2,
@@ -330,7 +349,7 @@ def test_a_run_of_requests_far_cheaper_than_their_bodies_prices_the_next_at_once
     """Image requests: base64 bytes at the door, a few tokens once prepared. After a run of
     them (RECENT_COSTS), waiting requests are priced at the run's ratio, not at the average,
     which creeps down by COST_AVERAGING a request."""
-    from poolserve.server.admission import RECENT_COSTS
+    from poolserve.server.admission.control import RECENT_COSTS
 
     async def scenario(run: int) -> None:
         admission = waiting_control(rate=100.0, max_wait=5.0, cost_per_estimate=1.0)

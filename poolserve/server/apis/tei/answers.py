@@ -1,18 +1,44 @@
 """text-embeddings-inference's answers: documented (for `/docs`) and encoded (bare lists, no
-envelope)."""
+envelope), and its errors (`{"error", "error_type"}`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import RootModel
+from pydantic import Field, RootModel
+from starlette.responses import Response
 
 from poolserve.engine.request import ServeContext
-from poolserve.engine.tokenizer import TextTokenizer
+from poolserve.inputs.tokenizer import TextTokenizer
+from poolserve.server.errors import ErrorShape
 from poolserve.server.schemas import Documented, SparseEntry
 from poolserve.tasks.score import ranked
+
+_ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
+
+
+class TeiErrorBody(Documented):
+    """text-embeddings-inference's error shape, on its routes (and on a route that also takes
+    another family's body, for a TEI body)."""
+
+    error: str = Field(description="what went wrong and how to fix the request")
+    error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
+
+
+def tei_error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """text-embeddings-inference's error shape: `{"error", "error_type"}`."""
+    body = {"error": message, "error_type": _ERROR_TYPES.get(status, "Validation")}
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+TEI_ERRORS = ErrorShape(TeiErrorBody, tei_error_response)
 
 
 class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):

@@ -17,6 +17,7 @@ from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.rerank import PATHS as RERANK_PATHS
 from poolserve.server.apis.tei.answers import (
+    TEI_ERRORS,
     SparseResponse,
     TeiEmbedResponse,
     TeiInfo,
@@ -38,7 +39,11 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.endpoint import (
+from poolserve.server.errors import answer_errors_as
+from poolserve.server.responses import json_response
+from poolserve.server.schemas import documented
+from poolserve.server.state import state_of
+from poolserve.server.template import (
     Call,
     Endpoint,
     Inputs,
@@ -48,11 +53,7 @@ from poolserve.server.endpoint import (
     scorers,
     token_embedders,
 )
-from poolserve.server.error_shapes import TEI_ERRORS, answer_errors_as
-from poolserve.server.handlers import state_of
-from poolserve.server.responses import json_response
-from poolserve.server.schemas import documented
-from poolserve.service import ModelService
+from poolserve.service.model_service import ModelService
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest

@@ -1,12 +1,37 @@
-"""text-embeddings-inference's request bodies, validated at the edge."""
+"""text-embeddings-inference's request bodies, validated at the edge, and the reading of a body
+on a route that takes TEI's shape beside another family's (`parse_tei_or`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, field_validator
+from starlette.requests import Request
 
+from poolserve.server.apis.tei.answers import TEI_ERRORS
+from poolserve.server.body import parse_chosen_body
+from poolserve.server.errors import answer_errors_as
 from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
+from poolserve.server.state import state_of
+
+TeiT = TypeVar("TeiT", bound=BaseModel)
+OtherT = TypeVar("OtherT", bound=BaseModel)
+
+
+async def parse_tei_or(
+    request: Request, tei_field: str, tei: type[TeiT], other: type[OtherT]
+) -> TeiT | OtherT:
+    """The body of a route that serves text-embeddings-inference's shape next to another one:
+    `tei` when the body has `tei_field`, else `other`. A TEI body's errors take TEI's shape."""
+
+    def choose(data: Any) -> type[TeiT] | type[OtherT]:
+        return tei if isinstance(data, dict) and tei_field in data else other
+
+    def chosen(schema: type[TeiT] | type[OtherT]) -> None:
+        if schema is tei:
+            answer_errors_as(request, TEI_ERRORS)
+
+    return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
 
 
 class TeiRequest(WireModel):

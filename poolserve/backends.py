@@ -1,9 +1,0 @@
-"""The model backends by name (`--backend`): the module whose `make_backend` builds one.
-
-A backend is one module and one line here. The names alone live here, without importing any
-backend, so that the flags and the config can name them without loading a backend's libraries
-(`engine/backend.py` imports the one asked for)."""
-
-from __future__ import annotations
-
-BACKENDS = {"torch": "poolserve.engine.torch_backend"}

@@ -1,0 +1,413 @@
+"""Ahead-of-time compiled forwards (AOTInductor), kept in a cache on disk across restarts.
+
+A model's main head is exported once (`torch.export`, batch size and length dynamic) and compiled
+by AOTInductor into a shared library that holds the frozen weights (pre-packed for oneDNN), one
+per intra-op thread count (inductor writes the count into its parallel loops). The library is
+kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on:
+the model files' contents, the served kind and head, dtype and device, the length limit, the
+torch and transformers versions, poolserve's model code, the CPU's instruction set and the
+thread count. A restart finds the entry and loads it in a fraction of a second instead of
+compiling again; an entry whose library does not match the digest its manifest recorded
+(truncated, overwritten) is rebuilt, never run. Checking and building an entry hold a lock file
+of its own, so processes that start together build it once.
+
+The library is run through AOTInductor's C interface (backends/torch/aot_runtime.py), without the
+GIL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
+from poolserve.models.kinds import Head
+from poolserve.models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+# Bumped when what an entry holds, or how it is built, changes.
+FORMAT = 1
+MANIFEST = "entry.json"
+# Files of a model directory that no forward reads: other runtimes' weights and documentation.
+_UNREAD_DIRECTORIES = frozenset({"onnx", "openvino", ".git", ".cache"})
+_UNREAD_SUFFIXES = frozenset({".onnx", ".h5", ".msgpack", ".ot", ".md", ".gitattributes"})
+_HASH_CHUNK = 1 << 22
+
+# One forward of the compiled head: input ids, attention mask and (for models compiled with
+# them) token type ids, each [batch, length] int64 on the CPU; for packed batches the input
+# ids, positions, segments, pooling weights, first and last token of each item (and token type
+# ids); returns the head's output.
+AotRun = Callable[..., torch.Tensor]
+
+
+class NotInCacheError(RuntimeError):
+    """A compiled forward was to be loaded from the cache only, and is not there."""
+
+
+@dataclass(frozen=True)
+class AotTarget:
+    """What one library is compiled for."""
+
+    head: Head
+    threads: int
+    with_token_types: bool
+    max_batch_size: int
+    # Packed batches (engine/collate.py) instead of padded ones.
+    packed: bool = False
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    directory: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / MANIFEST
+
+
+def _files_digest(directory: Path) -> str:
+    """The contents (and relative names) of the model files a forward depends on."""
+    digest = hashlib.sha256()
+    for path in sorted(_model_files(directory)):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0")
+        with path.open("rb") as file:
+            while chunk := file.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _model_files(directory: Path) -> Iterable[Path]:
+    for root, directories, files in os.walk(directory):
+        directories[:] = [name for name in directories if name not in _UNREAD_DIRECTORIES]
+        for name in files:
+            path = Path(root) / name
+            if path.suffix not in _UNREAD_SUFFIXES and name not in _UNREAD_SUFFIXES:
+                yield path
+
+
+def _code_digest() -> str:
+    """poolserve's model code (the modules the exported graph is traced from) and this module
+    (how it is exported and compiled)."""
+    digest = hashlib.sha256()
+    models = Path(__file__).resolve().parent.parent / "models"
+    for path in [*sorted(models.glob("*.py")), Path(__file__).resolve()]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cpu_identity() -> str:
+    """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        pass
+    words = " ".join(sorted(set(flags.split(":", 1)[-1].split())))
+    return (
+        f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} "
+        + hashlib.sha256(words.encode()).hexdigest()[:16]
+    )
+
+
+def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
+    """Everything an entry's code depends on; its hash names the entry."""
+    import transformers
+
+    template = spec.score_template
+    return {
+        "format": FORMAT,
+        "model_files": _files_digest(spec.layout.directory),
+        "poolserve_models": _code_digest(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu": _cpu_identity(),
+        "kind": spec.kind,
+        "head": target.head,
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "max_model_len": spec.max_model_len,
+        "max_batch_size": target.max_batch_size,
+        "threads": target.threads,
+        "with_token_types": target.with_token_types,
+        "packed": target.packed,
+        "attention": spec.attention,
+        "trust_remote_code": spec.trust_remote_code,
+        "score_template": None if template is None else repr(template),
+    }
+
+
+def entry_for(root: Path, spec: ModelSpec, target: AotTarget) -> tuple[CacheEntry, dict[str, Any]]:
+    parts = key_parts(spec, target)
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+    return CacheEntry(key, root / "aot" / key), parts
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def valid_library(entry: CacheEntry) -> Path | None:
+    """The entry's library if it is the one its manifest recorded; None for a truncated or
+    replaced library, or a missing or unreadable manifest."""
+    try:
+        manifest = json.loads(entry.manifest.read_text(encoding="utf-8"))
+        library = entry.directory / str(manifest["library"])
+        if (
+            manifest.get("key") == entry.key
+            and library.parent == entry.directory
+            and library.stat().st_size == manifest["library_bytes"]
+            and _sha256(library) == manifest["library_sha256"]
+        ):
+            return library
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+class _HeadForward(torch.nn.Module):
+    """The module's forward for one head, with tensors only (what torch.export traces)."""
+
+    def __init__(self, module: Callable[..., torch.Tensor], head: Head) -> None:
+        super().__init__()
+        self.module = module
+        self.head = head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.module(self.head, input_ids, attention_mask, token_type_ids)
+
+
+class _PackedHeadForward(_HeadForward):
+    """The module's packed forward for one head, with tensors only."""
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        segments: torch.Tensor,
+        pool_weights: torch.Tensor,
+        first: torch.Tensor,
+        last: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        forward_packed: Callable[..., torch.Tensor] = self.module.forward_packed  # type: ignore[attr-defined]
+        return forward_packed(
+            self.head, input_ids, positions, segments, pool_weights, first, last, token_type_ids
+        )
+
+
+def _to_export(
+    module: torch.nn.Module, spec: ModelSpec, target: AotTarget
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
+    """The forward to export, example inputs and their dynamic dimensions."""
+    batch = torch.export.Dim("batch", min=1, max=max(2, target.max_batch_size))
+    length = torch.export.Dim("length", min=1, max=max(2, spec.max_model_len))
+    example_length = min(16, spec.max_model_len)
+    ids = torch.full((2, example_length), 5, dtype=torch.long)
+    if not target.packed:
+        args: tuple[torch.Tensor, ...] = (ids, torch.ones_like(ids))
+        if target.with_token_types:
+            args += (torch.zeros_like(ids),)
+        forward = _HeadForward(module, target.head).eval()
+        return forward, args, ({0: batch, 1: length},) * len(args)
+    # Two rows: two sequences and one, then padding.
+    split, tail = example_length // 2, example_length - 3
+    segments = torch.full_like(ids, -1)
+    segments[0, :split], segments[0, split:], segments[1, :tail] = 0, 1, 2
+    positions = torch.zeros_like(ids)
+    positions[0, :split] = torch.arange(split)
+    positions[0, split:] = torch.arange(example_length - split)
+    positions[1, :tail] = torch.arange(tail)
+    first = torch.tensor([0, split, example_length])
+    last = torch.tensor([split - 1, example_length - 1, example_length + tail - 1])
+    args = (ids, positions, segments, (segments >= 0).long(), first, last)
+    if target.with_token_types:
+        args += (torch.zeros_like(ids),)
+    rows = {0: batch, 1: length}
+    items = {0: torch.export.Dim("items", min=1, max=max(3, target.max_batch_size))}
+    dims = (rows, rows, rows, rows, items, items) + ((rows,) if target.with_token_types else ())
+    return _PackedHeadForward(module, target.head).eval(), args, dims
+
+
+def build(
+    entry: CacheEntry,
+    parts: dict[str, Any],
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    target: AotTarget,
+) -> None:
+    """Export the head, compile it for `target.threads`, and write the entry (atomically: a
+    staging directory renamed into place, so a crash leaves no half-written entry)."""
+    forward, args, dims = _to_export(module, spec, target)
+    try:
+        with torch.inference_mode():
+            exported = torch.export.export(forward, args, dynamic_shapes=dims)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AotUnavailableError(f"torch.export failed: {first_line[:300]}") from exc
+    entry.directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=entry.directory.parent))
+    # mkdtemp makes it private; an entry built by one user (an image build) is served by another.
+    staging.chmod(0o755)
+    try:
+        with torch.no_grad():  # inductor freezes the weights only outside autograd
+            package = torch._inductor.aoti_compile_and_package(
+                exported,
+                package_path=str(staging / "model.pt2"),
+                inductor_configs={"freezing": True, "cpp.threads": target.threads},
+            )
+        extracted = staging / "model.so"
+        _extract_library(Path(package), extracted)
+        Path(package).unlink()
+        # Named by its contents: the dynamic loader reuses a library already loaded from the
+        # same path, so a rebuilt library must not take the name of the one it replaces.
+        digest = _sha256(extracted)
+        library = extracted.rename(staging / f"model-{digest[:16]}.so")
+        manifest = {
+            "key": entry.key,
+            "model": spec.name,
+            "library": library.name,
+            "library_bytes": library.stat().st_size,
+            "library_sha256": digest,
+            "parts": parts,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if entry.directory.exists():  # stale or corrupt (checked under the entry's lock)
+            shutil.rmtree(entry.directory)
+        staging.rename(entry.directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def _locked(entry: CacheEntry) -> Iterator[None]:
+    """The entry to this process alone while it is checked and (re)built: processes starting
+    together (Ray replicas on one host) build it once, and none deletes it under another."""
+    entry.directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.directory.parent / f"{entry.key}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _extract_library(package: Path, destination: Path) -> None:
+    """The compiled model's shared library (weights included) from AOTInductor's package."""
+    with zipfile.ZipFile(package) as archive:
+        names = archive.namelist()
+        libraries = [name for name in names if name.endswith(".so")]
+        if len(libraries) != 1:
+            raise AotUnavailableError(f"expected one library in {package}, found {libraries}")
+        # Operators without a C shim are called back through a proxy executor that inductor
+        # describes in a JSON file beside the library; this runner has none to give it.
+        extern = [
+            name for name in names if name.endswith(".json") and not name.endswith("metadata.json")
+        ]
+        if extern:
+            raise AotUnavailableError(
+                "the compiled model calls operators through a proxy executor "
+                f"({Path(extern[0]).name})"
+            )
+        with archive.open(libraries[0]) as source, destination.open("wb") as target:
+            shutil.copyfileobj(source, target)
+
+
+@dataclass(frozen=True)
+class AotLoad:
+    """The compiled forwards of one head, by thread count, and how they were obtained."""
+
+    runs: dict[int, AotModel]
+    built: int  # libraries compiled by this start
+    loaded: int  # libraries found in the cache
+    seconds: float
+
+
+def load_or_build(
+    root: Path,
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    targets: Iterable[AotTarget],
+    instances: int,
+    *,
+    build_missing: bool = True,
+) -> AotLoad:
+    """Each target's library from the cache, compiled first where it is missing or invalid
+    (NotInCacheError instead, without `build_missing`)."""
+    started = time.perf_counter()
+    runs: dict[int, AotModel] = {}
+    built = loaded = 0
+    try:
+        for target in targets:
+            entry, parts = entry_for(root, spec, target)
+            with _locked(entry):
+                library = valid_library(entry)
+                if library is not None:
+                    loaded += 1
+                elif not build_missing:
+                    raise NotInCacheError(f"not in the compiled cache ({entry.directory})")
+                else:
+                    library = _rebuild(entry, parts, module, spec, target)
+                    built += 1
+            runs[target.threads] = AotModel(library, instances)
+    except BaseException:
+        for model in runs.values():
+            model.close()
+        raise
+    return AotLoad(runs, built, loaded, time.perf_counter() - started)
+
+
+def _rebuild(
+    entry: CacheEntry,
+    parts: dict[str, Any],
+    module: torch.nn.Module,
+    spec: ModelSpec,
+    target: AotTarget,
+) -> Path:
+    if entry.directory.exists():
+        logger.warning(
+            "%s: compiled cache entry %s is stale or corrupt; rebuilding it",
+            spec.name,
+            entry.directory,
+        )
+    for abandoned in entry.directory.parent.glob(f".{entry.key}.*"):  # builds killed midway
+        shutil.rmtree(abandoned, ignore_errors=True)
+    started = time.perf_counter()
+    build(entry, parts, module, spec, target)
+    library = valid_library(entry)
+    if library is None:
+        raise RuntimeError(f"the compiled entry {entry.directory} did not verify")
+    logger.info(
+        "%s: compiled ahead of time for %d thread(s) in %.1f s (cache: %s)",
+        spec.name,
+        target.threads,
+        time.perf_counter() - started,
+        entry.directory,
+    )
+    return library

@@ -1,0 +1,87 @@
+"""`poolserve compile`: fill the compiled-forward cache before serving (say, in a container image).
+
+Each model is loaded and its main head compiled ahead of time for the thread counts `serve` would
+run it at with the same flags on this machine (backends/torch/aot.py keys the cache by them, and by
+the CPU's instruction set: run it where the server will run, or on the same kind of CPU). A model
+already in the cache is only checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from poolserve.config import ServedModel
+from poolserve.config.model_flags import model_engine_configs
+from poolserve.errors import ModelLoadError, SettingError
+
+logger = logging.getLogger(__name__)
+
+
+def compile_models(served: Sequence[ServedModel]) -> int:
+    """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
+    from poolserve._environment import cache_dir
+    from poolserve.backends.torch.backend import TorchBackend, make_backend
+    from poolserve.engine.core import collate_for
+    from poolserve.models.describe import prepare_model
+
+    failed = 0
+    for each in served:
+        engine = each.engine
+        try:
+            if engine.compile in ("off", "cached"):
+                raise SettingError(
+                    f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass "
+                    "--compile on"
+                )
+            spec = prepare_model(each.model, engine.max_batch_tokens)
+            # The backend `serve` builds with these settings, loaded without its runners.
+            backend = make_backend(spec, engine, collate_for(spec))
+            if not isinstance(backend, TorchBackend):
+                raise TypeError(f"not a compiling backend: {backend!r}")
+            backend.load()
+        except Exception as exc:  # one line per model, whatever went wrong
+            message = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
+            logger.error("%s: %s", each.model.model or "the bundled default model", message)
+            failed += 1
+            continue
+        report = backend.report
+        backend.close()
+        if report.source in ("built", "cached"):
+            logger.info(
+                "%s: %s (%.1f s), in %s",
+                spec.name,
+                "compiled" if report.source == "built" else "already in the cache",
+                report.seconds,
+                cache_dir() / "aot",
+            )
+        else:
+            logger.error(
+                "%s: not compiled ahead of time (%s); `serve` %s",
+                spec.name,
+                report.source,
+                "compiles it with torch.compile at every start"
+                if report.source == "jit"
+                else "serves it eagerly",
+            )
+            failed += 1
+    return 1 if failed else 0
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    """`poolserve compile`: exit 0 when every model is in the compiled cache, else 1."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from poolserve.commands.serve import served_models
+
+    model_config, engine_config = model_engine_configs(args)
+    try:
+        served = served_models(args, model_config, engine_config)
+    except (ModelLoadError, ValueError) as exc:
+        logger.error(
+            "cannot compile: %s", exc.cli_message if isinstance(exc, SettingError) else exc
+        )
+        return 1
+    return compile_models(served)

@@ -1,0 +1,194 @@
+"""What to load and how its engine runs: `ModelConfig`, `EngineConfig`, and `ServedModel` (the two
+with the names a model is served under). Each field made by `setting` is also a flag of `serve`,
+`embed` and `compile`, and a key of a `--config` file's model entries (config/fields.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from poolserve.backends import BACKENDS
+from poolserve.config.fields import setting
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: tuple[DType, ...] = ("auto", "float32", "bfloat16", "float16")
+Device = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[Device, ...] = ("auto", "cpu", "cuda")
+# auto: compile ahead of time where it can work (or load it from the cache); cached: load it
+# from the cache where it is there, else run eagerly (what `poolserve embed`'s auto means: a
+# job pays for no compile); on: compile or refuse to start.
+CompileMode = Literal["off", "on", "auto", "cached"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("off", "on", "auto", "cached")
+PackingMode = Literal["auto", "off"]
+PACKING_MODES: tuple[PackingMode, ...] = ("auto", "off")
+# Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
+Attention = Literal["auto", "sdpa", "eager"]
+ATTENTIONS: tuple[Attention, ...] = ("auto", "sdpa", "eager")
+# What an input longer than the model's length gets when its request does not say
+# (tasks/chunking.py): refused, cut, or embedded in chunks.
+LongInput = Literal["truncate", "chunk", "error"]
+LONG_INPUTS: tuple[LongInput, ...] = ("truncate", "chunk", "error")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What model to load and how. Each field made by `setting` is also a flag (see
+    poolserve/config/fields.py)."""
+
+    # A local directory or a Hugging Face hub id; None means the bundled default model.
+    model: str | None = None
+    revision: str | None = setting(
+        None, help="the model's revision (a branch, tag or commit) when it comes from the hub"
+    )
+    dtype: DType = setting(
+        "auto",
+        choices=DTYPES,
+        help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
+    )
+    device: Device = setting("auto", choices=DEVICES, help="auto: CUDA when available, else CPU")
+    # Overrides the length limit read from the model (must not exceed what the model supports).
+    max_model_len: int | None = setting(
+        None, minimum=1, help="lower the model's length limit (tokens)"
+    )
+    long_input: LongInput = setting(
+        "error",
+        choices=LONG_INPUTS,
+        help="what an embedding input longer than the model's length gets when its request "
+        "does not say (long_input, or its API's truncation field): error (a 400), truncate, or "
+        "chunk (embedded in chunks, their vectors averaged by tokens)",
+    )
+    max_input_tokens: int = setting(
+        32768,
+        minimum=1,
+        help="the most tokens one embedding input may have when it is chunked",
+    )
+    # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
+    task: str | None = None
+    # Prompts by name, added to (or replacing) those in the model's
+    # config_sentence_transformers.json.
+    prompts: tuple[tuple[str, str], ...] = ()
+    # Run model code shipped with the checkpoint (config.json's auto_map); off: such a model is
+    # refused, or loaded with transformers' own classes where it has them.
+    trust_remote_code: bool = False
+    attention: Attention = setting(
+        "auto",
+        choices=ATTENTIONS,
+        help="attention implementation: auto (sdpa where the architecture has it, else eager)",
+    )
+    # A JSON file saying how a causal LM scores a query-document pair (models/score_template.py);
+    # None: the built-in template of the model's family.
+    score_template: str | None = setting(
+        None,
+        metavar="FILE",
+        help="a JSON file saying how a causal LM served with --task cross_encoder scores a pair "
+        "(its prompt segments and yes/no tokens); default: its family's (Qwen3-Reranker, "
+        "bge-reranker-v2-gemma)",
+    )
+
+    @staticmethod
+    def of(model: str | None, config: ModelConfig | None) -> ModelConfig:
+        """The config of a call that takes both a `model` and a `model_config` (either may be
+        left out; both must not name different models)."""
+        if config is None:
+            return ModelConfig(model=model)
+        if model is None:
+            return config
+        if config.model not in (None, model):
+            raise ValueError(
+                f"two models given: {model!r} and model_config.model {config.model!r}; pass one"
+            )
+        return replace(config, model=model)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine tokenizes, batches and schedules work. Each field made by `setting` is
+    also a flag of `serve` and `embed` (poolserve/config/fields.py)."""
+
+    max_batch_tokens: int = setting(
+        16384,
+        minimum=1,
+        help="padded tokens (batch size x longest input) one forward pass may hold",
+    )
+    max_batch_size: int = setting(256, minimum=1, help="inputs one forward pass may hold")
+    # See engine/scheduler.py.
+    bucket_padding_tokens: int | None = setting(
+        32,
+        minimum=0,
+        off=True,
+        help="cut a batch into length buckets where its next-longer input would add more than "
+        "this many padding tokens in all (real text varies in length; 32 measured best on "
+        "CPU; 0: each length alone; off: one batch padded to its longest)",
+    )
+    # See backends/torch/packing.py.
+    packing: PackingMode = setting(
+        "auto",
+        choices=PACKING_MODES,
+        help="run several inputs in one row of a batch, each attending to itself only (no "
+        "padding to the longest input); auto: where the model packs correctly, which is checked "
+        "at start-up (others run length buckets); off: padded batches only",
+    )
+    cpu_workers: int = setting(
+        default_factory=lambda: os.cpu_count() or 1,
+        minimum=1,
+        help="threads for tokenization and response building (default: cores)",
+    )
+    runners: int | None = setting(
+        None,
+        minimum=1,
+        help="model runner threads, each running its own batches over one copy of the weights "
+        "(default: one per core on CPU, one on CUDA)",
+    )
+    torch_threads: int | None = setting(
+        None,
+        minimum=1,
+        help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
+    )
+    # See backends/torch/executor.py and engine/scheduler.py.
+    single_thread_tokens: int = setting(
+        256,
+        minimum=0,
+        help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
+        "also use the cores of idle runners (0: never one thread)",
+    )
+    backend: str = setting(
+        "torch",
+        choices=tuple(BACKENDS),
+        help="what runs the model (torch: PyTorch, eager or compiled; poolserve/backends/)",
+    )
+    # Off in Python (compiling takes tens of seconds at start-up); the commands default to auto.
+    compile: CompileMode = setting(
+        "off",
+        choices=COMPILE_MODES,
+        cli_default="auto",
+        help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
+        "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "
+        "where a C++ compiler is found (`embed`: only what the cache holds, else eagerly: a "
+        "job never waits for a compile); cached: only what the cache holds",
+    )
+    # See engine/result_cache.py.
+    cache_bytes: int = setting(
+        0,
+        minimum=0,
+        help="keep the model's outputs for inputs seen before, up to this many bytes (an LRU; "
+        "a repeat is answered without the model, in the same bytes); 0: no cache",
+    )
+    # Inputs per CPU-pool task when a request is tokenized; large requests are split in chunks of
+    # this size so that they interleave with small requests instead of blocking them.
+    tokenize_chunk_size: int = 64
+    # How many waiting items the scheduler looks at when it sorts by length to cut padding.
+    schedule_window: int = 1024
+    # The cores this engine may use, for its default runners and torch threads; None: the
+    # process's CPU affinity. Set where several engines share a machine (Ray replicas).
+    cores: int | None = None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model of several behind one server (or one `ModelSet`): what to load, how its engine
+    batches, and the names clients may call it by (default: the model's id)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    served_names: tuple[str, ...] | None = None

@@ -1,0 +1,167 @@
+"""How the HTTP server listens and what it admits: `ServerConfig`. Each field made by `setting` is
+also a flag of `serve` (config/fields.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from poolserve.config.fields import check_settings, setting
+from poolserve.errors import SettingError
+
+# What the shortest input costs in admission (it still holds an output row); see
+# server/admission/control.py.
+MIN_INPUT_TOKENS = 4
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# Image defaults: a 20 MiB image file; 40 megapixels (a 7,000 × 5,700 photo) decoded, which
+# holds 160 MB as RGBA while it is converted; 64 images in one request.
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGE_PIXELS = 40_000_000
+MAX_IMAGES_PER_REQUEST = 64
+FETCH_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the HTTP server listens and what it calls the model."""
+
+    host: str = setting("127.0.0.1", help="address to listen on")
+    port: int = setting(8000, minimum=1, maximum=65535, help="port to listen on")
+    # The names clients may pass as `model` (responses carry the first); default: the model's id.
+    served_model_name: tuple[str, ...] | None = None
+    log_level: str = setting("info", choices=LOG_LEVELS, help="one of " + ", ".join(LOG_LEVELS))
+    access_log: bool = False
+    max_request_bytes: int = setting(
+        8 * 1024 * 1024, minimum=1, help="larger request bodies are refused with 413"
+    )
+    # More is a 413 that names the limit.
+    max_client_batch_size: int = setting(
+        2048, minimum=1, help="inputs (or documents) one request may carry"
+    )
+    # Bearer keys any of which opens the API routes; empty: no authentication.
+    api_keys: tuple[str, ...] = ()
+    # Require the API key on /metrics too (it is open by default, like /health).
+    protect_metrics: bool = False
+    # Origins whose browser pages may call the API (CORS); empty: none, "*": any.
+    allowed_origins: tuple[str, ...] = ()
+    # Hosts whose http(s) image URLs are fetched (inputs/images/fetch.py); empty: URLs are refused.
+    allowed_media_domains: tuple[str, ...] = ()
+    allowed_local_media_path: str | None = setting(
+        None,
+        metavar="DIR",
+        help="read image inputs given as local paths (or file:// URLs) under this folder "
+        "(default: none are read)",
+    )
+    max_image_bytes: int = setting(
+        MAX_IMAGE_BYTES, minimum=1, help="the most bytes one image file may have (413)"
+    )
+    max_image_pixels: int = setting(
+        MAX_IMAGE_PIXELS,
+        minimum=1,
+        help="the most pixels one image may decode to, read from its header before decoding (413)",
+    )
+    max_images_per_request: int = setting(
+        MAX_IMAGES_PER_REQUEST, minimum=1, help="images one request may carry (413)"
+    )
+    media_fetch_timeout: float = setting(
+        FETCH_TIMEOUT_SECONDS,
+        seconds="positive",
+        help="seconds one image URL may take to fetch (--allowed-media-domains)",
+    )
+    gzip_min_bytes: int = setting(
+        256 * 1024,
+        minimum=0,
+        help="gzip responses of at least this many bytes for clients that accept it "
+        "(compressed in the CPU pool); 0: never",
+    )
+    # After SIGTERM/SIGINT, before the server exits.
+    shutdown_timeout: int = setting(
+        30, minimum=0, help="seconds that admitted requests get to finish after SIGTERM"
+    )
+    # Admission: requests in flight, and tokens waiting for the model, before new requests get
+    # 429 with Retry-After.
+    max_concurrent_requests: int = setting(
+        1024, minimum=1, help="requests in flight before new ones get 429"
+    )
+    # None: sized from the machine's memory once the models are known (server/admission/budget.py:
+    # `sized_for`).
+    max_queued_tokens: int | None = setting(
+        None,
+        minimum=1,
+        help="what admitted requests may cost in all, in tokens, before new ones wait at the "
+        "door (default: what an eighth of the machine's memory holds by the README's bound, "
+        "logged at start-up)",
+    )
+    max_admission_wait: float = setting(
+        10.0,
+        seconds="non_negative",
+        help="seconds a request that does not fit may wait, unread, for room before its 429 "
+        "(refused at once when the measured rate says room will not come in time); 0: no wait",
+    )
+    # None: half of max_queued_tokens.
+    max_request_tokens: int | None = setting(
+        None,
+        minimum=1,
+        help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
+        "(default: half of --max-queued-tokens, the most it may be)",
+    )
+    # A client may ask for a shorter one with the `x-request-timeout` header.
+    request_timeout: float | None = setting(
+        None,
+        seconds="positive",
+        help="seconds from admission before a request is answered 504 and its work cancelled "
+        "(default: none)",
+    )
+
+    @property
+    def request_tokens(self) -> int:
+        """The most one request may cost, in tokens (once `max_queued_tokens` is known)."""
+        if self.max_request_tokens:
+            return self.max_request_tokens
+        return self.queued_tokens // 2
+
+    @property
+    def queued_tokens(self) -> int:
+        """What admitted requests may cost in all (once sized: admission's `sized_for`)."""
+        if self.max_queued_tokens is None:
+            raise ValueError("max_queued_tokens is sized from the models first (sized_for)")
+        return self.max_queued_tokens
+
+    def least_queued_tokens(self, max_model_len: int = 0) -> int:
+        """The smallest `max_queued_tokens` the other limits fit (see `check_limits`)."""
+        request = max(
+            self.max_request_tokens or 0,
+            max_model_len,
+            self.max_client_batch_size * MIN_INPUT_TOKENS,
+        )
+        return 2 * request
+
+    def check_limits(self, max_model_len: int | None = None) -> None:
+        """Raise ValueError (one line) unless the request limits fit together (README, "Limits
+        that fit together"): one request of the largest size leaves room for others, one input
+        of the model's full length fits a request, and so does a request of
+        `max_client_batch_size` of the shortest inputs."""
+        check_settings(self)  # what each flag would refuse, given in Python
+        root = self.allowed_local_media_path
+        if root is not None and not Path(root).expanduser().is_dir():
+            raise SettingError(f"--allowed-local-media-path {root} is not a folder")
+        if self.max_queued_tokens is None and self.max_request_tokens is None:
+            return  # both sized from memory later, to fit
+        request, queued = self.request_tokens, self.max_queued_tokens
+        if queued is not None and 2 * request > queued:
+            raise SettingError(
+                f"--max-request-tokens {request} is more than half of --max-queued-tokens "
+                f"{queued}: one request could lock every other client out; lower it or raise "
+                "--max-queued-tokens"
+            )
+        if self.max_client_batch_size * MIN_INPUT_TOKENS > request:
+            raise SettingError(
+                f"--max-client-batch-size {self.max_client_batch_size} inputs cost at least "
+                f"{self.max_client_batch_size * MIN_INPUT_TOKENS} tokens ({MIN_INPUT_TOKENS} "
+                f"each), more than --max-request-tokens {request}; lower it or raise the tokens"
+            )
+        if max_model_len is not None and max_model_len > request:
+            raise SettingError(
+                f"--max-request-tokens {request} is less than the model's length limit "
+                f"{max_model_len}: one full-length input could never be served"
+            )

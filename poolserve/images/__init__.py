@@ -1,3 +1,0 @@
-"""Image inputs, read safely: where an image may come from (`policy`), how its reference becomes
-bytes (`sources`, and `fetch` for allowed URLs), and how bytes become pixels (`decode`). The
-engine's image processor (engine/image_processor.py) makes the model's input of them."""

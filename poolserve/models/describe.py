@@ -1,0 +1,135 @@
+"""A checkpoint described before anything is loaded (`prepare_model`): its directory resolved, its
+layout read, its kind detected, its tokenizer parsed, its settings checked. The weights are the
+backend's to load (backends/torch/loader.py)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from poolserve.backends.torch.device import choose_device, choose_dtype
+from poolserve.config import ModelConfig
+from poolserve.config.fields import check_settings
+from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.kinds import describe, detect_kind
+from poolserve.models.layout import read_layout
+from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
+from poolserve.models.score_template import template_for, with_token_ids
+from poolserve.models.spec import ModelSpec
+from poolserve.models.vision import pad_token
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ModelSpec", "prepare_model"]
+
+
+def _model_name(config: ModelConfig, directory: Path) -> str:
+    if config.model is None:
+        return DEFAULT_MODEL_ID
+    if Path(config.model).expanduser().is_dir():
+        return directory.name
+    return config.model
+
+
+def load_tokenizer_json(directory: Path) -> str:
+    """The fast tokenizer's definition; converted by transformers when only vocab files exist."""
+    tokenizer_file = directory / "tokenizer.json"
+    if tokenizer_file.is_file():
+        return tokenizer_file.read_text(encoding="utf-8")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), use_fast=True)
+    except (OSError, ValueError, ImportError) as exc:
+        raise ModelLoadError(
+            f"{directory}: no tokenizer.json and no convertible tokenizer ({_first_line(exc)})"
+        ) from exc
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        # SigLIP's SiglipTokenizer: SentencePiece driven by Python code (it lowercases and
+        # strips punctuation first), which no tokenizer.json states.
+        raise ModelLoadError(
+            f"{directory}: no tokenizer.json, and its tokenizer ({type(tokenizer).__name__}) "
+            "runs in Python only, with no fast form to serve it with"
+        )
+    json_text: str = backend.to_str()
+    return json_text
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def prepare_model(
+    config: ModelConfig, max_batch_tokens: int | None = None, *, weights: bool = True
+) -> ModelSpec:
+    """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason.
+    Without `weights`, a hub model's weights are not downloaded (for checks before serving).
+
+    A model whose own length limit is more than `max_batch_tokens` (Qwen3-Embedding's 32,768
+    against the default 16,384) is served up to that budget, unless `--max-model-len` asked for
+    more (then the engine refuses to start): `capped_from` says so, for one log line."""
+    directory = resolve_model_dir(config.model, config.revision, weights=weights)
+    layout = read_layout(
+        directory, config.max_model_len, trust_remote_code=config.trust_remote_code
+    )
+    capped_from = None
+    if (
+        max_batch_tokens is not None
+        and config.max_model_len is None
+        and layout.max_model_len > max_batch_tokens
+    ):
+        capped_from = layout.max_model_len
+        layout = replace(layout, max_model_len=max_batch_tokens)
+    kind = detect_kind(layout, config.task)
+    if config.prompts and kind != "embedding":
+        raise SettingError(
+            f"--prompt applies to embedding models; this is {describe(kind)}, which takes no "
+            "prompts"
+        )
+    device = choose_device(config.device)
+    dtype = choose_dtype(config.dtype, device)
+    check_settings(config)  # what each flag would refuse, given in Python
+    if config.score_template is not None and not (kind == "cross_encoder" and layout.is_causal_lm):
+        raise SettingError(
+            "--score-template applies to a causal LM served as a reranker (--task "
+            f"cross_encoder); this is {describe(kind)} ({layout.architecture})"
+        )
+    if layout.vision is not None and kind != "embedding":
+        raise SettingError(
+            f"{directory} is an image-text model ({layout.architecture}): it serves as an "
+            f"embedding model (text and image vectors), not as {describe(kind)}; leave --task out"
+        )
+    tokenizer_json = load_tokenizer_json(layout.directory)
+    try:
+        tokenizer = Tokenizer.from_str(tokenizer_json)  # fail at start-up, not at a request
+    except Exception as exc:
+        raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    pad_id = None
+    if layout.vision is not None and (token := pad_token(layout.directory)) is not None:
+        pad_id = tokenizer.token_to_id(token)
+    template = None
+    if kind == "cross_encoder" and layout.is_causal_lm:
+        template = with_token_ids(
+            template_for(layout.model_type, config.score_template, directory),
+            lambda text: tokenizer.encode(text, add_special_tokens=False).ids,
+        )
+    return ModelSpec(
+        name=_model_name(config, directory),
+        layout=layout,
+        kind=kind,
+        tokenizer_json=tokenizer_json,
+        device=device,
+        dtype=dtype,
+        forced_task=config.task if config.task not in (None, "auto") else None,
+        prompts=config.prompts,
+        trust_remote_code=config.trust_remote_code,
+        attention=config.attention,
+        score_template=template,
+        capped_from=capped_from,
+        tokenizer_pad_id=pad_id,
+    )

@@ -1,0 +1,339 @@
+"""Prometheus metrics: one registry per app (no process-global state), served at `/metrics`.
+
+Request counts and durations come from a pure ASGI middleware; stage times from each request's
+context; queue depth and batch histograms are read from the engine at scrape time, so the
+engine's threads know nothing about Prometheus.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.engine.request import ServeContext
+from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.observe.live import LiveHistory
+from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
+from poolserve.service.registry import ServiceRegistry
+
+# Statuses that mean a request was refused or abandoned, and why.
+REJECTION_REASONS = {
+    401: "unauthorized",
+    404: "not_found",
+    413: "too_large",
+    429: "overloaded",
+    499: "client_disconnected",
+    503: "unavailable",
+    504: "timeout",
+}
+logger = logging.getLogger("poolserve.requests")
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536)
+
+
+class EngineCollector(Collector):
+    """Queue depth, batch histograms and runners of every model (labelled `model`, its served
+    name), and admission's cost, read from their counters when scraped."""
+
+    def __init__(self, models: ServiceRegistry, admission: AdmissionControl) -> None:
+        self._models = models
+        self._admission = admission
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._engine_metrics()
+        yield from self._cache_metrics()
+        admission = self._admission
+        gauges = (
+            (
+                "poolserve_admitted_tokens",
+                "What admitted requests cost, in tokens (bounded by --max-queued-tokens)",
+                admission.admitted_tokens,
+            ),
+            (
+                "poolserve_admitted_tokens_peak",
+                "The most admitted requests ever cost at once, in tokens",
+                admission.peak_admitted_tokens,
+            ),
+            (
+                "poolserve_requests_in_flight",
+                "Requests admitted and not answered",
+                admission.in_flight,
+            ),
+            (
+                "poolserve_requests_waiting",
+                "Requests waiting at the door for room (--max-admission-wait)",
+                admission.waiting,
+            ),
+        )
+        for name, documentation, value in gauges:
+            yield GaugeMetricFamily(name, documentation, value=value)
+
+    def _cache_metrics(self) -> Iterator[Metric]:
+        """The result cache's counters, for the models that have one (--cache-bytes)."""
+        caches = [(s.served_name, s.core.cache) for s in self._models if s.core.cache is not None]
+        if not caches:
+            return
+        counters = {
+            name: CounterMetricFamily(name, documentation, labels=("model",))
+            for name, documentation, _ in CACHE_COUNTERS
+        }
+        size = GaugeMetricFamily(
+            "poolserve_cache_bytes", "Bytes the result cache holds", labels=("model",)
+        )
+        for model, cache in caches:
+            stats = cache.stats()
+            for name, _, attribute in CACHE_COUNTERS:
+                counters[name].add_metric((model,), getattr(stats, attribute))
+            size.add_metric((model,), stats.bytes)
+        yield from counters.values()
+        yield size
+
+    def _engine_metrics(self) -> Iterator[Metric]:
+        labels = ("model",)
+        gauges = {
+            name: GaugeMetricFamily(name, documentation, labels=labels)
+            for name, documentation in ENGINE_GAUGES
+        }
+        counters = {
+            name: CounterMetricFamily(name, documentation, labels=("model", "runner"))
+            for name, documentation, _ in PER_RUNNER
+        }
+        sizes = HistogramMetricFamily(
+            "poolserve_batch_size", "Inputs per forward pass", labels=labels
+        )
+        tokens = HistogramMetricFamily(
+            "poolserve_batch_tokens", "Padded tokens per forward pass", labels=labels
+        )
+        for service in self._models:
+            core, stats, model = service.core, service.core.stats.snapshot(), service.served_name
+            values = {
+                "poolserve_queue_items": core.queued_items,
+                "poolserve_queue_tokens": core.queued_tokens,
+                "poolserve_items_skipped": stats.items_skipped,
+                "poolserve_failed_batches": stats.failed_batches,
+                "poolserve_runner_alive": core.alive,
+                "poolserve_runners_alive": core.runners_alive,
+                "poolserve_runners": core.runners,
+                "poolserve_tokens_in_work": core.tokens_in_work,
+                "poolserve_tokens_in_work_peak": core.peak_tokens_in_work,
+                "poolserve_overlapped_batches": stats.overlapped_batches,
+            }
+            for name, family in gauges.items():
+                family.add_metric((model,), values[name])
+            for name, _, attribute in PER_RUNNER:
+                for runner in stats.runners:
+                    counters[name].add_metric(
+                        (model, str(runner.index)), getattr(runner, attribute)
+                    )
+            _add_histogram(sizes, model, stats.batch_sizes, BATCH_SIZE_BUCKETS)
+            _add_histogram(tokens, model, stats.batch_tokens, BATCH_TOKEN_BUCKETS)
+        yield from gauges.values()
+        yield sizes
+        yield tokens
+        yield from counters.values()
+
+
+CACHE_COUNTERS = (
+    ("poolserve_cache_hits", "Inputs the result cache answered without the model", "hits"),
+    ("poolserve_cache_misses", "Inputs the result cache did not hold", "misses"),
+    (
+        "poolserve_cache_evictions",
+        "Outputs the result cache let go to stay in its bound",
+        "evictions",
+    ),
+)
+
+
+ENGINE_GAUGES = (
+    ("poolserve_queue_items", "Inputs waiting for the model"),
+    ("poolserve_queue_tokens", "Tokens waiting for the model"),
+    (
+        "poolserve_items_skipped",
+        "Inputs dropped before the model because their request was cancelled or failed",
+    ),
+    ("poolserve_failed_batches", "Forward passes that raised"),
+    (
+        "poolserve_runner_alive",
+        "1 while at least one model runner thread is alive (the engine can serve)",
+    ),
+    ("poolserve_runners_alive", "Model runner threads alive"),
+    ("poolserve_runners", "Model runner threads started"),
+    ("poolserve_tokens_in_work", "Tokens waiting for the model or in a forward pass"),
+    (
+        "poolserve_tokens_in_work_peak",
+        "The most tokens ever waiting for the model or in a forward pass at once",
+    ),
+    (
+        "poolserve_overlapped_batches",
+        "Forward passes that started while another runner's was running",
+    ),
+)
+PER_RUNNER = (
+    ("poolserve_runner_batches", "Forward passes run, by runner", "batches"),
+    ("poolserve_runner_items", "Inputs run, by runner", "items"),
+    ("poolserve_runner_failed_batches", "Forward passes that raised, by runner", "failed_batches"),
+    ("poolserve_runner_busy_seconds", "Seconds spent in forward passes, by runner", "busy_seconds"),
+)
+
+
+def _add_histogram(
+    family: HistogramMetricFamily,
+    model: str,
+    counts: dict[int, int],
+    buckets: tuple[int, ...],
+) -> None:
+    cumulative = [
+        (str(bound), float(sum(count for value, count in counts.items() if value <= bound)))
+        for bound in buckets
+    ]
+    cumulative.append(("+Inf", float(sum(counts.values()))))
+    sum_value = float(sum(value * count for value, count in counts.items()))
+    family.add_metric((model,), cumulative, sum_value)
+
+
+class Metrics:
+    """The app's metrics and their registry."""
+
+    def __init__(
+        self, models: ServiceRegistry, admission: AdmissionControl, routes: tuple[str, ...]
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.routes = frozenset(routes)
+        self.requests = Counter(
+            "poolserve_requests",
+            "HTTP requests by route, status and model (empty: refused before a model was chosen)",
+            ("route", "status", "model"),
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "poolserve_request_duration_seconds",
+            "Time from request to response, by route and model",
+            ("route", "model"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.stage = Histogram(
+            "poolserve_stage_seconds",
+            "Time requests spend in each stage (tokenize, queue, inference, postprocess), by model",
+            ("stage", "model"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "poolserve_rejected_requests",
+            "Requests refused or abandoned, by reason",
+            ("reason",),
+            registry=self.registry,
+        )
+        self.registry.register(EngineCollector(models, admission))
+        self.live = LiveHistory(models, admission)
+        self.loop_lag = LoopLagMonitor(
+            Histogram(
+                "poolserve_event_loop_lag_seconds",
+                "How late the event loop woke for a timer (sampled every 50 ms): time it spent "
+                "on other work",
+                buckets=LAG_BUCKETS,
+                registry=self.registry,
+            ),
+            Gauge(
+                "poolserve_event_loop_lag_latest_seconds",
+                "The latest event-loop lag sample",
+                registry=self.registry,
+            ),
+        )
+
+    def route_label(self, path: str) -> str:
+        """The path for known routes; one label for the rest, so clients cannot add series."""
+        return path if path in self.routes else "other"
+
+    def observe_stages(self, ctx: ServeContext[Any]) -> None:
+        timings = ctx.timings
+        for stage, seconds in (
+            ("tokenize", timings.tokenize),
+            ("queue", timings.queue),
+            ("inference", timings.inference),
+            ("postprocess", timings.postprocess),
+        ):
+            self.stage.labels(stage, ctx.model_name).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# Where a request's id travels in its ASGI scope (set by `MetricsMiddleware`, the outermost).
+REQUEST_ID_KEY = "poolserve.request_id"
+# Where the served name of the model a request is for travels (set once the handler chose it).
+MODEL_KEY = "poolserve.model"
+
+
+class MetricsMiddleware:
+    """Names every HTTP request (the client's `x-request-id`, or a new id, sent back on every
+    response, refusals included), counts it by route and status, and times it; at debug level,
+    logs one line per request (method, path, status, milliseconds, request id)."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, request_ids: Callable[[], str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.request_ids = request_ids
+
+    def _request_id(self, scope: Scope) -> str:
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id" and 0 < len(value) <= 200:
+                request_id: str = value.decode("latin-1")
+                return request_id
+        return self.request_ids()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", ()))
+                if not any(name == b"x-request-id" for name, _ in headers):
+                    headers.append((b"x-request-id", request_id.encode("latin-1")))
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            metrics = self.metrics
+            route = metrics.route_label(scope["path"])
+            elapsed = time.perf_counter() - started
+            model = scope.get(MODEL_KEY, "")
+            metrics.requests.labels(route, str(status), model).inc()
+            metrics.duration.labels(route, model).observe(elapsed)
+            if model:
+                metrics.live.record(model, elapsed)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s %s %d %.2fms id=%s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    elapsed * 1000,
+                    request_id,
+                )
+            if status in REJECTION_REASONS:
+                metrics.rejected.labels(REJECTION_REASONS[status]).inc()
