@@ -11,7 +11,7 @@ from poolserve.config import EngineConfig, ModelConfig, ServedModel, ServerConfi
 from poolserve.tasks.chunking import Chunking  # noqa: E402
 
 if TYPE_CHECKING:
-    from poolserve.offline.engine import Engine
+    from poolserve.offline.model_engine import Engine
     from poolserve.offline.model_set import ModelSet
 
 
@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
     """`Engine` and `ModelSet` are imported on first use: they bring torch (seconds), which
     `poolserve --version` or a server that cannot listen never need."""
     if name == "Engine":
-        from poolserve.offline.engine import Engine
+        from poolserve.offline.model_engine import Engine
 
         return Engine
     if name == "ModelSet":

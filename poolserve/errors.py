@@ -1,7 +1,7 @@
 """The exception tree: every error a client can cause carries its HTTP status and error type.
 
-Raised anywhere below the HTTP layer; `server/errors.py` turns them into the OpenAI-style body
-`{"error": {"message", "type", "param", "code"}}`.
+Raised anywhere below the HTTP layer; `server/error_responses.py` turns them into the OpenAI-style
+body `{"error": {"message", "type", "param", "code"}}`.
 """
 
 from __future__ import annotations

@@ -6,4 +6,4 @@ backend, so that the flags and the config can name them without loading a backen
 
 from __future__ import annotations
 
-BACKENDS = {"torch": "poolserve.backends.torch.backend"}
+BACKENDS = {"torch": "poolserve.backends.torch.torch_backend"}

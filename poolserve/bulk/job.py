@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import orjson
 
-from poolserve.bulk.inputs import (
+from poolserve.bulk.corpus import (
     BadRow,
     InputError,
     InputSpec,

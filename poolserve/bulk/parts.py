@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from poolserve.bulk.inputs import BadRow
+from poolserve.bulk.corpus import BadRow
 
 # Names starting with "_" or "." are not data to Parquet readers (pyarrow, pandas, Spark, DuckDB),
 # so the directory reads as a dataset of its parts alone.

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from poolserve.commands.compile import compile_command
-from poolserve.commands.embed import embed
-from poolserve.commands.serve import serve
+from poolserve.commands.compile_command import compile_command
+from poolserve.commands.embed_command import embed
+from poolserve.commands.serve_command import serve
 from poolserve.config.grammar import parse_args
 
 if TYPE_CHECKING:

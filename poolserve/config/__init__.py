@@ -4,7 +4,7 @@ Python. `ModelConfig` says what to load and how, `EngineConfig` how to batch and
 `ServerConfig` how to serve over HTTP. Each setting is declared once, as a field that carries
 its flag (`fields.py`); the commands' grammar is derived from them (`grammar.py`)."""
 
-from poolserve.config.model import (
+from poolserve.config.model_config import (
     COMPILE_MODES,
     LONG_INPUTS,
     CompileMode,
@@ -14,7 +14,7 @@ from poolserve.config.model import (
     ModelConfig,
     ServedModel,
 )
-from poolserve.config.server import LOG_LEVELS, MIN_INPUT_TOKENS, ServerConfig
+from poolserve.config.server_config import LOG_LEVELS, MIN_INPUT_TOKENS, ServerConfig
 
 __all__ = [
     "COMPILE_MODES",

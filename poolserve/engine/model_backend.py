@@ -5,8 +5,8 @@
 warmed up. What crosses the seam is plain: numpy batches in (engine/collate.py), one float32 array
 per item out, device and dtype as names (`ModelSpec`). A backend is a module with a factory
 (`make_backend`), registered by name in poolserve/backends/__init__.py (`--backend`); the torch one
-is backends/torch/backend.py. Tests wrap a backend to inject faults (a slow or failing forward)
-without touching the engine's internals.
+is backends/torch/torch_backend.py. Tests wrap a backend to inject faults (a slow or failing
+forward) without touching the engine's internals.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
              ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
 `serve` (async, for HTTP, with an API family's encoder), `run_async`, `submit` and `run_sync`
-(the Python API, results) drive the same stages of a task (engine/request.py's `Task`), so
+(the Python API, results) drive the same stages of a task (engine/context.py's `Task`), so
 every entrance gives identical results. Each stage after validation runs off the event loop and
 hands over to the next by itself.
 """
@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from poolserve.engine.core import EngineCore
-from poolserve.engine.request import Encoder, ServeContext, Task
+from poolserve.engine.context import Encoder, ServeContext, Task
+from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, PoolserveError
 

@@ -16,9 +16,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
-from poolserve.engine.core import EngineCore
+from poolserve.engine.context import ServeContext, Task
+from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.pipeline import run_async, run_sync, submit
-from poolserve.engine.request import ServeContext, Task
 from poolserve.engine.work import RequestGroup
 
 P = ParamSpec("P")

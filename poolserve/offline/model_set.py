@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from poolserve.service.registry import ServiceRegistry
 
 if TYPE_CHECKING:
-    from poolserve.offline.engine import Engine
+    from poolserve.offline.model_engine import Engine
 
 
 class ModelSet(ServiceRegistry):
@@ -23,7 +23,7 @@ class ModelSet(ServiceRegistry):
     def engine(self, name: str | None = None) -> Engine:
         """The Python API (`embed`, `score`, ...) of the model served as `name` (default: the
         first); it stays usable until this set is closed."""
-        from poolserve.offline.engine import Engine
+        from poolserve.offline.model_engine import Engine
 
         service = self.first if name is None else self.find(name)
         config = self.config_of(service)

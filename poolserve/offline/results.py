@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.image_processor import ImageTextProcessor, blank_image

@@ -25,7 +25,7 @@ class EmbedBatches:
         column: str,
         options: dict[str, Any],
     ) -> None:
-        from poolserve.offline.engine import Engine
+        from poolserve.offline.model_engine import Engine
 
         self.engine = Engine(model_config=model_config, engine_config=engine_config)
         self.column = column

@@ -32,7 +32,7 @@ class EngineReplica:
     def __init__(
         self, model_config: ModelConfig, engine_config: EngineConfig, server_config: ServerConfig
     ) -> None:
-        from poolserve.offline.engine import Engine
+        from poolserve.offline.model_engine import Engine
 
         self.server_config = server_config
         self.engine = Engine(model_config=model_config, engine_config=engine_config)

@@ -23,15 +23,15 @@ from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
 from poolserve.server.admission.control import BODY_BYTES_PER_TOKEN, AdmissionControl
 from poolserve.server.admission.door import AdmissionMiddleware
-from poolserve.server.errors import UnexpectedErrorMiddleware, install_error_handlers
+from poolserve.server.error_responses import UnexpectedErrorMiddleware, install_error_handlers
 from poolserve.server.middleware.auth import BearerAuthMiddleware
 from poolserve.server.middleware.body_limit import BodyLimitMiddleware
 from poolserve.server.middleware.dispatch import DirectRouteMiddleware
 from poolserve.server.observe.metrics import Metrics, MetricsMiddleware
 from poolserve.server.playground import ASSETS, PAGE
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
+from poolserve.server.serving_state import ServingState
 from poolserve.server.shutdown import GracePeriod
-from poolserve.server.state import ServingState
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry
 
@@ -183,7 +183,7 @@ def create_app(
             expose_headers=[*EXPOSED_HEADERS],
             max_age=600,
         )
-    # An error no handler took is answered here, its connection kept (server/errors.py).
+    # An error no handler took is answered here, its connection kept (server/error_responses.py).
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(  # outermost: names and counts every request, refusals included
         MetricsMiddleware, metrics=metrics, request_ids=app.state.serving.new_request_id

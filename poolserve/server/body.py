@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
-from poolserve.server.errors import validation_message
+from poolserve.server.error_responses import validation_message
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -17,7 +17,7 @@ from poolserve.server.apis import endpoints, hand_routes
 from poolserve.server.playground import playground_router
 from poolserve.server.schemas import documented
 from poolserve.server.template import Endpoint, handle, handle_shapes
-from poolserve.tasks.registry import TaskSet
+from poolserve.tasks.task_set import TaskSet
 
 # Served whatever the models are (a body's `model`, if any, picks one; else the first).
 COMMON_ROUTERS = (*hand_routes(), playground_router)

@@ -31,20 +31,20 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from poolserve.engine.context import Encoder, PoolingParams, ServeContext, Task
 from poolserve.engine.pipeline import serve
-from poolserve.engine.request import Encoder, PoolingParams, ServeContext, Task
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.admission.door import ticket_of
 from poolserve.server.body import parse_body, parse_chosen_body
-from poolserve.server.errors import ErrorShape, answer_errors_as, name_inputs
+from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
 from poolserve.server.observe.metrics import REQUEST_ID_KEY
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
-from poolserve.server.state import ServingState, state_of
+from poolserve.server.serving_state import ServingState, state_of
 from poolserve.service.model_service import ModelService
-from poolserve.tasks.registry import TaskSet
+from poolserve.tasks.task_set import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
 RequestT = TypeVar("RequestT")

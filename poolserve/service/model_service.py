@@ -10,15 +10,15 @@ import logging
 from dataclasses import dataclass
 
 from poolserve.config import EngineConfig, LongInput, ModelConfig
-from poolserve.engine.core import EngineCore
+from poolserve.engine.context import PoolingParams
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
-from poolserve.engine.request import PoolingParams
 from poolserve.inputs.tokenizer import Side, TextTokenizer
 from poolserve.models.describe import prepare_model
 from poolserve.models.kinds import Kind
-from poolserve.tasks.inputs import resolve_pooling_params
-from poolserve.tasks.registry import TaskSet, build_tasks
+from poolserve.tasks.input_steps import resolve_pooling_params
+from poolserve.tasks.task_set import TaskSet, build_tasks
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
-from poolserve.tasks.inputs import InputsTask
+from poolserve.engine.context import ServeContext
+from poolserve.tasks.input_steps import InputsTask
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class ClassifierHead:
     place that applies the model's activation: `/classify`, `/pooling` and `/score` agree."""
 
     labels: tuple[str, ...]
-    # Decided once from the model's config (tasks/registry.py): sigmoid for multi-label and
+    # Decided once from the model's config (tasks/task_set.py): sigmoid for multi-label and
     # one-label models unless configured otherwise, softmax over the labels for the rest.
     activation: Activation = "softmax"
 

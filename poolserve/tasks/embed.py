@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from poolserve.config import LongInput
-from poolserve.engine.request import PoolingParams, ServeContext
+from poolserve.engine.context import PoolingParams, ServeContext
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.image_processor import ImageTextProcessor
@@ -27,8 +27,8 @@ from poolserve.tasks.chunking import (
     combine,
     plan_chunks,
 )
-from poolserve.tasks.images import has_images, with_images
-from poolserve.tasks.inputs import InputsTask, bound_text, l2_normalize, tokenize_inputs
+from poolserve.tasks.image_inputs import has_images, with_images
+from poolserve.tasks.input_steps import InputsTask, bound_text, l2_normalize, tokenize_inputs
 
 EmbedInputs = list[str] | list[list[int]] | list[Conversation] | list[str | ImageInput]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
-from poolserve.tasks.inputs import l2_normalize
+from poolserve.tasks.input_steps import l2_normalize
 from poolserve.tasks.score import BiEncoderScorer, ScoreRequest
 
 M3_SCORERS = ("dense", "sparse", "colbert", "m3")

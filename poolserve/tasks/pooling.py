@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.models.kinds import Head
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.inputs import InputsTask, l2_normalize
+from poolserve.tasks.input_steps import InputsTask, l2_normalize
 
 
 @dataclass(frozen=True)

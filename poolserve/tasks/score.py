@@ -17,15 +17,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.images import has_images, with_images
-from poolserve.tasks.inputs import bound_text, l2_normalize, tokenize_inputs
+from poolserve.tasks.image_inputs import has_images, with_images
+from poolserve.tasks.input_steps import bound_text, l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.score_template import ScoreTemplate
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.inputs import bound_text
+from poolserve.tasks.input_steps import bound_text
 from poolserve.tasks.score import ScoreRequest, text_namer
 
 # Cutting the document by the overflow's token count leaves the prompt a token or two off where

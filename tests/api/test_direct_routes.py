@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from poolserve.errors import InvalidRequestError
-from poolserve.server.errors import install_error_handlers
+from poolserve.server.error_responses import install_error_handlers
 from poolserve.server.middleware.dispatch import DirectRouteMiddleware, direct_endpoints
 from tests.api.helpers import assert_openai_error
 

@@ -19,7 +19,7 @@ import torch
 
 from benchmarks import corpus
 from poolserve import Chunking, Engine, ModelConfig, ServerConfig
-from poolserve.bulk.inputs import InputSpec
+from poolserve.bulk.corpus import InputSpec
 from poolserve.bulk.job import JobOptions, run_job
 from tests.api.helpers import assert_openai_error, embed, serving, vectors
 from tests.reference import DIM, MAX_LEN, MODEL_ID, assert_close_vectors, st_encode

@@ -15,7 +15,7 @@ import pytest
 
 from poolserve import Engine
 from poolserve.errors import InvalidRequestError
-from poolserve.offline.engine import BATCHES_IN_FLIGHT
+from poolserve.offline.model_engine import BATCHES_IN_FLIGHT
 from tests.api.helpers import load_engine, post_ok, serving
 from tests.reference import WORDS
 

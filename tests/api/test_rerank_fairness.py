@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from poolserve import EngineConfig, ModelConfig
-from poolserve.backends.torch.backend import make_backend
-from poolserve.offline.engine import Engine
+from poolserve.backends.torch.torch_backend import make_backend
+from poolserve.offline.model_engine import Engine
 from tests.api.helpers import post_ok, serving
 from tests.reference import WORDS
 

@@ -84,7 +84,7 @@ class FaultyBackend:
 
 def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
     """A `BackendFactory`: the real torch backend, wrapped."""
-    from poolserve.backends.torch.backend import make_backend
+    from poolserve.backends.torch.torch_backend import make_backend
 
     def build(*args: Any) -> FaultyBackend:
         return FaultyBackend(make_backend(*args), faults)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from poolserve import EngineConfig, ModelConfig
-from poolserve.offline.engine import Engine
+from poolserve.offline.model_engine import Engine
 from tests.e2e.harness import (
     TEXTS,
     Server,

@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from poolserve import commands
-from poolserve.bulk.inputs import InputError, InputSpec, input_format, read_records
+from poolserve.bulk.corpus import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, JobOptions, run_job
 from poolserve.bulk.parts import JobStateError
 from poolserve.errors import ModelLoadError
-from poolserve.offline import engine as offline_engine
+from poolserve.offline import model_engine as offline_engine
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
 TEXTS = [" ".join(WORDS[i : i + 3 + i % 7]) for i in range(40)]

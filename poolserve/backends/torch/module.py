@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from poolserve.backends.torch.packing import Packing
-from poolserve.backends.torch.pooling import pool, pool_segments
+from poolserve.backends.torch.token_pooling import pool, pool_segments
 from poolserve.models.kinds import Head, Kind
 
 TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify", "m3"})

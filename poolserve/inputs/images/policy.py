@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from poolserve.config.server import (
+from poolserve.config.server_config import (
     FETCH_TIMEOUT_SECONDS,
     MAX_IMAGE_BYTES,
     MAX_IMAGE_PIXELS,

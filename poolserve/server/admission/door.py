@@ -7,7 +7,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.errors import OverloadedError
 from poolserve.server.admission.control import AdmissionControl, Ticket
-from poolserve.server.errors import error_response
+from poolserve.server.error_responses import error_response
 
 # Where a request's ticket travels in its ASGI scope.
 TICKET_KEY = "poolserve.admission"

@@ -15,7 +15,7 @@ from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.tei.answers import TeiErrorBody, TeiTokenizeResponse, tokens_body
 from poolserve.server.apis.tei.requests import TeiTokenizeRequest, parse_tei_or
 from poolserve.server.body import parse_body
-from poolserve.server.errors import error_response
+from poolserve.server.error_responses import error_response
 from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import (
@@ -29,7 +29,7 @@ from poolserve.server.schemas import (
     VersionBody,
     documented,
 )
-from poolserve.server.state import ServingState, state_of
+from poolserve.server.serving_state import ServingState, state_of
 from poolserve.service.model_service import ModelService
 
 ROUTES = APIRouter()

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32

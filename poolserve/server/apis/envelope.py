@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 
 EncodingFormat = Literal["float", "base64"]
 

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from poolserve.config import LongInput
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import EncodingFormat, list_body

@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import usage
 from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictStr
 
-from poolserve.engine.request import PoolingParams, ServeContext
+from poolserve.engine.context import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.models.kinds import Head

@@ -19,8 +19,8 @@ import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import Response
 
-from poolserve.engine.request import ServeContext
-from poolserve.server.errors import ErrorShape
+from poolserve.engine.context import ServeContext
+from poolserve.server.error_responses import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
 from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders, scorers

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from poolserve.server.errors import error_response
+from poolserve.server.error_responses import error_response
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 

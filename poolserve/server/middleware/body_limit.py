@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.server.errors import error_response
+from poolserve.server.error_responses import error_response
 
 
 class BodyTooLargeError(Exception):

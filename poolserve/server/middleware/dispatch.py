@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from poolserve.errors import PoolserveError
-from poolserve.server.errors import poolserve_error_response
+from poolserve.server.error_responses import poolserve_error_response
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

@@ -22,7 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.observe.live import LiveHistory
 from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor

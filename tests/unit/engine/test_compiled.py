@@ -25,10 +25,10 @@ import torch
 
 from poolserve import commands
 from poolserve.backends.torch import aot
-from poolserve.backends.torch import backend as backend_module
 from poolserve.backends.torch import executor as executor_module
-from poolserve.backends.torch.backend import TorchBackend
+from poolserve.backends.torch import torch_backend as backend_module
 from poolserve.backends.torch.executor import use_threads
+from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -325,7 +325,7 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.torch_backend"):
         backend.load()
     assert backend.report.source == "jit" and len(compiled) == 1
     assert any("Constraints violated" in record.getMessage() for record in caplog.records)
@@ -339,7 +339,7 @@ def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto", runners=2, packing="off")
-    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.torch_backend"):
         backend.load()
     assert backend.report.source == "eager" and not backend.compiled and not compiled
     assert any("eagerly with 2 runners" in record.getMessage() for record in caplog.records)
@@ -350,7 +350,7 @@ def test_a_packed_model_that_does_not_export_serves_packed_batches_eagerly(
 ) -> None:
     compiled = _unexportable(monkeypatch)
     backend = make_backend(spec, "auto")
-    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.backend"):
+    with caplog.at_level(logging.INFO, logger="poolserve.backends.torch.torch_backend"):
         backend.load()
     assert backend.report.source == "eager" and not compiled and backend.packed_heads
     assert any("packed batches eagerly" in record.getMessage() for record in caplog.records)
@@ -365,10 +365,10 @@ def test_a_model_that_fails_to_compile_is_served_eagerly_with_one_log_line(
 
     monkeypatch.setattr(backend_module.aot, "build", failing_build)
     backend = make_backend(spec, "on")
-    with caplog.at_level(logging.WARNING, logger="poolserve.backends.torch.backend"):
+    with caplog.at_level(logging.WARNING, logger="poolserve.backends.torch.torch_backend"):
         backend.load()
     assert not backend.compiled
-    warnings = [r for r in caplog.records if r.name == "poolserve.backends.torch.backend"]
+    warnings = [r for r in caplog.records if r.name == "poolserve.backends.torch.torch_backend"]
     assert len(warnings) == 1 and "serving it eagerly" in warnings[0].getMessage()
     batch = collate(batch_of(3, 20, 2), pad_token_id=0)
     assert len(backend.executor()(batch, 1)) == 3

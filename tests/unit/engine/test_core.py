@@ -17,7 +17,7 @@ import pytest
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.collate import Batch, text_item
-from poolserve.engine.core import EngineCore
+from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.runner_layout import available_cores, runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
@@ -272,7 +272,7 @@ def test_settings_that_cannot_work_are_refused(
 def test_several_runners_compile_too(spec: ModelSpec) -> None:
     """Ahead-of-time compiled code has no guards to misfire from several threads, so the
     compile mode holds whatever the number of runners."""
-    from poolserve.backends.torch.backend import TorchBackend, make_backend
+    from poolserve.backends.torch.torch_backend import TorchBackend, make_backend
 
     def mode(**config: Any) -> str:
         backend = make_backend(spec, EngineConfig(**config), rows_batch)

@@ -8,11 +8,11 @@ import numpy as np
 import orjson
 import pytest
 
-from poolserve.engine.request import PoolingParams, ServeContext
+from poolserve.engine.context import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.openai import embeddings_body
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
-from poolserve.tasks.inputs import resolve_pooling_params
+from poolserve.tasks.input_steps import resolve_pooling_params
 
 LIMITS = {"max_model_len": 256, "embedding_dim": 384, "num_special_tokens": 2}
 

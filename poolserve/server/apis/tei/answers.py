@@ -11,9 +11,9 @@ import orjson
 from pydantic import Field, RootModel
 from starlette.responses import Response
 
-from poolserve.engine.request import ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.inputs.tokenizer import TextTokenizer
-from poolserve.server.errors import ErrorShape
+from poolserve.server.error_responses import ErrorShape
 from poolserve.server.schemas import Documented, SparseEntry
 from poolserve.tasks.score import ranked
 

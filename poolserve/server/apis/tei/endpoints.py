@@ -39,10 +39,10 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.errors import answer_errors_as
+from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
-from poolserve.server.state import state_of
+from poolserve.server.serving_state import state_of
 from poolserve.server.template import (
     Call,
     Endpoint,
@@ -57,8 +57,8 @@ from poolserve.service.model_service import ModelService
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest
-from poolserve.tasks.registry import TaskSet
 from poolserve.tasks.score import ScoreRequest, pair_up
+from poolserve.tasks.task_set import TaskSet
 
 # -- the endpoints -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from ray import serve
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
 from poolserve.models.describe import prepare_model
-from poolserve.ray.bulk import RayEmbedder
+from poolserve.ray.bulk_actors import RayEmbedder
 from poolserve.ray.cluster import check_fits, connect
 from poolserve.ray.replica import APP_NAME, deployment
 from poolserve.server.shutdown import exit_now

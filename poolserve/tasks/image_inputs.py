@@ -13,7 +13,7 @@ from poolserve.inputs.image_processor import ImageTextProcessor
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.inputs.tokenizer import TextTokenizer
-from poolserve.tasks.inputs import param_of
+from poolserve.tasks.input_steps import param_of
 
 
 def has_images(inputs: Sequence[object]) -> bool:

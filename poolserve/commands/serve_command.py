@@ -151,7 +151,7 @@ def _serve_on_ray(
     server_config: ServerConfig,
 ) -> int:
     try:
-        from poolserve.ray.commands import serve_on_ray
+        from poolserve.ray.command_paths import serve_on_ray
 
         serve_on_ray(
             model_config,

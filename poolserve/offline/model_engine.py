@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from poolserve.config import EngineConfig, LongInput, ModelConfig
-from poolserve.engine.core import EngineCore
+from poolserve.engine.context import PoolingParams, ServeContext
+from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.engine.pipeline import submit
-from poolserve.engine.request import PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput

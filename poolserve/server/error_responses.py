@@ -189,7 +189,7 @@ def _no_such_route(request: Request) -> str:
 # An error in an API family's own shape: (status, message, headers) → the response.
 ErrorRender = Callable[[int, str, Mapping[str, str] | None], Response]
 # Set in a request's scope by a handler whose API family answers errors in its own shape
-# (server/errors.py); absent, they take OpenAI's.
+# (server/error_responses.py); absent, they take OpenAI's.
 ERROR_RENDER = "poolserve.error_render"
 
 

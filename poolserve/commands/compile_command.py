@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 def compile_models(served: Sequence[ServedModel]) -> int:
     """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
     from poolserve._environment import cache_dir
-    from poolserve.backends.torch.backend import TorchBackend, make_backend
-    from poolserve.engine.core import collate_for
+    from poolserve.backends.torch.torch_backend import TorchBackend, make_backend
+    from poolserve.engine.engine_core import collate_for
     from poolserve.models.describe import prepare_model
 
     failed = 0
@@ -74,7 +74,7 @@ def compile_command(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from poolserve.commands.serve import served_models
+    from poolserve.commands.serve_command import served_models
 
     model_config, engine_config = model_engine_configs(args)
     try:

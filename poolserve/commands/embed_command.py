@@ -24,10 +24,10 @@ def embed(args: argparse.Namespace) -> int:
         # A job pays for no compile (1,000 records: 117 s compiled, 20.6 s eager, at the same
         # records/s): it loads one from the cache (`poolserve compile`), else runs eagerly.
         engine_config = replace(engine_config, compile="cached")
-    from poolserve.bulk.inputs import InputError, InputSpec, input_format
+    from poolserve.bulk.corpus import InputError, InputSpec, input_format
     from poolserve.bulk.job import BadRowsError, JobOptions, check_job, run_job, summary_lines
     from poolserve.bulk.parts import JobStateError
-    from poolserve.offline.engine import Engine
+    from poolserve.offline.model_engine import Engine
 
     try:
         spec = InputSpec(
@@ -48,7 +48,7 @@ def embed(args: argparse.Namespace) -> int:
         check_job(spec, Path(args.output), options)  # before any model loads
         if args.ray:
             from poolserve.bulk.job import PARTS_IN_FLIGHT
-            from poolserve.ray.commands import embed_on_ray
+            from poolserve.ray.command_paths import embed_on_ray
 
             report = embed_on_ray(
                 model_config,

@@ -8,7 +8,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.request import PoolingParams, ServeContext
+from poolserve.engine.context import PoolingParams, ServeContext
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.inputs.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText

@@ -1,7 +1,7 @@
 """The PyTorch backend (`--backend torch`): eager PyTorch or, with `compile`, the main head
 compiled: ahead of time by AOTInductor, from the on-disk cache when an earlier start (or `poolserve
 compile`) built it (backends/torch/aot.py), else by torch.compile where the model does not export
-(backends/torch/compiled.py). At load it also decides, by checking the loaded model, which heads run
+(backends/torch/jit.py). At load it also decides, by checking the loaded model, which heads run
 packed batches (backends/torch/packing.py); the engine collates those heads' batches packed.
 """
 
@@ -18,7 +18,6 @@ import torch
 from poolserve._environment import cache_dir
 from poolserve.backends.torch import aot
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
-from poolserve.backends.torch.compiled import can_compile, compile_module
 from poolserve.backends.torch.executor import (
     CompiledForward,
     ModelExecutor,
@@ -27,10 +26,11 @@ from poolserve.backends.torch.executor import (
     use_threads,
 )
 from poolserve.backends.torch.image_text import ImageTextModule
+from poolserve.backends.torch.jit import can_compile, compile_module
 from poolserve.backends.torch.loader import enable_packing, load_module
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
-from poolserve.config.model import PackingMode
+from poolserve.config.model_config import PackingMode
 from poolserve.engine.collate import text_item
 from poolserve.engine.model_backend import Backend, Collate, CompileReport, Forward
 from poolserve.engine.runner_layout import runner_layout

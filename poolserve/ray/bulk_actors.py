@@ -25,7 +25,7 @@ class _EngineActor:
     """An engine in a Ray actor (`ray.remote` below)."""
 
     def __init__(self, model_config: ModelConfig, engine_config: EngineConfig) -> None:
-        from poolserve.offline.engine import Engine
+        from poolserve.offline.model_engine import Engine
 
         self.engine = Engine(model_config=model_config, engine_config=engine_config)
 
