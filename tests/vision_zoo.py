@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from tests.model_zoo import _corpus, _save_tokenizer, _write_gemma_tokenizer
+from tests.model_zoo.tokenizer_files import save_tokenizer as _save_tokenizer
+from tests.model_zoo.tokenizer_files import write_gemma_tokenizer as _write_gemma_tokenizer
+from tests.model_zoo.training import corpus as _corpus
 from tests.tiny_models import INITIALIZER_RANGE, SEED, _write_json
 
 HIDDEN = 32
