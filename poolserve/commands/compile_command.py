@@ -12,46 +12,34 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from poolserve._environment import cache_dir
+from poolserve.backends import backend_named
 from poolserve.config import ServedModel
 from poolserve.config.model_flags import model_engine_configs
+from poolserve.engine.engine_core import collate_for
+from poolserve.engine.model_backend import CompileReport
 from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.describe import prepare_model
+from poolserve.models.resolve import fetch_weights
 
 logger = logging.getLogger(__name__)
 
 
 def compile_models(served: Sequence[ServedModel]) -> int:
     """Compile each model into the cache; 0 when every one is there, else 1 (one line each)."""
-    from poolserve._environment import cache_dir
-    from poolserve.backends.torch.torch_backend import TorchBackend, make_backend
-    from poolserve.engine.engine_core import collate_for
-    from poolserve.models.describe import prepare_model
-
     failed = 0
     for each in served:
-        engine = each.engine
         try:
-            if engine.compile in ("off", "cached"):
-                raise SettingError(
-                    f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass "
-                    "--compile on"
-                )
-            spec = prepare_model(each.model, engine.max_batch_tokens)
-            # The backend `serve` builds with these settings, loaded without its runners.
-            backend = make_backend(spec, engine, collate_for(spec))
-            if not isinstance(backend, TorchBackend):
-                raise TypeError(f"not a compiling backend: {backend!r}")
-            backend.load()
+            name, report = _compile_one(each)
         except Exception as exc:  # one line per model, whatever went wrong
             message = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
             logger.error("%s: %s", each.model.model or "the bundled default model", message)
             failed += 1
             continue
-        report = backend.report
-        backend.close()
         if report.source in ("built", "cached"):
             logger.info(
                 "%s: %s (%.1f s), in %s",
-                spec.name,
+                name,
                 "compiled" if report.source == "built" else "already in the cache",
                 report.seconds,
                 cache_dir() / "aot",
@@ -59,7 +47,7 @@ def compile_models(served: Sequence[ServedModel]) -> int:
         else:
             logger.error(
                 "%s: not compiled ahead of time (%s); `serve` %s",
-                spec.name,
+                name,
                 report.source,
                 "compiles it with torch.compile at every start"
                 if report.source == "jit"
@@ -67,6 +55,23 @@ def compile_models(served: Sequence[ServedModel]) -> int:
             )
             failed += 1
     return 1 if failed else 0
+
+
+def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
+    """Load the backend `serve` builds with these settings, without its runners (a compiling
+    backend compiles, or finds its compiled forward in the cache, as it loads)."""
+    engine = served.engine
+    if engine.compile in ("off", "cached"):
+        raise SettingError(
+            f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass --compile on"
+        )
+    spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
+    backend = backend_named(engine.backend)(spec, engine, collate_for(spec))
+    fetch_weights(served.model.model, served.model.revision, spec.layout.directory)
+    backend.load()
+    report = backend.report
+    backend.close()
+    return spec.name, report
 
 
 def compile_command(args: argparse.Namespace) -> int:

@@ -16,6 +16,8 @@ from poolserve.config.grammar import configs_from_args
 from poolserve.errors import ModelLoadError, SettingError
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from poolserve.engine.model_backend import BackendFactory
 
 logger = logging.getLogger("poolserve")
@@ -44,14 +46,6 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         listener.close()  # free: Ray Serve's proxy listens there
         return _serve_on_ray(args, model_config, engine_config, server_config)
 
-    import uvicorn
-
-    from poolserve.models.describe import prepare_model
-    from poolserve.server import create_app
-    from poolserve.server.gc_freeze import freeze_loaded_objects
-    from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
-    from poolserve.service.registry import ServiceRegistry
-
     # Ctrl-C while the models load exits from the signal handler itself: a KeyboardInterrupt
     # raised while the main thread runs a finalizer (a garbage collection in the middle of the
     # load) would be printed and dropped, and the load would go on. A runner may still be busy
@@ -59,23 +53,34 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
     signal.signal(signal.SIGINT, _interrupted_while_loading)
     try:
         served = served_models(args, model_config, engine_config)
-        for each in served:
-            logger.info("loading %s", each.model.model or "the bundled default model")
-        # The limits against the models' lengths, before any weights are downloaded, loaded
-        # or compiled.
-        server_config.check_limits(
-            max(
-                prepare_model(each.model, each.engine.max_batch_tokens, weights=False).max_model_len
-                for each in served
-            )
-        )
-        models = ServiceRegistry.load(
-            served, cpu_workers=engine_config.cpu_workers, backend=backend
-        )
+        app = _loaded_app(served, server_config, engine_config.cpu_workers, backend)
     except (ModelLoadError, ValueError) as exc:
         logger.error("cannot start: %s", exc.cli_message if isinstance(exc, SettingError) else exc)
         return 1
-    app = create_app(models, replace(server_config, served_model_name=None))
+    return _serve_app(app, listener, server_config)
+
+
+def _loaded_app(
+    served: list[ServedModel],
+    server_config: ServerConfig,
+    cpu_workers: int,
+    backend: BackendFactory | None,
+) -> FastAPI:
+    """The app over the served models: every model prepared and the app built (every setting
+    checked, the limits against the models' lengths) before any weights are downloaded, loaded
+    or compiled; then the models load."""
+    from poolserve.server import create_app
+    from poolserve.service.registry import ServiceRegistry
+
+    models = ServiceRegistry.prepare(served, cpu_workers=cpu_workers, backend=backend)
+    try:
+        app = create_app(models, replace(server_config, served_model_name=None))
+    except BaseException:
+        models.close()
+        raise
+    for each in served:
+        logger.info("loading %s", each.model.model or "the bundled default model")
+    models.start()
     logger.info(
         "serving %s on http://%s:%d (playground: http://%s:%d/ui)",
         ", ".join(service.served_name for service in models),
@@ -84,6 +89,17 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         server_config.host,
         server_config.port,
     )
+    return app
+
+
+def _serve_app(app: FastAPI, listener: socket.socket, server_config: ServerConfig) -> int:
+    """Serve until SIGTERM or SIGINT, then give admitted requests the grace period and close
+    the models; 0 once a server that started has closed cleanly."""
+    import uvicorn
+
+    from poolserve.server.gc_freeze import freeze_loaded_objects
+    from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
+
     grace = app.state.serving.grace
     server = GracefulServer(
         uvicorn.Config(
@@ -114,7 +130,7 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
             shutdown_signal,
             lambda signum, frame: exit_now(signum, f"{signal.Signals(signum).name} while closing"),
         )
-    closed = models.close(timeout=grace.seconds_left())
+    closed = app.state.serving.models.close(timeout=grace.seconds_left())
     if not closed:
         # A runner is stuck in a forward pass: its thread would keep the process alive.
         logging.shutdown()

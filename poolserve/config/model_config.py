@@ -8,8 +8,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from poolserve.backends import BACKENDS
 from poolserve.config.fields import setting
+
+# The model backends by name (`--backend`): each the module whose `make_backend` builds one
+# (names only: nothing here imports a backend). A backend is a package under backends/ and one
+# line here.
+BACKENDS = {"torch": "poolserve.backends.torch.torch_backend"}
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[DType, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -155,7 +159,7 @@ class EngineConfig:
     backend: str = setting(
         "torch",
         choices=tuple(BACKENDS),
-        help="what runs the model (torch: PyTorch, eager or compiled; poolserve/backends/)",
+        help="what runs the model (torch: PyTorch, eager or compiled)",
     )
     # Off in Python (compiling takes tens of seconds at start-up); the commands default to auto.
     compile: CompileMode = setting(

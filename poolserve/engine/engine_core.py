@@ -21,7 +21,7 @@ from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.model_backend import BackendFactory, Collate, Forward, backend_named
+from poolserve.engine.model_backend import BackendFactory, Collate, Forward
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import runner_layout
@@ -35,6 +35,27 @@ from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
+
+
+def check_engine_settings(model: ModelSpec, config: EngineConfig) -> None:
+    """Refuse (SettingError, one line) engine settings that cannot work for `model`."""
+    if config.max_batch_tokens < model.max_model_len:
+        raise SettingError(
+            f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
+            f"limit {model.max_model_len}: the longest input would never fit in a batch"
+        )
+    check_settings(config)  # what each flag would refuse, given in Python
+    if config.cores is not None and config.cores < 1:
+        raise SettingError(f"cores must be at least 1, got {config.cores}")
+
+
+def processor_key(model: ModelSpec) -> str:
+    """The key of each CPU-pool thread's processor of `model`'s inputs (a str caches its
+    hash): its tokenizer, and for an image-text model its image processor's folder too."""
+    vision = model.layout.vision
+    if vision is None:
+        return model.tokenizer_json
+    return f"{vision.directory}\n{model.tokenizer_json}"
 
 
 def collate_for(model: ModelSpec) -> Collate:
@@ -53,61 +74,47 @@ class EngineCore:
         model: ModelSpec,
         config: EngineConfig,
         *,
-        backend: BackendFactory | None = None,
+        backend: BackendFactory,
         cpu: CpuPool | None = None,
     ) -> None:
-        """`backend`: None, the one `config.backend` names; `cpu`: a pool shared with other
+        """`backend` builds the model's backend, which places it (device, precision) and
+        refuses what cannot work, before any thread starts; `cpu`: a pool shared with other
         models (its owner shuts it down), None: the engine's own pool of `config.cpu_workers`
         threads."""
-        if config.max_batch_tokens < model.max_model_len:
-            raise SettingError(
-                f"--max-batch-tokens {config.max_batch_tokens} is less than the model's length "
-                f"limit {model.max_model_len}: the longest input would never fit in a batch"
-            )
-        check_settings(config)  # what each flag would refuse, given in Python
-        if config.cores is not None and config.cores < 1:
-            raise SettingError(f"cores must be at least 1, got {config.cores}")
-        self.model = model
+        check_engine_settings(model, config)
         self.config = config
-        runners, self._threads = runner_layout(config, model.device)
+        self._collate_items = collate_for(model)
+        self.backend = backend(model, config, self._collate_items)
+        self.model = self.backend.spec
+        runners, self._threads = runner_layout(config, self.model.device)
         self.stats = EngineStats(runners)
         self._owns_cpu = cpu is None
         self.cpu = cpu or CpuPool(config.cpu_workers)
-        self._collate_items = collate_for(model)
         self._scheduler = Scheduler(
             max_batch_tokens=config.max_batch_tokens,
             max_batch_size=config.max_batch_size,
             window=config.schedule_window,
             stats=self.stats,
-            lend_tokens=config.single_thread_tokens if model.device == "cpu" else 0,
+            lend_tokens=config.single_thread_tokens if self.model.device == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
             packs=self._packs,
         )
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
         )
-        self.backend = (backend or backend_named(config.backend))(
-            model, config, self._collate_items
-        )
-        self._runners = [
-            Runner(
-                index,
-                self._scheduler,
-                self._collate,
-                partial(self._make_forward, index),
-                self.stats,
-                threads=self._threads or 1,
-                on_death=self._runner_died,
-            )
-            for index in range(runners)
-        ]
+        self._runners = [self._new_runner(index) for index in range(runners)]
         self._threads_started: list[threading.Thread] = []
-        # The key of each CPU-pool thread's processor of this model (a str caches its hash).
-        vision = model.layout.vision
-        self._processor_key = (
-            model.tokenizer_json
-            if vision is None
-            else f"{vision.directory}\n{model.tokenizer_json}"
+        self._processor_key = processor_key(self.model)
+
+    def _new_runner(self, index: int) -> Runner:
+        return Runner(
+            index,
+            self._scheduler,
+            self._collate,
+            partial(self._make_forward, index),
+            self.stats,
+            threads=self._threads or 1,
+            on_death=self._runner_died,
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -152,10 +159,8 @@ class EngineCore:
             for item in self._scheduler.abort():
                 item.group.fail(error)
         else:
-            # No runner runs a forward any more: the compiled models' memory can go.
-            release = getattr(self.backend, "close", None)
-            if release is not None:
-                release()
+            # No runner runs a forward any more: what the loaded model holds can go.
+            self.backend.close()
         if self._owns_cpu:
             self.cpu.shutdown(wait=not stuck)
         return not stuck
@@ -240,17 +245,14 @@ class EngineCore:
 
     @property
     def compiled(self) -> str:
-        """How the main head's forward was obtained (backend.CompileSource; "eager" for a
-        backend that does not say)."""
-        report = getattr(self.backend, "report", None)
-        return str(report.source) if report is not None else "eager"
+        """How the main head's forward was obtained (model_backend.CompileSource)."""
+        return self.backend.report.source
 
     @property
     def packed_heads(self) -> frozenset[Head]:
         """The heads whose batches run packed (known once the backend has loaded, before any
-        runner takes a batch; empty for a backend that does not say)."""
-        packed: frozenset[Head] = getattr(self.backend, "packed_heads", frozenset())
-        return packed
+        runner takes a batch)."""
+        return self.backend.packed_heads
 
     # -- runner threads ---------------------------------------------------------------------
 

@@ -56,8 +56,11 @@ class TokenizedText:
 class TextTokenizer:
     """One thread's tokenizer."""
 
-    def __init__(self, tokenizer_json: str) -> None:
-        tokenizer = Tokenizer.from_str(tokenizer_json)
+    def __init__(self, tokenizer: str | Tokenizer) -> None:
+        """Over the tokenizer a tokenizer.json defines (parsed here), or over one parsed
+        before (`ModelSpec.tokenizer`: then only one thread at a time may use this one)."""
+        if isinstance(tokenizer, str):
+            tokenizer = Tokenizer.from_str(tokenizer)
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self._tokenizer = tokenizer

@@ -10,12 +10,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from poolserve.backends.torch.device import choose_device, choose_dtype
 from poolserve.config import ModelConfig
 from poolserve.config.fields import check_settings
 from poolserve.errors import ModelLoadError, SettingError
-from poolserve.models.kinds import describe, detect_kind
-from poolserve.models.layout import read_layout
+from poolserve.models.kinds import Kind, describe, detect_kind
+from poolserve.models.layout import ModelLayout, read_layout
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 from poolserve.models.score_template import template_for, with_token_ids
 from poolserve.models.spec import ModelSpec
@@ -67,12 +66,16 @@ def _first_line(exc: BaseException) -> str:
 def prepare_model(
     config: ModelConfig, max_batch_tokens: int | None = None, *, weights: bool = True
 ) -> ModelSpec:
-    """Resolve the model, read its layout and tokenizer; raises ModelLoadError with the reason.
-    Without `weights`, a hub model's weights are not downloaded (for checks before serving).
+    """Resolve the model, read its layout, parse its tokenizer and check its settings; raises
+    ModelLoadError (a SettingError for a setting that cannot work) with the reason. Without
+    `weights`, a hub model's weights are not downloaded (for checks before serving). Nothing is
+    loaded and no backend is asked: the spec's device and dtype stay as asked until a backend
+    places the model.
 
     A model whose own length limit is more than `max_batch_tokens` (Qwen3-Embedding's 32,768
     against the default 16,384) is served up to that budget, unless `--max-model-len` asked for
     more (then the engine refuses to start): `capped_from` says so, for one log line."""
+    check_settings(config)  # what each flag would refuse, given in Python
     directory = resolve_model_dir(config.model, config.revision, weights=weights)
     layout = read_layout(
         directory, config.max_model_len, trust_remote_code=config.trust_remote_code
@@ -86,29 +89,9 @@ def prepare_model(
         capped_from = layout.max_model_len
         layout = replace(layout, max_model_len=max_batch_tokens)
     kind = detect_kind(layout, config.task)
-    if config.prompts and kind != "embedding":
-        raise SettingError(
-            f"--prompt applies to embedding models; this is {describe(kind)}, which takes no "
-            "prompts"
-        )
-    device = choose_device(config.device)
-    dtype = choose_dtype(config.dtype, device)
-    check_settings(config)  # what each flag would refuse, given in Python
-    if config.score_template is not None and not (kind == "cross_encoder" and layout.is_causal_lm):
-        raise SettingError(
-            "--score-template applies to a causal LM served as a reranker (--task "
-            f"cross_encoder); this is {describe(kind)} ({layout.architecture})"
-        )
-    if layout.vision is not None and kind != "embedding":
-        raise SettingError(
-            f"{directory} is an image-text model ({layout.architecture}): it serves as an "
-            f"embedding model (text and image vectors), not as {describe(kind)}; leave --task out"
-        )
+    _check_kind_settings(config, layout, kind)
     tokenizer_json = load_tokenizer_json(layout.directory)
-    try:
-        tokenizer = Tokenizer.from_str(tokenizer_json)  # fail at start-up, not at a request
-    except Exception as exc:
-        raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    tokenizer = _parse_tokenizer(tokenizer_json, directory)
     pad_id = None
     if layout.vision is not None and (token := pad_token(layout.directory)) is not None:
         pad_id = tokenizer.token_to_id(token)
@@ -123,8 +106,9 @@ def prepare_model(
         layout=layout,
         kind=kind,
         tokenizer_json=tokenizer_json,
-        device=device,
-        dtype=dtype,
+        tokenizer=tokenizer,
+        device=config.device,
+        dtype=config.dtype,
         forced_task=config.task if config.task not in (None, "auto") else None,
         prompts=config.prompts,
         trust_remote_code=config.trust_remote_code,
@@ -133,3 +117,35 @@ def prepare_model(
         capped_from=capped_from,
         tokenizer_pad_id=pad_id,
     )
+
+
+def _check_kind_settings(config: ModelConfig, layout: ModelLayout, kind: Kind) -> None:
+    """Refuse settings that do not apply to a model of this kind (SettingError, one line)."""
+    if config.prompts and kind != "embedding":
+        raise SettingError(
+            f"--prompt applies to embedding models; this is {describe(kind)}, which takes no "
+            "prompts"
+        )
+    if config.score_template is not None and not (kind == "cross_encoder" and layout.is_causal_lm):
+        raise SettingError(
+            "--score-template applies to a causal LM served as a reranker (--task "
+            f"cross_encoder); this is {describe(kind)} ({layout.architecture})"
+        )
+    if layout.vision is not None and kind != "embedding":
+        raise SettingError(
+            f"{layout.directory} is an image-text model ({layout.architecture}): it serves as an "
+            f"embedding model (text and image vectors), not as {describe(kind)}; leave --task out"
+        )
+
+
+def _parse_tokenizer(tokenizer_json: str, directory: Path) -> Tokenizer:
+    """The model's tokenizer, parsed once for the process (the CPU pool's threads parse their
+    own), without the truncation and padding its file may set; fails at start-up, not at a
+    request."""
+    try:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+    except Exception as exc:
+        raise ModelLoadError(f"{directory}: the tokenizer cannot be loaded: {exc}") from exc
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer

@@ -39,19 +39,48 @@ def resolve_model_dir(
     model: str | None, revision: str | None = None, *, weights: bool = True
 ) -> Path:
     """Return a local directory holding the model's files, downloading from the hub if needed;
-    without `weights`, only the files that describe it (configs, tokenizer): what a process
-    that checks settings needs, not one that serves."""
+    without `weights`, only the files that describe it (configs, tokenizer): what checking the
+    settings needs; `fetch_weights` adds the weights before the model loads."""
+    hub_id = _hub_id(model, revision)
+    if hub_id is None:
+        return _local_dir(model)
+    patterns = [*DESCRIPTION_PATTERNS, *(WEIGHT_PATTERNS if weights else ())]
+    return _download_from_hub(hub_id, revision, patterns)
+
+
+def fetch_weights(model: str | None, revision: str | None, described: Path) -> None:
+    """Download a hub model's weights into the snapshot its description was read from (its
+    commit pinned: configs and weights of one revision, whatever the branch did meanwhile); a
+    local or bundled model has them already."""
+    hub_id = _hub_id(model, revision)
+    if hub_id is None:
+        return
+    snapshot = next(
+        (d for d in (described, *described.parents) if d.parent.name == "snapshots"), None
+    )
+    pinned = snapshot.name if snapshot is not None else revision
+    _download_from_hub(hub_id, pinned, [*DESCRIPTION_PATTERNS, *WEIGHT_PATTERNS])
+
+
+def _hub_id(model: str | None, revision: str | None) -> str | None:
+    """The hub id `model` names, or None for the bundled default model or a local directory."""
     if model is None or (model == DEFAULT_MODEL_ID and revision is None and _bundled()):
-        return default_model_dir()
+        return None
     path = Path(model).expanduser()
     if path.is_dir():
-        if not (transformers_directory(path) / "config.json").is_file():
-            raise ModelLoadError(f"{path} is a directory but has no config.json")
-        return path.resolve()
+        return None
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise ModelLoadError(f"model directory {model!r} does not exist")
-    patterns = [*DESCRIPTION_PATTERNS, *(WEIGHT_PATTERNS if weights else ())]
-    return _download_from_hub(model, revision, patterns)
+    return model
+
+
+def _local_dir(model: str | None) -> Path:
+    if model is None or not Path(model).expanduser().is_dir():
+        return default_model_dir()
+    path = Path(model).expanduser()
+    if not (transformers_directory(path) / "config.json").is_file():
+        raise ModelLoadError(f"{path} is a directory but has no config.json")
+    return path.resolve()
 
 
 def _download_from_hub(repo_id: str, revision: str | None, patterns: list[str]) -> Path:

@@ -1,10 +1,11 @@
 """What is known about a model before its weights are loaded (`ModelSpec`): its layout, kind,
 tokenizer, and where and in what precision it runs, by name. No torch here: the engine and the
-backend seam read it; models/describe.py makes it (`prepare_model`) and loads the weights."""
+backend seam read it; models/describe.py makes it (`prepare_model`), a backend places it (its
+device and dtype) and loads the weights."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
@@ -25,10 +26,15 @@ class ModelSpec:
     name: str
     layout: ModelLayout
     kind: Kind
+    # The tokenizer's definition (each CPU-pool thread parses its own from it), and the one
+    # parsed at start-up, for start-up's work on one thread at a time (tasks' settings, warm-up
+    # batches): fast tokenizers are not re-entrant.
     tokenizer_json: str
-    # Where and in what precision it runs, by name ("cpu", "cuda"; "float32", "bfloat16").
-    device: str
-    dtype: str
+    tokenizer: Tokenizer = field(compare=False, repr=False)
+    # Where and in what precision it runs, by name ("cpu", "cuda"; "float32", "bfloat16"): as
+    # asked ("auto" too) until a backend places it.
+    device: str = "auto"
+    dtype: str = "auto"
     # The task that forced the kind, None where the kind was detected.
     forced_task: str | None = None
     # Prompts given at start-up (--prompt), over the model's own.
@@ -84,11 +90,16 @@ class ModelSpec:
     @property
     def special_token_ids(self) -> tuple[int, ...]:
         """The ids of the tokenizer's special tokens ([CLS], </s>, padding, unknown, ...)."""
-        tokenizer = Tokenizer.from_str(self.tokenizer_json)
         return tuple(
             sorted(
                 token_id
-                for token_id, token in tokenizer.get_added_tokens_decoder().items()
+                for token_id, token in self.tokenizer.get_added_tokens_decoder().items()
                 if token.special
             )
         )
+
+    @property
+    def num_special_tokens(self) -> int:
+        """The special tokens the tokenizer adds to one text ([CLS] and [SEP] for BERT)."""
+        count: int = self.tokenizer.num_special_tokens_to_add(False)
+        return count

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 
@@ -77,7 +77,8 @@ def create_app(
     models: ServiceRegistry | ModelService, config: ServerConfig | None = None
 ) -> FastAPI:
     """The application serving `models` (which its caller closes): a registry of models, or
-    one model.
+    one model. Every setting is checked here, and nothing here needs the models loaded: a
+    server builds its app before they load.
 
     With one model, `config.served_model_name` names it; with several, each has its own."""
     config = config or ServerConfig()
@@ -89,16 +90,7 @@ def create_app(
         raise SettingError(
             "--served-model-name names one model; a set of models names each in its own config"
         )
-    max_model_len = max(service.max_model_len for service in models)
-    outputs = [service.output_floats for service in models]
-    sized = sized_for(config, outputs, max_model_len)
-    if sized is not config:
-        logger.info(
-            sized_bound_message(sized.queued_tokens, sized.max_concurrent_requests, outputs)
-        )
-    config = sized
-    config.check_limits(max_model_len)
-
+    config = _sized(config, models)
     media = MediaPolicy.of_server(config)
     fetcher = MediaFetcher(media) if config.allowed_media_domains else None
 
@@ -120,23 +112,7 @@ def create_app(
         lifespan=lifespan,
         static_url=DOCS_ASSETS,
     )
-    per_token_bytes = max(bytes_per_token(*service.output_floats) for service in models)
-
-    def token_rate() -> float:
-        """What the engines run a second, in admission's tokens."""
-        rates = [service.core.stats.work_rate() for service in models]
-        return sum(tokens + held / per_token_bytes for tokens, held in rates)
-
-    admission = AdmissionControl(
-        token_rate,
-        bytes_per_token=per_token_bytes,
-        max_requests=config.max_concurrent_requests,
-        max_tokens=config.queued_tokens,
-        max_request_tokens=config.request_tokens,
-        largest_request_tokens=largest_request_tokens(config, models, per_token_bytes),
-        # A request past its time limit would get its 504 once admitted: it waits no longer.
-        max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
-    )
+    admission = _admission(config, models)
     routes = tuple(model_routes(service.tasks) for service in models)
     served_routes = tuple(dict.fromkeys(path for each in routes for path in each))
     metrics = Metrics(models, admission, routes=(*COMMON_ROUTES, *served_routes))
@@ -155,13 +131,59 @@ def create_app(
         fetcher=fetcher,
     )
     routers = routers_for([service.tasks for service in models])
-    # Starlette runs the middleware added last first: metrics, auth, body size (a body too
-    # large for any route is refused before it waits for admission), admission, then our
-    # routes dispatched directly (the rest goes on to FastAPI).
+    _add_middleware(app, config, routers, app.state.serving)
+    install_error_handlers(app)
+    for each in routers:
+        app.include_router(each)
+    return app
+
+
+def _sized(config: ServerConfig, models: ServiceRegistry) -> ServerConfig:
+    """`config` with its admission bound sized from memory (where none was given, with one
+    log line), its limits checked against the models' lengths."""
+    max_model_len = max(service.max_model_len for service in models)
+    outputs = [service.output_floats for service in models]
+    sized = sized_for(config, outputs, max_model_len)
+    if sized is not config:
+        logger.info(
+            sized_bound_message(sized.queued_tokens, sized.max_concurrent_requests, outputs)
+        )
+    sized.check_limits(max_model_len)
+    return sized
+
+
+def _admission(config: ServerConfig, models: ServiceRegistry) -> AdmissionControl:
+    """Admission over the models' engines: their bytes held priced at the costliest model's
+    bytes per token, their measured rates in admission's tokens."""
+    per_token_bytes = max(bytes_per_token(*service.output_floats) for service in models)
+
+    def token_rate() -> float:
+        """What the engines run a second, in admission's tokens."""
+        rates = [service.core.stats.work_rate() for service in models]
+        return sum(tokens + held / per_token_bytes for tokens, held in rates)
+
+    return AdmissionControl(
+        token_rate,
+        bytes_per_token=per_token_bytes,
+        max_requests=config.max_concurrent_requests,
+        max_tokens=config.queued_tokens,
+        max_request_tokens=config.request_tokens,
+        largest_request_tokens=largest_request_tokens(config, models, per_token_bytes),
+        # A request past its time limit would get its 504 once admitted: it waits no longer.
+        max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
+    )
+
+
+def _add_middleware(
+    app: FastAPI, config: ServerConfig, routers: list[APIRouter], serving: ServingState
+) -> None:
+    """Starlette runs the middleware added last first: metrics, the unexpected error's 500,
+    CORS, auth, body size (a body too large for any route is refused before it waits for
+    admission), admission, then our routes dispatched directly (the rest goes on to FastAPI)."""
     app.add_middleware(
         DirectRouteMiddleware, routes=[route for each in routers for route in each.routes]
     )
-    app.add_middleware(AdmissionMiddleware, control=admission)
+    app.add_middleware(AdmissionMiddleware, control=serving.admission)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     if config.api_keys:
         open_paths = (
@@ -183,12 +205,8 @@ def create_app(
             expose_headers=[*EXPOSED_HEADERS],
             max_age=600,
         )
-    # An error no handler took is answered here, its connection kept (server/error_responses.py).
+    # An error no handler took is answered here, its connection kept (error_responses.py).
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(  # outermost: names and counts every request, refusals included
-        MetricsMiddleware, metrics=metrics, request_ids=app.state.serving.new_request_id
+        MetricsMiddleware, metrics=serving.metrics, request_ids=serving.new_request_id
     )
-    install_error_handlers(app)
-    for each in routers:
-        app.include_router(each)
-    return app

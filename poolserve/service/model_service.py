@@ -1,4 +1,5 @@
-"""One loaded model as every entrance serves it: its engine core, its task processors, what it is.
+"""One model as every entrance serves it: its engine core, its task processors, what it is;
+prepared (described, its tasks built, every setting checked) before it is started (loaded).
 
 The HTTP app (one or several of these behind one server) and the Python API (`Engine`) both wrap
 a `ModelService`; neither reaches into the other.
@@ -7,8 +8,9 @@ a `ModelService`; neither reaches into the other.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from poolserve.backends import backend_named
 from poolserve.config import EngineConfig, LongInput, ModelConfig
 from poolserve.engine.context import PoolingParams
 from poolserve.engine.cpu_pool import CpuPool
@@ -17,6 +19,7 @@ from poolserve.engine.model_backend import BackendFactory
 from poolserve.inputs.tokenizer import Side, TextTokenizer
 from poolserve.models.describe import prepare_model
 from poolserve.models.kinds import Kind
+from poolserve.models.resolve import fetch_weights
 from poolserve.tasks.input_steps import resolve_pooling_params
 from poolserve.tasks.task_set import TaskSet, build_tasks
 
@@ -42,6 +45,67 @@ class ModelService:
     output_floats: tuple[int, bool] = (0, False)
     # What a long embedding input gets when its request does not say (--long-input).
     long_input: LongInput = "error"
+    # What it was asked to load (where its weights come from).
+    source: ModelConfig = field(default_factory=ModelConfig)
+
+    @classmethod
+    def prepare(
+        cls,
+        model_config: ModelConfig,
+        engine_config: EngineConfig,
+        *,
+        served_names: tuple[str, ...] | None = None,
+        backend: BackendFactory | None = None,
+        cpu: CpuPool | None = None,
+    ) -> ModelService:
+        """Everything about the model that can be known and checked before its weights load:
+        its description (configs and tokenizer: a hub model's weights are not downloaded), its
+        tasks, its engine with its backend placed (`backend`: None, the one
+        `engine_config.backend` names). No thread starts; `start` loads it. A setting that
+        cannot work raises here (SettingError, one line)."""
+        spec = prepare_model(model_config, engine_config.max_batch_tokens, weights=False)
+        tasks = build_tasks(spec, max_input_tokens=model_config.max_input_tokens)
+        core = EngineCore(
+            spec,
+            engine_config,
+            backend=backend or backend_named(engine_config.backend),
+            cpu=cpu,
+        )
+        return cls(
+            core=core,
+            tasks=tasks,
+            name=spec.name,
+            kind=spec.kind,
+            max_model_len=spec.max_model_len,
+            embedding_dim=spec.embedding_dim,
+            default_dimensions=spec.layout.truncate_dim,
+            normalizes=spec.layout.normalize,
+            num_special_tokens=spec.num_special_tokens,
+            served_names=served_names or (spec.name,),
+            output_floats=spec.output_floats,
+            long_input=model_config.long_input,
+            source=model_config,
+        )
+
+    def start(self) -> None:
+        """Fetch the weights (a hub model's, pinned to the revision described) and load them
+        on the runners' threads; raises if anything fails, with nothing left running."""
+        spec = self.core.model
+        if spec.capped_from is not None:
+            logger.info(
+                "%s: its length limit %d is more than --max-batch-tokens %d; serving inputs of "
+                "up to %d tokens (raise --max-batch-tokens to serve longer ones)",
+                spec.name,
+                spec.capped_from,
+                self.core.config.max_batch_tokens,
+                spec.max_model_len,
+            )
+        try:
+            fetch_weights(self.source.model, self.source.revision, spec.layout.directory)
+        except BaseException:
+            self.core.close()
+            raise
+        self.core.start()  # a failed start closes the core
 
     @classmethod
     def load(
@@ -53,38 +117,16 @@ class ModelService:
         backend: BackendFactory | None = None,
         cpu: CpuPool | None = None,
     ) -> ModelService:
-        """Load the model and start its engine (its runners, on `cpu` if shared); raises if
-        anything fails, with nothing left running."""
-        spec = prepare_model(model_config, engine_config.max_batch_tokens)
-        if spec.capped_from is not None:
-            logger.info(
-                "%s: its length limit %d is more than --max-batch-tokens %d; serving inputs of "
-                "up to %d tokens (raise --max-batch-tokens to serve longer ones)",
-                spec.name,
-                spec.capped_from,
-                engine_config.max_batch_tokens,
-                spec.max_model_len,
-            )
-        core = EngineCore(spec, engine_config, backend=backend, cpu=cpu)
-        core.start()
-        try:
-            return cls(
-                core=core,
-                tasks=build_tasks(spec, max_input_tokens=model_config.max_input_tokens),
-                name=spec.name,
-                kind=spec.kind,
-                max_model_len=spec.max_model_len,
-                embedding_dim=spec.embedding_dim,
-                default_dimensions=spec.layout.truncate_dim,
-                normalizes=spec.layout.normalize,
-                num_special_tokens=TextTokenizer(spec.tokenizer_json).num_special_tokens,
-                served_names=served_names or (spec.name,),
-                output_floats=spec.output_floats,
-                long_input=model_config.long_input,
-            )
-        except BaseException:
-            core.close()  # its threads are running: never leave them behind
-            raise
+        """`prepare`, then `start`: the model loaded, its engine running."""
+        service = cls.prepare(
+            model_config, engine_config, served_names=served_names, backend=backend, cpu=cpu
+        )
+        service.start()
+        return service
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the engine (`EngineCore.close`); a service never started just lets go."""
+        return self.core.close(timeout)
 
     @property
     def served_name(self) -> str:

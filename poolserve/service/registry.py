@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -60,17 +61,31 @@ class ServiceRegistry:
     ) -> Self:
         """Load every model (a model file's path, or a list of models: `ServedModel`s, paths
         or hub ids, None for the bundled default) on one CPU pool of `cpu_workers` threads
-        (default: one per core). A model that fails to load stops it all, named in the error,
-        with nothing left running."""
+        (default: one per core): `prepare`, then `start`."""
+        registry = cls.prepare(models, cpu_workers=cpu_workers, backend=backend)
+        registry.start()
+        return registry
+
+    @classmethod
+    def prepare(
+        cls,
+        models: str | Path | Sequence[ServedModel | str | None],
+        *,
+        cpu_workers: int | None = None,
+        backend: BackendFactory | None = None,
+    ) -> Self:
+        """Every model prepared (described, its tasks built, its settings checked: nothing
+        loaded, no thread started), so that a setting that cannot work stops start-up in
+        seconds, named in the error, with nothing left running."""
         configs = served_models(models)
         check_names(configs)
         cpu = CpuPool(cpu_workers or EngineConfig().cpu_workers)
         services: list[ModelService] = []
         try:
             for index, config in enumerate(configs):
-                try:
+                with _named(index, config):
                     services.append(
-                        ModelService.load(
+                        ModelService.prepare(
                             config.model,
                             config.engine,
                             served_names=config.served_names,
@@ -78,15 +93,21 @@ class ServiceRegistry:
                             cpu=cpu,
                         )
                     )
-                except SettingError as exc:
-                    raise SettingError(f"{label(index, config)}: {exc.cli_message}") from exc
-                except ModelLoadError as exc:
-                    raise ModelLoadError(f"{label(index, config)}: {exc}") from exc
-            return cls(services, configs, cpu)
+            return cls(services, configs, cpu)  # refuses two models served under one name
         except BaseException:
             for service in services:
-                service.core.close(timeout=1.0)
-            cpu.shutdown(wait=True)  # its threads are idle: nothing runs without a model
+                service.close()
+            cpu.shutdown(wait=True)  # no thread of it has started
+            raise
+
+    def start(self) -> None:
+        """Load every model, in order; one that fails closes them all and is raised, named."""
+        try:
+            for index, (config, service) in enumerate(zip(self.configs, self, strict=True)):
+                with _named(index, config):
+                    service.start()
+        except BaseException:
+            self.close(timeout=1.0)
             raise
 
     @classmethod
@@ -195,3 +216,14 @@ def check_names(configs: Sequence[ServedModel]) -> None:
 def label(index: int, config: ServedModel) -> str:
     """How an error names a model: its place in the list and what it is."""
     return f"model {index + 1} ({config.model.model or DEFAULT_MODEL_LABEL})"
+
+
+@contextmanager
+def _named(index: int, config: ServedModel) -> Iterator[None]:
+    """A model's refusal names the model (`model 2 (BAAI/bge-m3): ...`)."""
+    try:
+        yield
+    except SettingError as exc:
+        raise SettingError(f"{label(index, config)}: {exc.cli_message}") from exc
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{label(index, config)}: {exc}") from exc

@@ -134,7 +134,7 @@ def _mask_token(tokenizer: TextTokenizer) -> int | None:
 
 
 def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
-    tokenizer = TextTokenizer(spec.tokenizer_json)
+    tokenizer = TextTokenizer(spec.tokenizer)
     limit = spec.max_model_len
     kind = spec.kind
     classifier = (

@@ -17,7 +17,6 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import EngineConfig, ServerConfig
-from poolserve.backends.torch.torch_backend import make_backend
 from poolserve.engine.collate import text_item
 from poolserve.engine.engine_core import EngineCore
 from poolserve.errors import EngineUnavailableError
@@ -25,6 +24,7 @@ from poolserve.offline.model_engine import Engine
 from poolserve.server import create_app
 from tests.api.helpers import assert_openai_error, embed, vectors
 from tests.reference import assert_close_vectors, st_encode
+from tests.wrapped_backend import WrappedBackend, wrapping
 
 pytestmark = pytest.mark.anyio
 
@@ -36,16 +36,13 @@ class Fatal(BaseException):
     """Escapes the runner's per-batch `except Exception`, so the runner thread dies."""
 
 
-class PoisonBackend:
+class PoisonBackend(WrappedBackend):
     """The real torch backend, whose runners' forwards raise `error()` on batches holding
     POISON (injected through the engine's backend seam)."""
 
     def __init__(self, inner: Any, error: Callable[[], BaseException]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.error = error
-
-    def load(self) -> None:
-        self.inner.load()
 
     def executor(self) -> Callable[[Any, int], Any]:
         forward = self.inner.executor()
@@ -68,7 +65,7 @@ def make_engine(engine: Any) -> Iterator[Callable[..., Any]]:
         core = EngineCore(
             engine.core.model,
             EngineConfig(cpu_workers=1, runners=runners),
-            backend=lambda *args: PoisonBackend(make_backend(*args), error),
+            backend=wrapping(PoisonBackend, error),
         )
         core.start()
         cores.append(core)

@@ -21,10 +21,10 @@ import httpx
 import pytest
 
 from poolserve import EngineConfig, ModelConfig
-from poolserve.backends.torch.torch_backend import make_backend
 from poolserve.offline.model_engine import Engine
 from tests.api.helpers import post_ok, serving
 from tests.reference import WORDS
+from tests.wrapped_backend import WrappedBackend, wrapping
 
 pytestmark = pytest.mark.anyio
 
@@ -33,19 +33,12 @@ N_SMALL = 10
 BATCH = 32
 
 
-class SignallingBackend:
+class SignallingBackend(WrappedBackend):
     """The torch backend, whose forwards set `ran` once a batch has run (the backend seam)."""
 
     def __init__(self, inner: Any, ran: threading.Event) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.ran = ran
-
-    @property
-    def packed_heads(self) -> Any:
-        return self.inner.packed_heads
-
-    def load(self) -> None:
-        self.inner.load()
 
     def executor(self) -> Callable[[Any, int], Sequence[Any]]:
         forward = self.inner.executor()
@@ -70,7 +63,7 @@ def small_batches(model_path: Path, batch_ran: threading.Event) -> Iterator[Engi
     with Engine(
         model_config=config,
         engine_config=EngineConfig(max_batch_size=BATCH),
-        backend=lambda *args: SignallingBackend(make_backend(*args), batch_ran),
+        backend=wrapping(SignallingBackend, batch_ran),
     ) as engine:
         yield engine
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.wrapped_backend import WrappedBackend, wrapping
+
 ENV = "HARNESS_FAULTS"
 
 
@@ -63,20 +65,16 @@ def wrap_forward(
     return faulty
 
 
-class FaultyBackend:
+class FaultyBackend(WrappedBackend):
     """A backend whose runners' forwards carry the faults (the engine's backend seam)."""
 
     def __init__(self, inner: Any, faults: dict[str, Any]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.faults = faults
 
     def load(self) -> None:
         time.sleep(float(self.faults.get("load_delay", 0.0)))
         self.inner.load()
-
-    @property
-    def packed_heads(self) -> Any:
-        return self.inner.packed_heads
 
     def executor(self) -> Callable[[Any, int], Sequence[Any]]:
         return wrap_forward(self.inner.executor(), self.faults)
@@ -84,12 +82,8 @@ class FaultyBackend:
 
 def faulty_backend(faults: dict[str, Any]) -> Callable[..., FaultyBackend]:
     """A `BackendFactory`: the real torch backend, wrapped."""
-    from poolserve.backends.torch.torch_backend import make_backend
-
-    def build(*args: Any) -> FaultyBackend:
-        return FaultyBackend(make_backend(*args), faults)
-
-    return build
+    factory: Callable[..., FaultyBackend] = wrapping(FaultyBackend, faults)
+    return factory
 
 
 def main(argv: Sequence[str]) -> int:

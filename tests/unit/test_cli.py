@@ -271,7 +271,8 @@ def test_a_request_limit_below_the_models_length_stops_start_up_before_loading(
     with caplog.at_level(logging.INFO, logger="poolserve"):
         assert main(argv) == 1
     assert "--max-request-tokens 200 is less than the model's length limit 256" in caplog.text
-    assert "loading the bundled default model" in caplog.text
+    # Refused once the model was described, before it began to load.
+    assert "loading the bundled default model" not in caplog.text
     assert "loaded " not in caplog.text  # the weights were never read
 
 
@@ -440,9 +441,9 @@ def test_the_memory_limit_is_read_from_the_processs_own_cgroups_too() -> None:
 
     from poolserve.server.admission.budget import cgroup_limit_files
 
-    v2 = cgroup_limit_files("0::/system.slice/poolserve.service.model_service\n")
+    v2 = cgroup_limit_files("0::/system.slice/poolserve.service\n")
     assert v2 == [
-        Path("/sys/fs/cgroup/system.slice/poolserve.service.model_service/memory.max"),
+        Path("/sys/fs/cgroup/system.slice/poolserve.service/memory.max"),
         Path("/sys/fs/cgroup/system.slice/memory.max"),
         Path("/sys/fs/cgroup/memory.max"),
     ]

@@ -1,15 +1,18 @@
-"""Choosing device and dtype: `auto` means CUDA when present, bf16 where the hardware is fast.
+"""Placing a model: its device and dtype chosen from what it asks for (`auto`: CUDA when present,
+bf16 where the hardware is fast).
 
 Both are chosen as plain names (`"cpu"`, `"bfloat16"`): the engine and the backend seam carry
 names, and the torch code makes torch types of them (`torch_dtype`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.spec import ModelSpec
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -50,3 +53,10 @@ def choose_dtype(requested: str, device: str) -> str:
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a dtype's name (`"bfloat16"`)."""
     return _DTYPES[name]
+
+
+def place(spec: ModelSpec) -> ModelSpec:
+    """`spec` with its device and dtype chosen (as asked, or for `auto` what this machine runs
+    best); a device that cannot be had is a SettingError."""
+    device = choose_device(spec.device)
+    return replace(spec, device=device, dtype=choose_dtype(spec.dtype, device))

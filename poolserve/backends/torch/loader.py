@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from poolserve.backends.torch.dense import build_dense, load_linear_head, load_m3_heads
-from poolserve.backends.torch.device import torch_dtype
+from poolserve.backends.torch.device import place, torch_dtype
 from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.module import NextTokenScorer, PoolingModule
 from poolserve.backends.torch.packing import (
@@ -149,7 +149,9 @@ def _from_pretrained(spec: ModelSpec) -> torch.nn.Module:
 
 
 def load_module(spec: ModelSpec) -> PoolingModule | ImageTextModule:
-    """Load the weights and build the module on the spec's device (call on the runner thread)."""
+    """Load the weights and build the module on the spec's device (call on the runner thread;
+    a spec not placed yet is placed here)."""
+    spec = place(spec)
     layout = spec.layout
     started = time.perf_counter()
     backbone = _from_pretrained(spec)
@@ -200,6 +202,7 @@ def _loaded(spec: ModelSpec, started: float) -> None:
 def enable_packing(module: PoolingModule | ImageTextModule, spec: ModelSpec) -> str | None:
     """Let `module` run packed batches if its backbone gives each packed sequence the outputs it
     has alone (checked now, on two sequences); else say why not."""
+    spec = place(spec)
     if isinstance(module, ImageTextModule):
         return "an image-text model's towers pool their own way"
     if not any(head != "classify" or module.next_token is not None for head in spec.heads):

@@ -18,6 +18,7 @@ import torch
 from poolserve._environment import cache_dir
 from poolserve.backends.torch import aot
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
+from poolserve.backends.torch.device import place
 from poolserve.backends.torch.executor import (
     CompiledForward,
     ModelExecutor,
@@ -32,7 +33,7 @@ from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
 from poolserve.config.model_config import PackingMode
 from poolserve.engine.collate import text_item
-from poolserve.engine.model_backend import Backend, Collate, CompileReport, Forward
+from poolserve.engine.model_backend import BackendFactory, Collate, CompileReport, Forward
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.inputs.image_processor import blank_image
@@ -45,11 +46,13 @@ logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 
 
-def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
-    """The torch backend of `model`, laid out as the engine's runners are."""
-    runners, threads = runner_layout(config, model.device)
+def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> TorchBackend:
+    """The torch backend of `model`, placed (its device and dtype chosen) and laid out as the
+    engine's runners are; a setting that cannot work here is refused now, before any load."""
+    placed = place(model)
+    runners, threads = runner_layout(config, placed.device)
     return TorchBackend(
-        model,
+        placed,
         collate,
         single_thread_tokens=config.single_thread_tokens,
         threads=threads or 1,
@@ -87,8 +90,10 @@ class TorchBackend:
         max_batch_size: int = 256,
         packing: PackingMode = "auto",
     ) -> None:
-        self._spec = spec
+        self._spec = place(spec)
         self._collate = collate
+        # Whether the main head is compiled: `on` that cannot work here refuses to start.
+        self._compiles = compile != "off" and can_compile(self._spec, compile)
         self._single_thread_tokens = single_thread_tokens
         self._threads = threads
         # Each runner thread's intra-op threads, set before its first operator (None: torch's
@@ -103,6 +108,11 @@ class TorchBackend:
         self._module: Callable[..., torch.Tensor] | None = None
         self._compiled: CompiledForward | None = None
         self.report = CompileReport("eager")
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model as placed here (engine/model_backend.py)."""
+        return self._spec
 
     @property
     def compile_mode(self) -> CompileMode:
@@ -127,7 +137,7 @@ class TorchBackend:
         module = load_module(self._spec)
         self._module = module
         self._choose_packing(module)
-        if self._compile == "off" or not can_compile(self._spec, self._compile):
+        if not self._compiles:
             return
         assert isinstance(module, PoolingModule)  # an image-text model is not compiled
         started = time.perf_counter()
@@ -286,7 +296,7 @@ class TorchBackend:
         """Run batches of one and of eight, short and long, at each thread count the runner
         uses on its own; for a cross-encoder also with token type ids (its query-document
         pairs carry them, single texts do not, and torch.compile builds a graph for each)."""
-        tokenizer = TextTokenizer(self._spec.tokenizer_json)
+        tokenizer = TextTokenizer(self._spec.tokenizer)
         longest = self._spec.max_model_len
         short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
         typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
@@ -339,3 +349,7 @@ class _AotRun:
 
     def close(self) -> None:
         self._model.close()
+
+
+# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+_FACTORY: BackendFactory = make_backend

@@ -73,7 +73,7 @@ def sized_bound_message(tokens: int, max_requests: int, outputs: Iterable[tuple[
 
 def cgroup_limit_files(proc_self_cgroup: str) -> list[Path]:
     """The memory limit files of a process's cgroup and its parents, from its
-    `/proc/self/cgroup` (v2: `0::/system.slice/poolserve.service.model_service`, a systemd unit's
+    `/proc/self/cgroup` (v2: `0::/system.slice/poolserve.service`, a systemd unit's
     `MemoryMax=`; v1: `4:memory:/docker/...`)."""
     found: list[Path] = []
     for line in proc_self_cgroup.splitlines():

@@ -8,6 +8,7 @@ The model spec is the bundled model's (no weights are loaded: the backend is fak
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,10 +19,12 @@ import pytest
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.collate import Batch, text_item
 from poolserve.engine.engine_core import EngineCore
+from poolserve.engine.model_backend import CompileReport
 from poolserve.engine.runner_layout import available_cores, runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 from poolserve.models.describe import ModelSpec, prepare_model
+from poolserve.models.kinds import Head
 
 WAIT = 10
 POISON = 666
@@ -40,10 +43,16 @@ def rows(batch: Batch) -> np.ndarray:
 class FakeBackend:
     """Records where it was loaded and where each executor was built."""
 
-    def __init__(self, forward: Callable[[Batch, int], np.ndarray]) -> None:
+    def __init__(self, spec: ModelSpec, forward: Callable[[Batch, int], np.ndarray]) -> None:
+        self.spec = dataclasses.replace(spec, device="cpu", dtype="float32")
         self.forward = forward
+        self.packed_heads: frozenset[Head] = frozenset()
+        self.report = CompileReport("eager")
         self.load_threads: list[str] = []
         self.executor_threads: list[str] = []
+
+    def close(self) -> None:
+        pass
 
     def load(self) -> None:
         self.load_threads.append(threading.current_thread().name)
@@ -65,7 +74,7 @@ def start_core(spec: ModelSpec) -> Iterator[Callable[..., tuple[EngineCore, Fake
     def start(
         forward: Callable[[Batch, int], np.ndarray], **config: Any
     ) -> tuple[EngineCore, FakeBackend]:
-        backend = FakeBackend(forward)
+        backend = FakeBackend(spec, forward)
         core = EngineCore(
             spec, EngineConfig(cpu_workers=1, **config), backend=lambda *args: backend
         )
@@ -266,7 +275,11 @@ def test_settings_that_cannot_work_are_refused(
     from poolserve.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match=message):
-        EngineCore(spec, EngineConfig(**setting))
+        EngineCore(spec, EngineConfig(**setting), backend=refuse_to_build)
+
+
+def refuse_to_build(*args: Any) -> Any:
+    raise AssertionError("a backend was built for settings that cannot work")
 
 
 def test_several_runners_compile_too(spec: ModelSpec) -> None:

@@ -1,0 +1,126 @@
+"""The package's shape: its exported names, torch behind its backend, modules and functions of a
+readable size, and module names that do not collide."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import poolserve
+
+PACKAGE = Path(poolserve.__file__).parent
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+TORCH_BACKEND = PACKAGE / "backends" / "torch"
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+def test_the_exported_names_are_the_public_face() -> None:
+    assert sorted(poolserve.__all__) == [
+        "Chunking",
+        "Engine",
+        "EngineConfig",
+        "ModelConfig",
+        "ModelSet",
+        "ServedModel",
+        "ServerConfig",
+        "__version__",
+    ]
+    for name in poolserve.__all__:
+        assert getattr(poolserve, name) is not None, name
+
+
+def test_the_package_root_keeps_only_its_face() -> None:
+    root = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert root == ["__init__.py", "__main__.py", "_environment.py", "_version.py", "errors.py"]
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_torch_is_imported_only_under_the_torch_backend() -> None:
+    importers = [
+        relative(path)
+        for path in SOURCES
+        if TORCH_BACKEND not in path.parents
+        and any(
+            name == "torch" or name.startswith("torch.")
+            for name in imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    ]
+    assert importers == []
+
+
+# Run in a process of its own, where `import torch` fails: every module but the torch backend's
+# imports, and the bundled model is described and its tasks built without torch.
+WITHOUT_TORCH = """
+import importlib, pkgutil, sys
+sys.modules["torch"] = None
+import poolserve
+for module in pkgutil.walk_packages(poolserve.__path__, "poolserve."):
+    if not module.name.startswith(("poolserve.backends.torch", "poolserve.__main__")):
+        importlib.import_module(module.name)
+from poolserve.config import ModelConfig
+from poolserve.models.describe import prepare_model
+from poolserve.tasks.task_set import build_tasks
+spec = prepare_model(ModelConfig())
+tasks = build_tasks(spec, max_input_tokens=1024)
+print(spec.name, spec.kind, spec.max_model_len, ",".join(tasks.heads))
+"""
+
+
+def test_every_module_but_the_torch_backends_works_without_torch() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "embedding",
+        "256",
+        "embed,token_embed",
+    ]
+
+
+def a_letter_apart(first: str, second: str) -> bool:
+    """Equal, or one letter added, dropped or changed."""
+    if first == second:
+        return True
+    if len(first) == len(second):
+        return sum(a != b for a, b in zip(first, second, strict=True)) == 1
+    shorter, longer = sorted((first, second), key=len)
+    if len(longer) - len(shorter) != 1:
+        return False
+    return any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
+
+
+def test_no_two_modules_have_names_a_letter_apart() -> None:
+    """`service.py` beside `services.py`, or two `layout.py`, made the reader ask which is
+    which; a package is named by its folder."""
+    names = {
+        relative(path): (path.parent.name if path.stem == "__init__" else path.stem)
+        for path in SOURCES
+        if path.stem != "__main__"
+    }
+    clashes = [
+        f"{first} ~ {second}"
+        for (first, a), (second, b) in combinations(sorted(names.items()), 2)
+        if a_letter_apart(a, b)
+    ]
+    assert clashes == []
