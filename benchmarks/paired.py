@@ -1,11 +1,18 @@
-"""A/B of two source trees by paired latencies: both servers up at once, one request at a time
-sent to each in turn (rounds alternating which goes first), so that the machine's drift, which
-moves separate runs by more than most changes do, falls on both alike.
+"""A/B of two source trees, both servers up at once and measured in turn (rounds alternating which
+goes first), so that the machine's drift, which moves separate runs by more than most changes
+do, falls on both alike.
 
-Prints the p50 of the wall time and of the server's `x-inference-time` for each tree, for one
-sentence or (`--passages`) eight passages of 100-256 tokens per request.
+By paired latencies (the default): one request at a time to each in turn; prints the p50 of the
+wall time and of the server's `x-inference-time` for each tree, for one sentence or
+(`--passages`) eight passages of 100-256 tokens per request.
+
+Under the peer benchmark's loads (`--loads`, benchmarks/peers.py: c=64 one sentence, c=8 of 32
+sentences, c=8 of 8 passages, c=1, rerank of 100 documents, all real prose): each round runs
+every load against each tree in turn; prints each tree's median and the median of the rounds'
+A ÷ B ratios (a server idle while the other is measured costs no CPU: its runners wait).
 
     .venv/bin/python -m benchmarks.paired /path/to/tree-a /path/to/tree-b --rounds 12
+    .venv/bin/python -m benchmarks.paired /path/to/tree-a /path/to/tree-b --loads --rounds 3
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks import corpus
+from benchmarks.loadgen import LoadResult
 from benchmarks.server_process import free_port, running_process
 
 
@@ -31,7 +39,12 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=60, help="requests to each per round")
     parser.add_argument("--passages", action="store_true", help="8 passages per request")
     parser.add_argument("--server-args", default="--dtype bfloat16")
+    parser.add_argument("--loads", action="store_true", help="throughput under the peer loads")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each load, with --loads")
     args = parser.parse_args()
+    if args.loads:
+        compare_loads(args.trees, args.rounds, args.seconds, args.server_args)
+        return
     texts = corpus.passages(200) if args.passages else corpus.sentences(2000)
 
     def body(i: int) -> dict[str, object]:
@@ -72,6 +85,43 @@ def main() -> None:
         print(f"| {name} ({tree}) | {wall_p50:.2f} | {inference_p50:.3f} |")
     ratio = statistics.median(walls["A"]) / statistics.median(walls["B"])
     print(f"A ÷ B wall p50: {ratio:.3f}")
+
+
+# What each peer load reports (benchmarks/peers.py's keys): throughput, or c=1's p50 latency.
+LOADS = {
+    "c64": "c=64, 1 sentence: req/s",
+    "c8x32": "c=8, 32 sentences: req/s",
+    "c8x8p": "c=8, 8 passages: req/s",
+    "c1": "c=1, 1 sentence: p50 ms",
+    "rerank": "rerank of 100, c=8: req/s",
+}
+
+
+def compare_loads(trees: list[Path], rounds: int, seconds: float, server_args: str) -> None:
+    from benchmarks.peers import NAME, measure
+
+    names = ("A", "B")
+    values: dict[str, dict[str, list[float]]] = {n: {k: [] for k in LOADS} for n in names}
+    ports = [free_port(), free_port()]
+    flags = f"{server_args} --served-model-name {NAME}"
+    with _server(trees[0], ports[0], flags), _server(trees[1], ports[1], flags):
+        for round_index in range(rounds):
+            for name in names if round_index % 2 == 0 else names[::-1]:
+                results = measure(ports[names.index(name)], seconds, with_stats=False)
+                for key in LOADS:
+                    result = results[key]
+                    assert isinstance(result, LoadResult)
+                    value = result.percentile_ms(50) if key == "c1" else result.throughput
+                    values[name][key].append(value)
+    print(f"{rounds} rounds of every load ({seconds:g} s each), A and B in turn")
+    print("| load | A | B | A ÷ B (median of rounds) |")
+    print("|---|---:|---:|---:|")
+    for key, label in LOADS.items():
+        a, b = values["A"][key], values["B"][key]
+        ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
+        print(
+            f"| {label} | {statistics.median(a):.1f} | {statistics.median(b):.1f} | {ratio:.3f} |"
+        )
 
 
 def _server(

@@ -1,4 +1,4 @@
-"""Every architecture of the README's table at the server's true defaults (dtype auto, which is
+"""Every architecture of docs/models.md's table at the server's true defaults (dtype auto, which is
 bf16 on AVX512-BF16/AMX CPUs, and `--compile auto`), checked against the float32 references:
 what a new user gets from `poolserve serve MODEL`. One server from one model file; prints a
 table (model, whether its forward was compiled, the worst cosine or score difference) and the

@@ -22,7 +22,10 @@ from typing import Any, Literal
 
 import orjson
 
-Format = Literal["jsonl", "csv", "parquet", "text", "images"]
+from poolserve.config.job_config import InputFormat, JobInput
+
+# What `--format` names, and a folder of images.
+Format = Literal[InputFormat, "images"]
 FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet", "text", "images")
 # The files of a folder of images that are embedded (any other file is left alone).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
@@ -68,6 +71,12 @@ class InputSpec:
     id_field: str | None = None
     # The field of image paths (an image-text model embeds the images); None: texts.
     image_field: str | None = None
+
+    @classmethod
+    def of(cls, job: JobInput) -> InputSpec:
+        """The input `embed`'s flags name, its format told by its extension where not given."""
+        format = input_format(job.input, job.format)
+        return cls(job.input, format, job.text_field, job.id_field, job.image_field)
 
     @property
     def unit(self) -> str:

@@ -38,9 +38,10 @@ from poolserve.bulk.corpus import (
     read_records,
 )
 from poolserve.bulk.parts import JobStateError, PartStore
+from poolserve.config.job_config import JobOptions
 
 if TYPE_CHECKING:
-    from poolserve.offline.results import CountedEmbeddings
+    from poolserve.bulk.counted_embed import CountedEmbeddings
 
 logger = logging.getLogger(__name__)
 
@@ -68,16 +69,6 @@ class PartEmbedder(Protocol):
 
 class BadRowsError(RuntimeError):
     """A bad row with `on_error="fail"`: the job stops, naming it."""
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    part_rows: int = 8192
-    on_error: Literal["skip", "fail"] = "skip"
-    truncate: bool = False
-    normalize: bool | None = None
-    dimensions: int | None = None
-    overwrite: bool = False
 
 
 @dataclass

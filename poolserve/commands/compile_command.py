@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from poolserve._environment import cache_dir
 from poolserve.backends import backend_named
 from poolserve.config import ServedModel
-from poolserve.config.model_flags import model_engine_configs
+from poolserve.config.grammar import model_engine_configs
 from poolserve.engine.engine_core import collate_for
 from poolserve.engine.model_backend import CompileReport
 from poolserve.errors import ModelLoadError, SettingError

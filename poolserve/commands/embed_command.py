@@ -8,7 +8,9 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from poolserve.config.model_flags import model_engine_configs
+from poolserve.config.fields import flag_values
+from poolserve.config.grammar import model_engine_configs
+from poolserve.config.job_config import JobInput, JobOptions
 from poolserve.errors import InvalidRequestError, ModelLoadError, SettingError
 
 logger = logging.getLogger("poolserve")
@@ -24,27 +26,14 @@ def embed(args: argparse.Namespace) -> int:
         # A job pays for no compile (1,000 records: 117 s compiled, 20.6 s eager, at the same
         # records/s): it loads one from the cache (`poolserve compile`), else runs eagerly.
         engine_config = replace(engine_config, compile="cached")
-    from poolserve.bulk.corpus import InputError, InputSpec, input_format
-    from poolserve.bulk.job import BadRowsError, JobOptions, check_job, run_job, summary_lines
+    from poolserve.bulk.corpus import InputError, InputSpec
+    from poolserve.bulk.job import BadRowsError, check_job, run_job, summary_lines
     from poolserve.bulk.parts import JobStateError
     from poolserve.offline.model_engine import Engine
 
     try:
-        spec = InputSpec(
-            path=args.input,
-            format=input_format(args.input, args.format),
-            text_field=args.text_field,
-            id_field=args.id_field,
-            image_field=args.image_field,
-        )
-        options = JobOptions(
-            part_rows=args.part_rows,
-            on_error=args.on_error,
-            truncate=args.truncate,
-            normalize=args.normalize,
-            dimensions=args.dimensions,
-            overwrite=args.overwrite,
-        )
+        spec = InputSpec.of(JobInput(**flag_values(args, JobInput)))
+        options = JobOptions(**flag_values(args, JobOptions))
         check_job(spec, Path(args.output), options)  # before any model loads
         if args.ray:
             from poolserve.bulk.job import PARTS_IN_FLIGHT

@@ -153,7 +153,8 @@ def served_models(
         from poolserve.config.model_file import base_settings, read_model_file
 
         return read_model_file(args.config, base_settings(model_config, engine_config))
-    names = tuple(args.served_model_name) if args.served_model_name else None
+    given = getattr(args, "served_model_name", None)  # `compile` names no model
+    names = tuple(given) if given else None
     return [
         ServedModel(replace(model_config, model=model), engine_config, names)
         for model in args.models

@@ -16,23 +16,24 @@ from poolserve.config.fields import setting
 BACKENDS = {"torch": "poolserve.backends.torch.torch_backend"}
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-DTYPES: tuple[DType, ...] = ("auto", "float32", "bfloat16", "float16")
 Device = Literal["auto", "cpu", "cuda"]
-DEVICES: tuple[Device, ...] = ("auto", "cpu", "cuda")
 # auto: compile ahead of time where it can work (or load it from the cache); cached: load it
 # from the cache where it is there, else run eagerly (what `poolserve embed`'s auto means: a
 # job pays for no compile); on: compile or refuse to start.
 CompileMode = Literal["off", "on", "auto", "cached"]
-COMPILE_MODES: tuple[CompileMode, ...] = ("off", "on", "auto", "cached")
 PackingMode = Literal["auto", "off"]
-PACKING_MODES: tuple[PackingMode, ...] = ("auto", "off")
 # Attention implementation: auto lets transformers pick (sdpa where the architecture has it).
 Attention = Literal["auto", "sdpa", "eager"]
-ATTENTIONS: tuple[Attention, ...] = ("auto", "sdpa", "eager")
 # What an input longer than the model's length gets when its request does not say
 # (tasks/chunking.py): refused, cut, or embedded in chunks.
 LongInput = Literal["truncate", "chunk", "error"]
-LONG_INPUTS: tuple[LongInput, ...] = ("truncate", "chunk", "error")
+# What a model is (models/kinds.py), as `--task` names it; vLLM's `--task` names are accepted for
+# the kinds they mean without doubt; auto: detected from the checkpoint.
+Kind = Literal[
+    "embedding", "cross_encoder", "classifier", "late_interaction", "sparse", "token_classifier"
+]
+VllmTask = Literal["embed", "score", "classify"]
+Task = Literal["auto", Kind, VllmTask]
 
 
 @dataclass(frozen=True)
@@ -41,23 +42,25 @@ class ModelConfig:
     poolserve/config/fields.py)."""
 
     # A local directory or a Hugging Face hub id; None means the bundled default model.
-    model: str | None = None
+    model: str | None = setting(
+        None,
+        help="a local model directory or hub id (default: POOLSERVE_MODEL, else the bundled "
+        "all-MiniLM-L6-v2)",
+    )
     revision: str | None = setting(
         None, help="the model's revision (a branch, tag or commit) when it comes from the hub"
     )
     dtype: DType = setting(
         "auto",
-        choices=DTYPES,
         help="auto: bf16 on CUDA or on CPUs with AMX/AVX512-BF16, else float32",
     )
-    device: Device = setting("auto", choices=DEVICES, help="auto: CUDA when available, else CPU")
+    device: Device = setting("auto", help="auto: CUDA when available, else CPU")
     # Overrides the length limit read from the model (must not exceed what the model supports).
     max_model_len: int | None = setting(
         None, minimum=1, help="lower the model's length limit (tokens)"
     )
     long_input: LongInput = setting(
         "error",
-        choices=LONG_INPUTS,
         help="what an embedding input longer than the model's length gets when its request "
         "does not say (long_input, or its API's truncation field): error (a 400), truncate, or "
         "chunk (embedded in chunks, their vectors averaged by tokens)",
@@ -67,17 +70,33 @@ class ModelConfig:
         minimum=1,
         help="the most tokens one embedding input may have when it is chunked",
     )
-    # Forces the kind of model (see models/kinds.py); None or "auto" detects it.
-    task: str | None = None
+    # Forces the kind of model (see models/kinds.py); "auto" (or None) detects it.
+    task: Task | None = setting(
+        "auto",
+        help="what the model is: auto (detect), or a kind: embedding, cross_encoder, "
+        "classifier, late_interaction, sparse, token_classifier (vLLM's embed, score and "
+        "classify are accepted for embedding, cross_encoder and classifier)",
+    )
     # Prompts by name, added to (or replacing) those in the model's
     # config_sentence_transformers.json.
-    prompts: tuple[tuple[str, str], ...] = ()
+    prompts: tuple[tuple[str, str], ...] = setting(
+        (),
+        name="--prompt",
+        metavar="NAME=TEXT",
+        env_lines=True,
+        help="add or replace one of the model's prompts (as in its "
+        "config_sentence_transformers.json), e.g. --prompt 'query=query: '; repeat for several "
+        "(POOLSERVE_PROMPT: one per line)",
+    )
     # Run model code shipped with the checkpoint (config.json's auto_map); off: such a model is
     # refused, or loaded with transformers' own classes where it has them.
-    trust_remote_code: bool = False
+    trust_remote_code: bool = setting(
+        False,
+        help="run model code shipped with the checkpoint (config.json's auto_map: nomic-embed, "
+        "gte-v1.5, jina-embeddings-v2, ...); that code runs with the server's rights",
+    )
     attention: Attention = setting(
         "auto",
-        choices=ATTENTIONS,
         help="attention implementation: auto (sdpa where the architecture has it, else eager)",
     )
     # A JSON file saying how a causal LM scores a query-document pair (models/score_template.py);
@@ -128,7 +147,6 @@ class EngineConfig:
     # See backends/torch/packing.py.
     packing: PackingMode = setting(
         "auto",
-        choices=PACKING_MODES,
         help="run several inputs in one row of a batch, each attending to itself only (no "
         "padding to the longest input); auto: where the model packs correctly, which is checked "
         "at start-up (others run length buckets); off: padded batches only",
@@ -164,7 +182,6 @@ class EngineConfig:
     # Off in Python (compiling takes tens of seconds at start-up); the commands default to auto.
     compile: CompileMode = setting(
         "off",
-        choices=COMPILE_MODES,
         cli_default="auto",
         help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
         "a restart loads it in a second; `poolserve compile` fills the cache); auto: on CPU "

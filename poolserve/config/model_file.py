@@ -27,36 +27,45 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from poolserve.config import EngineConfig, ModelConfig, ServedModel
-from poolserve.config.fields import setting_values
-from poolserve.config.model_flags import add_engine_flags, add_model_flags, model_engine_configs
-from poolserve.config.values import RaisingParser, flag_arguments, unknown_setting
+from poolserve.config.fields import (
+    add_flags,
+    finish_flags,
+    flag_arguments,
+    setting_keys,
+    setting_values,
+)
+from poolserve.config.grammar import model_engine_configs
+from poolserve.config.model_config import EngineConfig, ModelConfig, ServedModel
+from poolserve.config.server_config import ServerConfig
+from poolserve.config.values import RaisingParser, unknown_setting
 from poolserve.errors import SettingError
 
 # Settings of the whole server, not of one model: the one CPU pool all models share.
 SERVER_WIDE = {"cpu_workers": "one CPU pool serves every model: pass --cpu-workers"}
+# The settings of one entry: the model's names, what to load and how its engine runs.
+ENTRY_SETTINGS: tuple[tuple[type, dict[str, Any]], ...] = (
+    (ServerConfig, {"only": ("served_model_name",)}),
+    (ModelConfig, {"exclude": ("model",)}),
+    (EngineConfig, {}),
+)
 
 
 def _entry_parser() -> RaisingParser:
     """The flags of one model; a refusal raises (a file is read by the Python API too)."""
     parser = RaisingParser(prog="model", add_help=False)
     parser.add_argument("model")
-    parser.add_argument("--served-model-name", nargs="+", default=None)
-    add_model_flags(parser)
-    add_engine_flags(parser)
+    for config_type, which in ENTRY_SETTINGS:
+        add_flags(parser, config_type, **which)
     return parser
 
 
 def base_settings(model: ModelConfig, engine: EngineConfig) -> argparse.Namespace:
-    """The settings an entry starts from, as the flags' parser names them."""
-    return argparse.Namespace(
-        served_model_name=None,
-        task=model.task or "auto",
-        prompt=list(model.prompts),
-        trust_remote_code=model.trust_remote_code,
-        **setting_values(model),
-        **setting_values(engine),
-    )
+    """The settings an entry starts from, by field name, as the entry's parser names them (a
+    list a list: an entry's repeated flag adds to it)."""
+    values = {**setting_values(model), **setting_values(engine)}
+    values.pop("model")
+    lists = {key: list(value) for key, value in values.items() if isinstance(value, tuple)}
+    return argparse.Namespace(served_model_name=None, **{**values, **lists})
 
 
 def read_model_file(path: str | Path, base: argparse.Namespace) -> list[ServedModel]:
@@ -103,23 +112,26 @@ def _served_model(path: Path, index: int, entry: Any, base: argparse.Namespace) 
     if not isinstance(entry, Mapping) or not isinstance(entry.get("model"), str):
         raise SettingError(f"{where}: each model is a mapping with a `model` (a path or hub id)")
     where += f" ({entry['model']})"
-    settings = dict(entry)
-    prompts = settings.pop("prompts", None)
-    if prompts is not None:
-        if not isinstance(prompts, Mapping):
-            raise SettingError(f"{where}: `prompts` maps prompt names to their texts")
-        settings["prompt"] = [f"{name}={text}" for name, text in prompts.items()]
+    prompts = entry.get("prompts")
+    if prompts is not None and not isinstance(prompts, Mapping):
+        raise SettingError(f"{where}: `prompts` maps prompt names to their texts")
     parser = _entry_parser()
-    known = {action.dest for action in parser._actions} - SERVER_WIDE.keys()
-    for key in settings:
+    types = [config_type for config_type, _ in ENTRY_SETTINGS]
+    known = {"model"} | {
+        key for key, each in setting_keys(types).items() if each.field.name in vars(base)
+    }
+    known -= SERVER_WIDE.keys()
+    for key in entry:
         if key.replace("-", "_") in SERVER_WIDE:
             raise SettingError(f"{where}: `{key}` is the server's: {SERVER_WIDE[key]}")
-    unknown = unknown_setting(settings, known | {"prompts"})
+    unknown = unknown_setting(entry, known)
     if unknown:
         raise SettingError(f"{where}: {unknown}")
-    argv = flag_arguments(settings, positional="model", nargs_flags=("served_model_name",))
+    settings = {key: value for key, value in entry.items() if key != "model"}
+    argv = [entry["model"], *flag_arguments(settings, types)]
     try:
         args = parser.parse_args(argv, namespace=argparse.Namespace(**vars(base)))
+        finish_flags(args, types, parser)
     except SettingError as exc:
         raise SettingError(f"{where}: {_as_keys(exc.cli_message)}") from None
     model, engine = model_engine_configs(args)

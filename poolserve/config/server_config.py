@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from poolserve.config.fields import check_settings, setting
 from poolserve.errors import SettingError
@@ -12,7 +13,7 @@ from poolserve.errors import SettingError
 # What the shortest input costs in admission (it still holds an output row); see
 # server/admission/control.py.
 MIN_INPUT_TOKENS = 4
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Image defaults: a 20 MiB image file; 40 megapixels (a 7,000 × 5,700 photo) decoded, which
 # holds 160 MB as RGBA while it is converted; 64 images in one request.
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -28,9 +29,15 @@ class ServerConfig:
     host: str = setting("127.0.0.1", help="address to listen on")
     port: int = setting(8000, minimum=1, maximum=65535, help="port to listen on")
     # The names clients may pass as `model` (responses carry the first); default: the model's id.
-    served_model_name: tuple[str, ...] | None = None
-    log_level: str = setting("info", choices=LOG_LEVELS, help="one of " + ", ".join(LOG_LEVELS))
-    access_log: bool = False
+    served_model_name: tuple[str, ...] | None = setting(
+        None,
+        several=True,
+        metavar="NAME",
+        help="names clients may pass as `model` (the first is used in responses); one model "
+        "only (with several, name them in --config)",
+    )
+    log_level: LogLevel = setting("info", help="how much to log")
+    access_log: bool = setting(False, help="log one line per request (uvicorn's access log)")
     max_request_bytes: int = setting(
         8 * 1024 * 1024, minimum=1, help="larger request bodies are refused with 413"
     )
@@ -39,13 +46,32 @@ class ServerConfig:
         2048, minimum=1, help="inputs (or documents) one request may carry"
     )
     # Bearer keys any of which opens the API routes; empty: no authentication.
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = setting(
+        (),
+        name="--api-key",
+        metavar="KEY",
+        help="require `Authorization: Bearer KEY` on the API routes; repeat for several keys "
+        "(POOLSERVE_API_KEY: comma-separated)",
+    )
     # Require the API key on /metrics too (it is open by default, like /health).
-    protect_metrics: bool = False
+    protect_metrics: bool = setting(False, help="require the API key on /metrics too")
     # Origins whose browser pages may call the API (CORS); empty: none, "*": any.
-    allowed_origins: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = setting(
+        (),
+        metavar="ORIGIN",
+        help="origins whose browser pages may call the API (CORS), e.g. https://app.example; "
+        "repeat for several, * for any (POOLSERVE_ALLOWED_ORIGINS: comma-separated; "
+        "default: none)",
+    )
     # Hosts whose http(s) image URLs are fetched (inputs/images/fetch.py); empty: URLs are refused.
-    allowed_media_domains: tuple[str, ...] = ()
+    allowed_media_domains: tuple[str, ...] = setting(
+        (),
+        several=True,
+        metavar="HOST",
+        help="fetch image URLs (http and https) from these hosts only, e.g. images.example.com "
+        "or .example.com for its subdomains; private and loopback addresses only when named "
+        "(POOLSERVE_ALLOWED_MEDIA_DOMAINS: comma-separated; default: no URL is fetched)",
+    )
     allowed_local_media_path: str | None = setting(
         None,
         metavar="DIR",
@@ -65,7 +91,7 @@ class ServerConfig:
     )
     media_fetch_timeout: float = setting(
         FETCH_TIMEOUT_SECONDS,
-        seconds="positive",
+        number="positive",
         help="seconds one image URL may take to fetch (--allowed-media-domains)",
     )
     gzip_min_bytes: int = setting(
@@ -89,12 +115,12 @@ class ServerConfig:
         None,
         minimum=1,
         help="what admitted requests may cost in all, in tokens, before new ones wait at the "
-        "door (default: what an eighth of the machine's memory holds by the README's bound, "
-        "logged at start-up)",
+        "door (default: what an eighth of the machine's memory holds by the memory bound of the "
+        "docs' Production and limits page, logged at start-up)",
     )
     max_admission_wait: float = setting(
         10.0,
-        seconds="non_negative",
+        number="non_negative",
         help="seconds a request that does not fit may wait, unread, for room before its 429 "
         "(refused at once when the measured rate says room will not come in time); 0: no wait",
     )
@@ -108,9 +134,9 @@ class ServerConfig:
     # A client may ask for a shorter one with the `x-request-timeout` header.
     request_timeout: float | None = setting(
         None,
-        seconds="positive",
-        help="seconds from admission before a request is answered 504 and its work cancelled "
-        "(default: none)",
+        number="positive",
+        help="seconds from a request's arrival (a wait at the door included) before it is "
+        "answered 504 and its work cancelled (default: none)",
     )
 
     @property
@@ -137,9 +163,9 @@ class ServerConfig:
         return 2 * request
 
     def check_limits(self, max_model_len: int | None = None) -> None:
-        """Raise ValueError (one line) unless the request limits fit together (README, "Limits
-        that fit together"): one request of the largest size leaves room for others, one input
-        of the model's full length fits a request, and so does a request of
+        """Raise ValueError (one line) unless the request limits fit together (docs/production.md,
+        "Limits that fit together"): one request of the largest size leaves room for others, one
+        input of the model's full length fits a request, and so does a request of
         `max_client_batch_size` of the shortest inputs."""
         check_settings(self)  # what each flag would refuse, given in Python
         root = self.allowed_local_media_path

@@ -12,7 +12,7 @@ import argparse
 import difflib
 import math
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from poolserve.errors import SettingError
@@ -88,33 +88,20 @@ def integer_or_off(low: int) -> Callable[[str], int | None]:
     return convert
 
 
-def positive_number(accepted: str) -> Callable[[str], float]:
-    """A finite number above 0 (`accepted` says which, in the refusal)."""
+def number_above(positive: bool, unit: str = "seconds") -> Callable[[str], float]:
+    """A finite number of `unit` above 0 (`positive`), else 0 or more."""
+    accepted = f"a number of {unit} above 0" if positive else f"a number of {unit}, 0 or more"
 
     def convert(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise _refuse(text, accepted) from None
-        if not (math.isfinite(value) and value > 0):
+        if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
             raise _refuse(text, accepted)
         return value
 
     return convert
-
-
-positive_seconds = positive_number("a number of seconds above 0")
-
-
-def non_negative_seconds(text: str) -> float:
-    """A finite number of seconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise _refuse(text, "a number of seconds, 0 or more") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise _refuse(text, "a number of seconds, 0 or more")
-    return value
 
 
 def one_of(choices: Sequence[str]) -> Callable[[str], str]:
@@ -176,30 +163,6 @@ def env_lines(flag: str) -> list[str] | None:
     if value is None:
         return None
     return [EnvValue(line, variable(flag)) for line in value.splitlines() if line.strip()]
-
-
-def flag_arguments(
-    values: Mapping[str, Any], *, positional: str, nargs_flags: Collection[str] = ()
-) -> list[str]:
-    """Settings by name (`max_batch_tokens` or `max-batch-tokens`) as command-line arguments, to
-    be checked by the command's own parser: `positional` goes bare, a boolean is its flag or
-    `--no-` flag, a list repeats its flag (or follows one flag of `nargs_flags` whole)."""
-    argv: list[str] = []
-    for key, value in values.items():
-        name = key.replace("-", "_")
-        flag = "--" + name.replace("_", "-")
-        if name == positional:
-            argv.append(str(value))
-        elif isinstance(value, bool):
-            argv.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, list | tuple) and name in nargs_flags:
-            argv += [flag, *map(str, value)]
-        elif isinstance(value, list | tuple):
-            for each in value:
-                argv += [flag, str(each)]
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 def unknown_setting(

@@ -28,6 +28,21 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class PoolingOptions:
+    """What a request asks of pooling, as its caller gave it (None: the model's default); one
+    resolver checks it against the model and fills in its meaning (`PoolingParams`)."""
+
+    normalize: bool | None = None
+    # Keep the first N dimensions (Matryoshka).
+    dimensions: int | None = None
+    # Cut each input to N tokens (special tokens kept); -1: to the model's maximum.
+    truncate_prompt_tokens: int | None = None
+    truncation_side: Side = "right"
+    # Apply the model's activation (sigmoid/softmax) to classifier and cross-encoder outputs.
+    use_activation: bool = True
+
+
+@dataclass(frozen=True)
 class PoolingParams:
     """How pooled outputs are post-processed; every request has one, with defaults filled in."""
 

@@ -18,13 +18,8 @@ With several runners:
   (`Assignment.borrowed`). A lone long passage thus uses every core, while under load, when no
   runner is idle or more work is coming, every runner keeps to its own threads.
 
-Length buckets: a batch is padded to its longest item, and real text varies (5 to 60 tokens a
-sentence), so the items picked are cut, by length, into buckets wherever the next-longer item
-would add more than `bucket_padding_tokens` of padding (its length above the bucket's longest,
-times the bucket's items); the runner takes the seed's bucket and the rest wait for the next
-free runner, a moment later. Measured on real prose (all-MiniLM-L6-v2, bf16, one thread): 64
-sentences took 284 ms as one padded batch and 110 ms as buckets (padding tolerance 32 tokens,
-the default; 16 to 64 were within 3 %).
+Which items a batch takes, within its padded-token budget (length buckets, packed batches of
+short inputs), is batch_picking.py's.
 
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
@@ -33,14 +28,6 @@ No request waits forever: one that this many batches in a row (`MAX_PASSED_OVER`
 over, none of its items in them, seeds the next batch, however many items it has left (a large
 request under a steady stream of small ones would otherwise never be seeded, and, with the
 batches full of small ones, never filled in either).
-
-A model that runs packed batches (several inputs to a row, backends/torch/packing.py) has nothing to
-cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes the
-short items in the order above, whatever their lengths, as many as the token budget holds
-(counted in real tokens). Longer inputs share few rows (a row's attention costs its length
-squared, so rows stay short), and go in length buckets as padded batches do: measured on real
-passages (all-MiniLM-L6-v2, bf16, compiled, one thread, 64 passages of 100-205 tokens), packed
-rows of 256 took 785 ms and length buckets 645 ms; 64 sentences took 71 ms packed.
 
 One condition variable wakes the runners; nothing polls.
 """
@@ -54,12 +41,17 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from poolserve.engine.batch_picking import (
+    PACK_FREELY_TOKENS,
+    fill_nearest,
+    fill_packed,
+    length_bucket,
+    pick_around,
+)
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
 from poolserve.models.kinds import Head
 
-# Inputs up to this many tokens are packed together whatever their lengths (see above).
-PACK_FREELY_TOKENS = 64
 # A waiting request passed over by this many batches in a row seeds the next one (see above).
 MAX_PASSED_OVER = 8
 
@@ -291,79 +283,18 @@ class Scheduler:
                 break
         limit = min(self._max_batch_size, math.ceil(looked_at / share))
         if self._packs(seed.head) and seed.cost <= PACK_FREELY_TOKENS:
-            chosen = self._fill_packed(seed, window, limit)
+            chosen = fill_packed(seed, window, limit, self._max_batch_tokens)
             self._take(chosen)
             return chosen
         first = sorted(window[0], key=lambda item: item.cost)
-        chosen = self._pick_around(first, first.index(seed), limit)
+        chosen = pick_around(first, first.index(seed), limit, self._max_batch_tokens)
         for others in window[1:]:
             if len(chosen) >= limit:
                 break
-            chosen += self._fill(chosen, others, limit)
-        chosen = self._bucket_of(seed, chosen)
+            chosen += fill_nearest(chosen, others, limit, self._max_batch_tokens)
+        chosen = length_bucket(seed, chosen, self._bucket_padding)
         self._take(chosen)
         return chosen
-
-    def _bucket_of(self, seed: WorkItem, chosen: list[WorkItem]) -> list[WorkItem]:
-        """The length bucket of `chosen` that holds `seed`: sorted by length, a new bucket starts
-        where the next item would pad the bucket's items by more than the tolerance in all."""
-        tolerance = self._bucket_padding
-        if tolerance is None or len(chosen) < 2:
-            return chosen
-        by_length = sorted(chosen, key=lambda item: item.cost)
-        start = 0
-        for index in range(1, len(by_length) + 1):
-            cut = (
-                index == len(by_length)
-                or (index - start) * (by_length[index].cost - by_length[index - 1].cost) > tolerance
-            )
-            if cut:
-                bucket = by_length[start:index]
-                if any(item is seed for item in bucket):
-                    return bucket
-                start = index
-        return chosen  # unreachable: the seed is in one of the buckets
-
-    def _fill_packed(
-        self, seed: WorkItem, window: list[list[WorkItem]], limit: int
-    ) -> list[WorkItem]:
-        """For a packed batch of short items: the seed, then the window's short items in order
-        (the requests with the fewest items left first) while their tokens fit the budget, up
-        to `limit` items."""
-        chosen = [seed]
-        tokens = seed.cost
-        for item in itertools.chain.from_iterable(window):
-            if len(chosen) >= limit:
-                break
-            if item is seed or item.cost > PACK_FREELY_TOKENS:
-                continue
-            if tokens + item.cost > self._max_batch_tokens:
-                continue
-            chosen.append(item)
-            tokens += item.cost
-        return chosen
-
-    def _fill(self, chosen: list[WorkItem], others: list[WorkItem], limit: int) -> list[WorkItem]:
-        """Items of `others` (one request's) to add to `chosen`: those nearest in length to it
-        first, while they fit in the token budget, up to `limit` items in all."""
-        shortest = min(item.cost for item in chosen)
-        longest = max(item.cost for item in chosen)
-
-        def distance(item: WorkItem) -> int:
-            return max(0, shortest - item.cost, item.cost - longest)
-
-        added: list[WorkItem] = []
-        count = len(chosen)
-        for item in sorted(others, key=distance):
-            if count >= limit:
-                break
-            padded_to = max(longest, item.cost)
-            if (count + 1) * padded_to > self._max_batch_tokens:
-                continue
-            added.append(item)
-            longest = padded_to
-            count += 1
-        return added
 
     def _drop_finished(self) -> None:
         """Forget the waiting items of requests that were cancelled or failed."""
@@ -394,29 +325,3 @@ class Scheduler:
                 del self._last_served[key]
         self._waiting_items -= len(chosen)
         self._waiting_tokens -= sum(item.cost for item in chosen)
-
-    def _pick_around(self, by_length: list[WorkItem], start: int, limit: int) -> list[WorkItem]:
-        """Grow a run of the sorted window around `start`, adding whichever neighbour pads least,
-        up to `limit` items."""
-        low = high = start
-        longest = by_length[start].cost
-        count = 1
-        while count < limit:
-            left = by_length[low - 1] if low > 0 else None
-            right = by_length[high + 1] if high + 1 < len(by_length) else None
-            left_fits = left is not None and (count + 1) * longest <= self._max_batch_tokens
-            right_fits = right is not None and (count + 1) * right.cost <= self._max_batch_tokens
-            if left_fits and right_fits:
-                assert left is not None and right is not None
-                take_left = longest - left.cost <= (right.cost - longest) * count
-            elif left_fits or right_fits:
-                take_left = left_fits
-            else:
-                break
-            if take_left:
-                low -= 1
-            else:
-                high += 1
-                longest = by_length[high].cost
-            count += 1
-        return by_length[low : high + 1]

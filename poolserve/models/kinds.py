@@ -7,27 +7,20 @@ of different heads are never batched together.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
+# The kinds' names are the `--task` setting's vocabulary, declared with it.
+from poolserve.config.model_config import Kind as Kind
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.layout import ModelLayout
 
-Kind = Literal[
-    "embedding", "cross_encoder", "classifier", "late_interaction", "sparse", "token_classifier"
-]
 # "m3": BGE-M3's dense, lexical and multi-vector outputs of one forward pass
 # (backends/torch/module.py); "image_embed": an image-text model's image vectors
 # (backends/torch/image_text.py).
 Head = Literal["embed", "token_embed", "classify", "token_classify", "sparse", "m3", "image_embed"]
 
-KINDS: tuple[Kind, ...] = (
-    "embedding",
-    "cross_encoder",
-    "classifier",
-    "late_interaction",
-    "sparse",
-    "token_classifier",
-)
+# The kinds, as `--task` names them (config/model_config.py declares them).
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 def describe(kind: Kind) -> str:
@@ -46,7 +39,7 @@ HEADS: dict[Kind, tuple[Head, ...]] = {
     "token_classifier": ("token_classify",),
 }
 
-# `--task` (or `ModelConfig.task`) forces a kind, named as the errors and the README name it;
+# `--task` (or `ModelConfig.task`) forces a kind, named as the errors and the docs name it;
 # vLLM's `--task` names are accepted for the kinds they mean without doubt. (`/pooling`'s `task`
 # is another thing: the head one request runs, such as `token_embed`, which an embedding model
 # also has.)
@@ -56,7 +49,6 @@ VLLM_TASK_NAMES: dict[str, Kind] = {
     "classify": "classifier",
 }
 TASK_OVERRIDES: dict[str, Kind] = {**{kind: kind for kind in KINDS}, **VLLM_TASK_NAMES}
-TASK_CHOICES = ("auto", *KINDS)
 
 
 def _sentence_transformers_kind(layout: ModelLayout) -> Kind | None:

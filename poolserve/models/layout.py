@@ -187,35 +187,78 @@ def read_layout(
         raise ModelLoadError(f"{directory}/config.json does not give the hidden size")
 
     causal = str(architectures[0]).endswith(CAUSAL_LM_CLASSES)
-    pooling_modes: tuple[str, ...] = ("lasttoken",) if causal else ("mean",)
-    dense: list[DenseSpec] = []
-    normalize = True
-    module_types: list[str] = []
-    splade: dict[str, Any] = {}
-    include_prompt = True
-    modules_file = root / "modules.json"
-    if modules_file.is_file():
-        normalize = False
-        for module in _read_json(modules_file):
-            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-            module_types.append(kind)
-            module_dir = root / module.get("path", "")
-            if kind == "Pooling":
-                pooling_modes = _read_pooling_modes(module_dir / "config.json")
-                include_prompt = bool(
-                    _read_json(module_dir / "config.json").get("include_prompt", True)
-                )
-            elif kind == "Dense":
-                dense.append(_read_dense(module_dir))
-            elif kind == "Normalize":
-                normalize = True
-            elif kind == "SpladePooling":
-                splade = _read_json(module_dir / "config.json")
-
+    modules = _read_modules(root, ("lasttoken",) if causal else ("mean",))
     st_file = root / "config_sentence_transformers.json"
     st_config = _read_json(st_file) if st_file.is_file() else {}
     metadata_file = directory / "artifact.metadata"
     colbert_metadata = _read_json(metadata_file) if metadata_file.is_file() else {}
+    limit = _length_limit(root, directory, text_config, colbert_metadata, max_model_len)
+    return ModelLayout(
+        directory=directory,
+        architecture=str(architectures[0]),
+        hf_config=hf_config,
+        pooling_modes=modules.pooling_modes,
+        dense=tuple(modules.dense),
+        normalize=modules.normalize,
+        max_model_len=limit,
+        hidden_size=hidden_size,
+        module_types=tuple(modules.types),
+        splade_strategy=str(modules.splade.get("pooling_strategy", "max")),
+        splade_activation=str(modules.splade.get("activation_function", "relu")),
+        colbert_metadata=colbert_metadata,
+        include_prompt=modules.include_prompt,
+        st_config=st_config,
+        m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
+        truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
+        vision=vision,
+    )
+
+
+@dataclass
+class _Modules:
+    """What the sentence-transformers modules around the transformer say (without a
+    modules.json: the defaults of a plain transformers directory)."""
+
+    pooling_modes: tuple[str, ...]
+    dense: list[DenseSpec] = field(default_factory=list)
+    normalize: bool = True
+    types: list[str] = field(default_factory=list)
+    splade: dict[str, Any] = field(default_factory=dict)
+    include_prompt: bool = True
+
+
+def _read_modules(root: Path, pooling_modes: tuple[str, ...]) -> _Modules:
+    """The modules modules.json lists in `root` (`pooling_modes`: the pooling without one)."""
+    modules = _Modules(pooling_modes)
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return modules
+    modules.normalize = False
+    for module in _read_json(modules_file):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        modules.types.append(kind)
+        module_dir = root / module.get("path", "")
+        if kind == "Pooling":
+            modules.pooling_modes = _read_pooling_modes(module_dir / "config.json")
+            pooling = _read_json(module_dir / "config.json")
+            modules.include_prompt = bool(pooling.get("include_prompt", True))
+        elif kind == "Dense":
+            modules.dense.append(_read_dense(module_dir))
+        elif kind == "Normalize":
+            modules.normalize = True
+        elif kind == "SpladePooling":
+            modules.splade = _read_json(module_dir / "config.json")
+    return modules
+
+
+def _length_limit(
+    root: Path,
+    directory: Path,
+    text_config: Any,
+    colbert_metadata: dict[str, Any],
+    max_model_len: int | None,
+) -> int:
+    """The most tokens one input may have: the model's, or less where asked."""
     limit = _model_length_limit(root, directory, text_config)
     if colbert_metadata.get("doc_maxlen"):
         # Stanford ColBERT's doc_maxlen counts the marker token inserted after [CLS].
@@ -226,25 +269,7 @@ def read_layout(
                 f"--max-model-len {max_model_len} is more than the model supports ({limit})"
             )
         limit = max_model_len
-    return ModelLayout(
-        directory=directory,
-        architecture=str(architectures[0]),
-        hf_config=hf_config,
-        pooling_modes=pooling_modes,
-        dense=tuple(dense),
-        normalize=normalize,
-        max_model_len=limit,
-        hidden_size=hidden_size,
-        module_types=tuple(module_types),
-        splade_strategy=str(splade.get("pooling_strategy", "max")),
-        splade_activation=str(splade.get("activation_function", "relu")),
-        colbert_metadata=colbert_metadata,
-        include_prompt=include_prompt,
-        st_config=st_config,
-        m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
-        truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
-        vision=vision,
-    )
+    return limit
 
 
 def _read_pooling_modes(path: Path) -> tuple[str, ...]:

@@ -69,8 +69,8 @@ class ModelSpec:
 
     @property
     def output_floats(self) -> tuple[int, bool]:
-        """The floats of one input's output, and whether it has them per token: what the
-        README's memory bound calls D (BGE-M3: its largest output, the lexical weights)."""
+        """The floats of one input's output, and whether it has them per token: what the memory
+        bound (docs/production.md) calls D (BGE-M3: its largest output, the lexical weights)."""
         config = self.layout.hf_config
         vocab = int(config.get("vocab_size") or config.get("text_config", {}).get("vocab_size", 0))
         if self.kind == "sparse" or "sparse" in self.heads:

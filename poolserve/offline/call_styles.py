@@ -1,8 +1,9 @@
 """One Python API method, three ways to call it: blocking, awaited, or queued for a future.
 
 Each `Engine` method is written once, as a builder that checks its arguments and returns the
-request it makes (`Prepared`: the task, its context, and what turns the task's result into the
-method's). `blocking`, `awaited` and `later` make the three methods from that one builder (as
+request it makes (builders.py; `Prepared`: the task, its context, and what turns the task's
+result into the method's). `blocking`, `awaited` and `later` make the three methods from that one
+builder (as
 httpx builds its sync and async clients from one request model), with its signature, so an
 option is declared once and the three cannot drift.
 """
@@ -50,16 +51,20 @@ E = TypeVar("E", bound=HasCore)
 def _named(
     method: Callable[..., Any], build: Callable[..., Any], name: str, doc: str, returns: str
 ) -> None:
-    """`method` named `name`, documented by `doc`, with the builder's parameters and, for
-    `help()`, the return annotation `returns` (`{}` the builder's result type)."""
+    """`method` named `name` as an `Engine` method, documented by `doc`, with the builder's
+    parameters (its first, the engine, as `self`) and, for `help()`, the return annotation
+    `returns` (`{}` the builder's result type)."""
     functools.update_wrapper(method, build)
     method.__name__ = name
-    method.__qualname__ = f"{build.__qualname__.rsplit('.', 1)[0]}.{name}"
+    method.__qualname__ = f"Engine.{name}"
+    method.__module__ = "poolserve.offline.model_engine"
     method.__doc__ = doc
     signature = inspect.signature(build)
+    first, *rest = signature.parameters.values()
     result = str(signature.return_annotation).removeprefix("Prepared[").removesuffix("]")
     method.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        return_annotation=returns.format(result)
+        parameters=[first.replace(name="self", annotation=inspect.Parameter.empty), *rest],
+        return_annotation=returns.format(result),
     )
 
 

@@ -1,48 +1,33 @@
-"""The Python API: `Engine(model).embed(texts)`, the same task processors the HTTP server uses."""
+"""The Python API: `Engine(model).embed(texts)`, the same task processors the HTTP server uses.
+
+An `Engine` owns one loaded model (or, made by a `ModelSet`, uses one it owns); its methods are
+built from their request builders (builders.py) in three call styles (call_styles.py)."""
 
 from __future__ import annotations
 
 import itertools
-import os
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from poolserve.config import EngineConfig, LongInput, ModelConfig
-from poolserve.engine.context import PoolingParams, ServeContext
+from poolserve.bulk.counted_embed import CountedEmbed, CountedEmbeddings
+from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.engine.pipeline import submit
 from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.inputs.images.sources import ImageInput
-from poolserve.inputs.tokenizer import Side
-from poolserve.models.kinds import Head, describe
-from poolserve.offline.arguments import Document, check_rerank, texts_of
-from poolserve.offline.call_styles import Prepared, awaited, blocking, cancellable, later
-from poolserve.offline.results import CountedEmbed, CountedEmbeddings, PythonPooling
+from poolserve.offline import builders
+from poolserve.offline.arguments import texts_of
+from poolserve.offline.call_styles import awaited, blocking, cancellable, later
+from poolserve.offline.python_pooling import PythonPooling
 from poolserve.service.model_service import ModelService
-from poolserve.tasks.chunking import Chunking
-from poolserve.tasks.classify import ClassifyRequest
-from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest, EmbedTask
-from poolserve.tasks.pooling import PoolingRequest
-from poolserve.tasks.score import ScoreRequest, pair_up, ranked
-
-
-@dataclass(frozen=True)
-class PoolingOptions:
-    """The pooling options an embedding call was given (checked by `pooling_params`)."""
-
-    normalize: bool | None = None
-    dimensions: int | None = None
-    truncate_prompt_tokens: int | None = None
+from poolserve.tasks.embed import EmbedTask
 
 
 class Engine:
@@ -96,7 +81,7 @@ class Engine:
         self.embedding_dim = service.embedding_dim
         self.normalizes = service.normalizes
         self.num_special_tokens = service.num_special_tokens
-        self._pooling = PythonPooling(
+        self.pooling_task = PythonPooling(
             max_model_len=self.max_model_len, classifier=self.tasks.pooling.classifier
         )
 
@@ -114,120 +99,35 @@ class Engine:
     @property
     def embed_task(self) -> EmbedTask:
         if self.tasks.embed is None:
-            raise self._cannot("embed")
+            raise builders.cannot(self, "embed")
         return self.tasks.embed
 
-    # Each method is written once, as the builder of its request (`_embed`, ...); `embed`,
+    # Each method is written once, as the builder of its request (builders.py); `embed`,
     # `aembed` (awaited: the work runs on the engine's threads and the loop only awaits it) and
-    # `embed_later` (a future) are made from it (poolserve/offline/call_styles.py).
+    # `embed_later` (a future) are made from it (call_styles.py).
 
-    def _embed(
-        self,
-        texts: str | Sequence[str],
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        long_input: LongInput | None = None,
-        chunking: Chunking | None = None,
-    ) -> Prepared[np.ndarray]:
-        """Embed texts; returns a float32 array of shape (len(texts), dim).
-
-        `normalize` None follows the model's configuration; `dimensions` keeps the first N
-        (Matryoshka) before normalizing; `truncate_prompt_tokens` cuts each input to N tokens
-        (special tokens kept), -1 to the model's maximum. `prompt_name` names one of the
-        model's prompts (`prompts` lists them), `prompt` gives one; with neither, the model's
-        default prompt (if it has one) goes before each text, as sentence-transformers does.
-        `long_input` says what a text longer than the model's length gets ("error", "truncate",
-        or "chunk": embedded in chunks, their vectors averaged by tokens; default: the model's
-        `ModelConfig.long_input`); `chunking` how (`Chunking(size=, overlap=)`, or late
-        chunking: `Chunking("late", ...)`, see README's Long inputs).
-        """
-        ctx = self._embed_context(
-            texts,
-            PoolingOptions(normalize, dimensions, truncate_prompt_tokens),
-            self.tasks.prompts.resolve(prompt_name, prompt),
-            long_input,
-            chunking,
-        )
-        return Prepared(self.embed_task, ctx)
-
-    def _embed_chunks(
-        self,
-        texts: str | Sequence[str],
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        chunking: Chunking | None = None,
-    ) -> Prepared[ChunkedEmbeddings]:
-        """`embed` in chunks (`long_input="chunk"`), answering each text's chunks too:
-        `.vectors` as `embed` returns them, and for each text `.chunks[i]`: its chunks' vectors
-        ([chunks, dim]) and spans (each `.tokens` and `.chars`, [start, end)). With
-        `Chunking("late", size=... or spans=...)`, the spans are embedded by late chunking."""
-        task = self.tasks.embed_chunks
-        if task is None:
-            raise self._cannot("embed")
-        ctx = self._embed_context(
-            texts,
-            PoolingOptions(normalize, dimensions),
-            self.tasks.prompts.resolve(prompt_name, prompt),
-            "chunk",
-            chunking,
-        )
-        return Prepared(task, ctx)
-
-    def _embed_images(
-        self, images: Any, *, normalize: bool | None = None, dimensions: int | None = None
-    ) -> Prepared[np.ndarray]:
-        """Embed images of an image-text model (CLIP, SigLIP): paths, bytes of image files, or
-        PIL images (one, or a sequence); a float32 array (len(images), dim) in the space of
-        `embed`'s text vectors. Options as `embed`'s."""
-        if not self.tasks.images:
-            raise InvalidRequestError(
-                f"{self.name} embeds text only; embed_images needs an image-text model (CLIP, "
-                "SigLIP)"
-            )
-        single = isinstance(images, str | bytes | os.PathLike) or hasattr(images, "getbands")
-        items = [images] if single else list(images)
-        if not items:
-            raise InvalidRequestError("images is empty; pass at least one image")
-        params = self.pooling_params(normalize=normalize, dimensions=dimensions)
-        inputs: list[str | ImageInput] = [ImageInput(each) for each in items]
-        request = EmbedRequest(inputs, media=MediaPolicy.for_caller())
-        return Prepared(self.embed_task, ServeContext(request, self.name, params))
-
-    def _embed_context(
-        self,
-        texts: str | Sequence[str],
-        options: PoolingOptions,
-        prompt: str | None,
-        long_input: LongInput | None,
-        chunking: Chunking | None,
-    ) -> ServeContext[EmbedRequest]:
-        params = self.pooling_params(
-            normalize=options.normalize,
-            dimensions=options.dimensions,
-            truncate_prompt_tokens=options.truncate_prompt_tokens,
-        )
-        request = EmbedRequest(
-            texts_of(texts, "texts"),
-            prompt,
-            long_input or self.service.long_input,
-            chunking or Chunking(),
-        )
-        return ServeContext(request, self.name, params)
-
-    embed = blocking(_embed, "embed")
-    aembed = awaited(_embed, "aembed", of="embed")
-    embed_later = later(_embed, "embed_later", of="embed")
-    embed_images = blocking(_embed_images, "embed_images")
-    aembed_images = awaited(_embed_images, "aembed_images", of="embed_images")
-    embed_chunks = blocking(_embed_chunks, "embed_chunks")
-    aembed_chunks = awaited(_embed_chunks, "aembed_chunks", of="embed_chunks")
+    embed = blocking(builders.embed, "embed")
+    aembed = awaited(builders.embed, "aembed", of="embed")
+    embed_later = later(builders.embed, "embed_later", of="embed")
+    embed_images = blocking(builders.embed_images, "embed_images")
+    aembed_images = awaited(builders.embed_images, "aembed_images", of="embed_images")
+    embed_chunks = blocking(builders.embed_chunks, "embed_chunks")
+    aembed_chunks = awaited(builders.embed_chunks, "aembed_chunks", of="embed_chunks")
+    classify = blocking(builders.classify, "classify")
+    aclassify = awaited(builders.classify, "aclassify", of="classify")
+    classify_later = later(builders.classify, "classify_later", of="classify")
+    score = blocking(builders.score, "score")
+    ascore = awaited(builders.score, "ascore", of="score")
+    score_later = later(builders.score, "score_later", of="score")
+    rerank = blocking(builders.rerank, "rerank")
+    arerank = awaited(builders.rerank, "arerank", of="rerank")
+    rerank_later = later(builders.rerank, "rerank_later", of="rerank")
+    embed_sparse = blocking(builders.embed_sparse, "embed_sparse")
+    aembed_sparse = awaited(builders.embed_sparse, "aembed_sparse", of="embed_sparse")
+    embed_sparse_later = later(builders.embed_sparse, "embed_sparse_later", of="embed_sparse")
+    pool = blocking(builders.pool, "pool")
+    apool = awaited(builders.pool, "apool", of="pool")
+    pool_later = later(builders.pool, "pool_later", of="pool")
 
     def embed_counted_later(
         self,
@@ -237,17 +137,17 @@ class Engine:
         images: bool = False,
         **options: Any,
     ) -> Future[CountedEmbeddings]:
-        """`embed_later` (with its options), with each text's token count (special tokens
-        included, after any truncation) next to its vectors. With `skip_too_long`, a text too
-        long for the model (without truncation) is left out and named in `too_long` instead of
-        failing the call, and an image that cannot be read in `unreadable`: the others are
-        embedded once (a bulk job's bad rows). With `images`, `texts` are image paths
+        """`embed_later` (with its options), with each text's token count (special tokens included,
+        after any truncation) next to its vectors: a bulk job's task (bulk/counted_embed.py). With
+        `skip_too_long`, a text too long for the model (without truncation) is left out and named in
+        `too_long` instead of failing the call, and an image that cannot be read in `unreadable`:
+        the others are embedded once (a bulk job's bad rows). With `images`, `texts` are image paths
         (`embed_images`; truncation does not apply)."""
         if images:
             options.pop("truncate_prompt_tokens", None)
-            ctx = self._embed_images(texts, **options).ctx
+            ctx = builders.embed_images(self, texts, **options).ctx
         else:
-            ctx = self._embed(texts, **options).ctx
+            ctx = builders.embed(self, texts, **options).ctx
         task = CountedEmbed(self.embed_task, skip_too_long=skip_too_long)
         return cancellable(*submit(self.core, task, ctx))
 
@@ -277,127 +177,6 @@ class Engine:
             for future in in_flight:
                 future.cancel()
 
-    def _classify(
-        self,
-        texts: str | Sequence[str],
-        *,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> Prepared[np.ndarray]:
-        """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
-        task = self.tasks.classify
-        if task is None:
-            raise self._cannot("classify")
-        params = self.pooling_params(
-            use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
-        )
-        ctx = ServeContext(ClassifyRequest(texts_of(texts, "texts")), self.name, params)
-        return Prepared(task, ctx)
-
-    classify = blocking(_classify, "classify")
-    aclassify = awaited(_classify, "aclassify", of="classify")
-    classify_later = later(_classify, "classify_later", of="classify")
-
-    def _score(
-        self,
-        queries: str | Sequence[str],
-        documents: str | Sequence[Document],
-        *,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-        max_tokens_per_doc: int | None = None,
-        scorer: str | None = None,
-    ) -> Prepared[np.ndarray]:
-        """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them.
-
-        A document is a string or a mapping with a `text` key (as the rerank APIs send them).
-        `scorer` chooses among BGE-M3's ways (dense, sparse, colbert, m3); other models score
-        one way.
-        """
-        task = self.tasks.score
-        if task is None:
-            raise self._cannot("score")
-        query_list, document_list = texts_of(queries, "queries"), texts_of(documents, "documents")
-        request = ScoreRequest(
-            queries=query_list,
-            documents=document_list,
-            pairs=pair_up(len(query_list), len(document_list)),
-            max_tokens_per_doc=max_tokens_per_doc,
-            scorer=scorer,
-        )
-        params = self.pooling_params(
-            use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens
-        )
-        return Prepared(task, ServeContext(request, self.name, params))
-
-    score = blocking(_score, "score")
-    ascore = awaited(_score, "ascore", of="score")
-    score_later = later(_score, "score_later", of="score")
-
-    def _rerank(
-        self,
-        query: str,
-        documents: Sequence[Document],
-        *,
-        top_n: int | None = None,
-        scorer: str | None = None,
-    ) -> Prepared[list[tuple[int, float]]]:
-        """(document index, score) pairs, best first; the first `top_n` (None: all).
-
-        A document is a string or a mapping with a `text` key."""
-        check_rerank(query, top_n)
-        scores = self._score(query, documents, scorer=scorer)
-        return Prepared(scores.task, scores.ctx, lambda result: ranked(result, top_n))
-
-    rerank = blocking(_rerank, "rerank")
-    arerank = awaited(_rerank, "arerank", of="rerank")
-    rerank_later = later(_rerank, "rerank_later", of="rerank")
-
-    def _embed_sparse(
-        self, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
-    ) -> Prepared[list[dict[int, float]]]:
-        """A sparse (SPLADE) model's vocabulary weights of each text: {token id: weight}, the
-        non-zero ones (`tokenize`'s ids; the tokenizer's vocabulary names them)."""
-        if not self.tasks.sparse:
-            raise self._cannot("embed_sparse")
-        return self._pool(texts, task="sparse", truncate_prompt_tokens=truncate_prompt_tokens)
-
-    embed_sparse = blocking(_embed_sparse, "embed_sparse")
-    aembed_sparse = awaited(_embed_sparse, "aembed_sparse", of="embed_sparse")
-    embed_sparse_later = later(_embed_sparse, "embed_sparse_later", of="embed_sparse")
-
-    def _pool(
-        self,
-        texts: str | Sequence[str],
-        *,
-        task: Head | None = None,
-        normalize: bool | None = None,
-        use_activation: bool = True,
-        truncate_prompt_tokens: int | None = None,
-    ) -> Prepared[list[Any]]:
-        """The raw output of one of the model's heads for each text, as `/pooling` returns it:
-        a vector (`embed`, `classify`), a matrix of one row per token (`token_embed`,
-        `token_classify`), or {token id: weight} (`sparse`). `task` None: the model's main head.
-        """
-        heads = self.tasks.heads
-        chosen = task or heads[0]
-        if chosen not in heads:
-            raise InvalidRequestError(
-                f"{self.name} is {describe(self.kind)}; task must be one of its heads: "
-                f"{', '.join(heads)} (got {task!r})"
-            )
-        params = self.pooling_params(
-            normalize=normalize,
-            use_activation=use_activation,
-            truncate_prompt_tokens=truncate_prompt_tokens,
-        )
-        request = PoolingRequest(texts_of(texts, "texts"), chosen)
-        return Prepared(self._pooling, ServeContext(request, self.name, params))
-
-    pool = blocking(_pool, "pool")
-    apool = awaited(_pool, "apool", of="pool")
-    pool_later = later(_pool, "pool_later", of="pool")
-
     def tokenize(
         self, texts: str | Sequence[str], *, add_special_tokens: bool = True
     ) -> list[int] | list[list[int]]:
@@ -419,44 +198,6 @@ class Engine:
         tokenizer = self.core.tokenizer()  # the pool thread's own
         return tokenizer.encode_batch(
             texts, truncate_to=None, add_special_tokens=add_special_tokens
-        )
-
-    def pooling_params(
-        self,
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        truncation_side: Side = "right",
-        use_activation: bool = True,
-    ) -> PoolingParams:
-        """A request's pooling options checked against this model."""
-        return self.service.pooling_params(
-            normalize=normalize,
-            dimensions=dimensions,
-            truncate_prompt_tokens=truncate_prompt_tokens,
-            truncation_side=truncation_side,
-            use_activation=use_activation,
-        )
-
-    def _cannot(self, what: str) -> InvalidRequestError:
-        methods = [
-            name
-            for name, serves in (
-                ("embed", self.tasks.embed is not None),
-                ("embed_iter", self.tasks.embed is not None),
-                ("classify", self.tasks.classify is not None),
-                ("score", self.tasks.score is not None),
-                ("rerank", self.tasks.score is not None),
-                ("embed_sparse", self.tasks.sparse),
-                ("pool", True),
-                ("tokenize", True),
-            )
-            if serves
-        ]
-        return InvalidRequestError(
-            f"{self.name} is {describe(self.kind)}; it cannot {what} (its methods: "
-            f"{', '.join(methods)}, and their async twins)"
         )
 
     @property

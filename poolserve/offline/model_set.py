@@ -1,6 +1,6 @@
 """Several models behind one Python program: the Python API (`Engine`) of each model served by
 a `ServiceRegistry` (one CPU pool for all of them, each model with its own scheduler and
-runners; how the cores are shared: see `services.py`)."""
+runners; how the cores are shared: see service/registry.py)."""
 
 from __future__ import annotations
 

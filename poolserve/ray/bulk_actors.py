@@ -18,7 +18,7 @@ from poolserve.config import EngineConfig, ModelConfig
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:
-    from poolserve.offline.results import CountedEmbeddings
+    from poolserve.bulk.counted_embed import CountedEmbeddings
 
 
 class _EngineActor:

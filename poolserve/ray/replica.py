@@ -17,7 +17,8 @@ from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.config import EngineConfig, ModelConfig, ServerConfig
-from poolserve.config.values import flag_arguments, unknown_setting
+from poolserve.config.fields import flag_arguments, setting_keys
+from poolserve.config.values import unknown_setting
 from poolserve.errors import SettingError
 from poolserve.ray.cluster import actor_engine_config
 
@@ -136,9 +137,9 @@ def build_app(args: Mapping[str, Any]) -> Application:
     `args` are `poolserve serve` flags by name (`model`, `replicas`, `dtype`,
     `max_queued_tokens` or `max-queued-tokens`, ...), checked as the command line checks them;
     a list value repeats its flag."""
-    from poolserve.config.grammar import NARGS_FLAGS, configs_from_args, parse_args
+    from poolserve.config.grammar import command_settings, configs_from_args, parse_args
 
-    known = set(vars(parse_args(["serve", "--ray"]))) - {"command", "ray"}
+    known = set(setting_keys(command_settings("serve"))) - {"models", "ray"} | {"model"}
     for key in args:
         if key.replace("-", "_") in RAY_OWNED:
             raise ValueError(
@@ -148,7 +149,9 @@ def build_app(args: Mapping[str, Any]) -> Application:
     unknown = unknown_setting(args, known, noun="arg")
     if unknown:
         raise ValueError(f"poolserve.ray.build_app: {unknown}")
-    argv = ["serve", "--ray", *flag_arguments(args, positional="model", nargs_flags=NARGS_FLAGS)]
+    settings = {key: value for key, value in args.items() if key != "model"}
+    models = [str(args["model"])] if "model" in args else []
+    argv = ["serve", "--ray", *models, *flag_arguments(settings, command_settings("serve"))]
     try:
         parsed = parse_args(argv, raising=True)
     except SettingError as exc:

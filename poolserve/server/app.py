@@ -21,8 +21,9 @@ from poolserve.inputs.image_processor import image_held_bytes
 from poolserve.inputs.images.fetch import MediaFetcher
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
-from poolserve.server.admission.control import BODY_BYTES_PER_TOKEN, AdmissionControl
+from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.admission.door import AdmissionMiddleware
+from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN
 from poolserve.server.error_responses import UnexpectedErrorMiddleware, install_error_handlers
 from poolserve.server.middleware.auth import BearerAuthMiddleware
 from poolserve.server.middleware.body_limit import BodyLimitMiddleware
@@ -93,23 +94,10 @@ def create_app(
     config = _sized(config, models)
     media = MediaPolicy.of_server(config)
     fetcher = MediaFetcher(media) if config.allowed_media_domains else None
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        metrics.loop_lag.start()
-        metrics.live.start(models.cpu)
-        try:
-            yield
-        finally:
-            metrics.live.stop()
-            metrics.loop_lag.stop()
-            if fetcher is not None:
-                await fetcher.aclose()
-
     app = FastAPIOffline(  # /docs and /redoc with their assets from the package, no CDN
         title="poolserve",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=_lifespan,
         static_url=DOCS_ASSETS,
     )
     admission = _admission(config, models)
@@ -136,6 +124,22 @@ def create_app(
     for each in routers:
         app.include_router(each)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the app serves: the loop-lag sampler and the live history run; the image
+    fetcher's connections close after."""
+    serving: ServingState = app.state.serving
+    serving.metrics.loop_lag.start()
+    serving.metrics.live.start(serving.cpu)
+    try:
+        yield
+    finally:
+        serving.metrics.live.stop()
+        serving.metrics.loop_lag.stop()
+        if serving.fetcher is not None:
+            await serving.fetcher.aclose()
 
 
 def _sized(config: ServerConfig, models: ServiceRegistry) -> ServerConfig:

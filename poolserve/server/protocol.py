@@ -2,7 +2,7 @@
 
 An unknown field is an error that names the nearest known one (a typo such as `dimension` must
 not silently return full-size vectors). The few fields other API families send that change
-nothing here are declared and ignored (`IGNORED_FIELDS`, listed in the README).
+nothing here are declared and ignored (`IGNORED_FIELDS`, listed in docs/apis.md).
 """
 
 from __future__ import annotations

@@ -153,7 +153,9 @@ class StatsBody(EngineStatsBody):
     requests_in_flight: int
     requests_waiting: int = Field(description="requests waiting at the door for room now")
     requests_waited: int = Field(description="requests that have waited at the door, in all")
-    admitted_tokens: int = Field(description="what admitted requests cost now (see README)")
+    admitted_tokens: int = Field(
+        description="what admitted requests cost now (docs: Production and limits)"
+    )
     peak_admitted_tokens: int
     max_queued_tokens: int
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 
 from poolserve.backends import backend_named
 from poolserve.config import EngineConfig, LongInput, ModelConfig
-from poolserve.engine.context import PoolingParams
+from poolserve.engine.context import PoolingOptions, PoolingParams
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
-from poolserve.inputs.tokenizer import Side, TextTokenizer
+from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.describe import prepare_model
 from poolserve.models.kinds import Kind
 from poolserve.models.resolve import fetch_weights
-from poolserve.tasks.input_steps import resolve_pooling_params
+from poolserve.tasks.pooling_options import resolve_pooling
 from poolserve.tasks.task_set import TaskSet, build_tasks
 
 logger = logging.getLogger(__name__)
@@ -141,25 +141,6 @@ class ModelService:
         """The calling CPU-pool thread's tokenizer of this model."""
         return self.core.tokenizer()
 
-    def pooling_params(
-        self,
-        *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        truncation_side: Side = "right",
-        use_activation: bool = True,
-    ) -> PoolingParams:
-        """A request's pooling options checked against this model."""
-        return resolve_pooling_params(
-            max_model_len=self.max_model_len,
-            embedding_dim=self.embedding_dim,
-            num_special_tokens=self.num_special_tokens,
-            model_normalizes=self.normalizes,
-            normalize=normalize,
-            dimensions=dimensions,
-            default_dimensions=self.default_dimensions,
-            truncate_prompt_tokens=truncate_prompt_tokens,
-            truncation_side=truncation_side,
-            use_activation=use_activation,
-        )
+    def pooling_params(self, options: PoolingOptions | None = None) -> PoolingParams:
+        """A request's pooling options checked against this model (tasks/pooling_options.py)."""
+        return resolve_pooling(options or PoolingOptions(), self)

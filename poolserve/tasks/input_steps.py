@@ -8,65 +8,13 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.context import PoolingParams, ServeContext
+from poolserve.engine.context import ServeContext
 from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError
 from poolserve.inputs.tokenizer import CHARS_PER_TOKEN, Side, TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 
 Inputs = Sequence[str] | Sequence[list[int]]
-
-
-def resolve_pooling_params(
-    *,
-    max_model_len: int,
-    embedding_dim: int,
-    num_special_tokens: int,
-    model_normalizes: bool = True,
-    normalize: bool | None = None,
-    dimensions: int | None = None,
-    default_dimensions: int | None = None,
-    truncate_prompt_tokens: int | None = None,
-    truncation_side: Side = "right",
-    use_activation: bool = True,
-) -> PoolingParams:
-    """Check the request's pooling options against the model and fill in their meaning.
-
-    `normalize` None follows the model's configuration (a sentence-transformers Normalize module,
-    or normalization for a plain transformers directory), as sentence-transformers would, except
-    that a Matryoshka slice (`dimensions`, or the model's `truncate_dim` by default) is
-    re-normalized: a slice of a unit vector is not one, and clients compare by dot product.
-    """
-    if dimensions is not None and not 1 <= dimensions <= embedding_dim:
-        raise InvalidRequestError(
-            f"dimensions must be between 1 and {embedding_dim} for this model, got {dimensions}",
-            param="dimensions",
-        )
-    if dimensions is None and default_dimensions is not None:
-        dimensions = min(default_dimensions, embedding_dim)
-    truncate = truncate_prompt_tokens
-    if truncate is not None:
-        if truncate == -1:
-            truncate = max_model_len
-        elif truncate > max_model_len:
-            raise InvalidRequestError(
-                f"truncate_prompt_tokens ({truncate}) is more than the model's maximum length "
-                f"({max_model_len}); pass at most {max_model_len}, or -1 for the maximum",
-                param="truncate_prompt_tokens",
-            )
-        elif truncate < max(num_special_tokens, 1):
-            raise InvalidRequestError(
-                f"truncate_prompt_tokens must be -1 or at least {max(num_special_tokens, 1)} "
-                f"(the model's special tokens count), got {truncate}",
-                param="truncate_prompt_tokens",
-            )
-    return PoolingParams(
-        normalize=(model_normalizes or dimensions is not None) if normalize is None else normalize,
-        use_activation=use_activation,
-        dimensions=dimensions,
-        truncate_prompt_tokens=truncate,
-        truncation_side=truncation_side,
-    )
 
 
 def param_of(where: str) -> str:

@@ -82,7 +82,7 @@ async def test_compact_types_keep_the_retrieval_order(client: httpx.AsyncClient)
     documents = (await post_ok(client, "/v2/embed", {"texts": DOCUMENTS, **types}))["embeddings"]
     queries = (await post_ok(client, "/v2/embed", {"texts": QUERIES, **types}))["embeddings"]
     by_float = np.array(queries["float"]) @ np.array(documents["float"]).T
-    # Each int8 vector has its own scale: compare them by cosine, as the README says.
+    # Each int8 vector has its own scale: compare them by cosine, as docs/apis.md says.
     int8_q, int8_d = (np.array(side["int8"], np.float64) for side in (queries, documents))
     by_int8 = (int8_q / np.linalg.norm(int8_q, axis=1, keepdims=True)) @ (
         int8_d / np.linalg.norm(int8_d, axis=1, keepdims=True)

@@ -37,7 +37,7 @@ def decoded(values: list[object], dtype: str) -> np.ndarray:
 def assert_rounded_to_half(got: np.ndarray, exact: np.ndarray) -> None:
     """`got` is `exact` rounded to float16, give or take the one float16 step that float32
     noise between two requests can move a value across (the same input may run in another
-    batch layout or on another runner, README "Results across batches")."""
+    batch layout or on another runner, docs/performance.md, "Results across batches")."""
     half = exact.astype(np.float16)
     step = np.spacing(np.abs(half)).astype(np.float32)
     assert got.dtype == np.float16

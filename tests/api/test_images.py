@@ -450,7 +450,8 @@ def test_a_bulk_job_embeds_a_folder_of_images_and_a_field_of_image_paths(
     import pyarrow.dataset as ds
 
     from poolserve.bulk.corpus import InputSpec, input_format
-    from poolserve.bulk.job import JobOptions, run_job
+    from poolserve.bulk.job import run_job
+    from poolserve.config.job_config import JobOptions
 
     folder = tmp_path / "photos"
     (folder / "more").mkdir(parents=True)

@@ -20,7 +20,8 @@ import torch
 from benchmarks import corpus
 from poolserve import Chunking, Engine, ModelConfig, ServerConfig
 from poolserve.bulk.corpus import InputSpec
-from poolserve.bulk.job import JobOptions, run_job
+from poolserve.bulk.job import run_job
+from poolserve.config.job_config import JobOptions
 from tests.api.helpers import assert_openai_error, embed, serving, vectors
 from tests.reference import DIM, MAX_LEN, MODEL_ID, assert_close_vectors, st_encode
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from poolserve import Engine
 from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai, rerank, vllm, voyage
+from poolserve.server.apis import cohere, openai_wire, rerank, vllm, voyage
 from poolserve.server.apis.tei import answers as tei
 from tests.api.helpers import load_engine, serving
 
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.anyio
 
 # (route, body, documented response) for each kind of model.
 EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
-    ("/v1/embeddings", {"input": ["a", "b"]}, openai.EmbeddingResponse),
-    ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, openai.EmbeddingResponse),
+    ("/v1/embeddings", {"input": ["a", "b"]}, openai_wire.EmbeddingResponse),
+    ("/v1/embeddings", {"input": "a", "encoding_format": "base64"}, openai_wire.EmbeddingResponse),
     ("/v2/embed", {"texts": ["a"]}, cohere.CohereEmbedResponse),
     (
         "/v2/embed",

@@ -87,8 +87,8 @@ async def test_other_kinds_equal_the_http_api(engines: dict[str, Engine]) -> Non
             np.testing.assert_allclose(
                 [weights.get(t, 0.0) for t in terms], [theirs.get(t, 0.0) for t in terms], **CLOSE
             )
-        # The same vectors, up to float noise between two calls' batches (README "Results
-        # across batches"): compared over every term either has.
+        # The same vectors, up to float noise between two calls' batches (docs/performance.md,
+        # "Results across batches"): compared over every term either has.
         for pooled, weights in zip(engines["splade"].pool(TEXTS, task="sparse"), ours, strict=True):
             terms = sorted(set(pooled) | set(weights))
             np.testing.assert_allclose(

@@ -103,8 +103,8 @@ async def test_pooling_sparse_equals_embed_sparse(
     sparse = await post_ok(splade_client, "/embed_sparse", {"inputs": TEXTS})
     pooled = await post_ok(splade_client, "/pooling", {"input": TEXTS, "task": "sparse"})
     assert [item["index"] for item in pooled["data"]] == list(range(len(TEXTS)))
-    # Equal up to float noise: two calls may run in different batch layouts (README, "Results
-    # across batches").
+    # Equal up to float noise: two calls may run in different batch layouts (docs/performance.md,
+    # "Results across batches").
     for item, expected, other in zip(pooled["data"], splade_expected, sparse, strict=True):
         assert_sparse_equal(item["data"], expected)
         assert_sparse_equal(other, expected)

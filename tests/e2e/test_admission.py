@@ -198,7 +198,8 @@ def test_a_request_that_costs_more_than_one_request_may_is_413(
 MEMORY_BOUND = 65536
 MAX_BYTES = 32768
 MAX_REQUESTS_IN_FLIGHT = 1024
-# The README's bound: admitted requests hold at most T × (128 + 5·D) + 32 KiB per request.
+# The memory bound (docs/production.md): admitted requests hold at most T × (128 + 5·D) + 32 KiB per
+# request.
 ADMITTED_BYTES = MEMORY_BOUND * (128 + 5 * DIM) + 32 * 1024 * MAX_REQUESTS_IN_FLIGHT
 # What RSS may exceed it by: the forward pass's activations (bounded by --max-batch-tokens,
 # not by admission) and the allocator's slack.

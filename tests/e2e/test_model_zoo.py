@@ -1,4 +1,4 @@
-"""The models people serve: every architecture of the README's table (tests/model_zoo.py: tiny
+"""The models people serve: every architecture of docs/models.md's table (tests/model_zoo/: tiny
 checkpoints in the real layouts of the hub models they stand for), served by one real server
 from one model file at default flags (plus only the settings a user must give:
 `trust_remote_code`, `task`), compared over HTTP with sentence-transformers, FlagEmbedding's

@@ -14,6 +14,8 @@ import poolserve
 PACKAGE = Path(poolserve.__file__).parent
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 TORCH_BACKEND = PACKAGE / "backends" / "torch"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
 
 
 def relative(path: Path) -> str:
@@ -96,6 +98,20 @@ def test_every_module_but_the_torch_backends_works_without_torch() -> None:
         "256",
         "embed,token_embed",
     ]
+
+
+def test_no_module_or_function_is_too_long_to_read() -> None:
+    too_long: list[str] = []
+    for path in SOURCES:
+        text = path.read_text(encoding="utf-8")
+        if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            too_long.append(f"{relative(path)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{relative(path)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []
 
 
 def a_letter_apart(first: str, second: str) -> bool:

@@ -3,10 +3,8 @@
 A model's main head is exported once (`torch.export`, batch size and length dynamic) and compiled
 by AOTInductor into a shared library that holds the frozen weights (pre-packed for oneDNN), one
 per intra-op thread count (inductor writes the count into its parallel loops). The library is
-kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on:
-the model files' contents, the served kind and head, dtype and device, the length limit, the
-torch and transformers versions, poolserve's model code, the CPU's instruction set and the
-thread count. A restart finds the entry and loads it in a fraction of a second instead of
+kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on
+(aot_cache.py). A restart finds the entry and loads it in a fraction of a second instead of
 compiling again; an entry whose library does not match the digest its manifest recorded
 (truncated, overwritten) is rebuilt, never run. Checking and building an entry hold a lock file
 of its own, so processes that start together build it once.
@@ -17,37 +15,33 @@ GIL.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import logging
-import os
-import platform
 import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from poolserve.backends.torch.aot_cache import (
+    MANIFEST,
+    AotTarget,
+    CacheEntry,
+    entry_for,
+    locked,
+    sha256,
+    valid_library,
+)
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
-
-# Bumped when what an entry holds, or how it is built, changes.
-FORMAT = 1
-MANIFEST = "entry.json"
-# Files of a model directory that no forward reads: other runtimes' weights and documentation.
-_UNREAD_DIRECTORIES = frozenset({"onnx", "openvino", ".git", ".cache"})
-_UNREAD_SUFFIXES = frozenset({".onnx", ".h5", ".msgpack", ".ot", ".md", ".gitattributes"})
-_HASH_CHUNK = 1 << 22
 
 # One forward of the compiled head: input ids, attention mask and (for models compiled with
 # them) token type ids, each [batch, length] int64 on the CPU; for packed batches the input
@@ -58,132 +52,6 @@ AotRun = Callable[..., torch.Tensor]
 
 class NotInCacheError(RuntimeError):
     """A compiled forward was to be loaded from the cache only, and is not there."""
-
-
-@dataclass(frozen=True)
-class AotTarget:
-    """What one library is compiled for."""
-
-    head: Head
-    threads: int
-    with_token_types: bool
-    max_batch_size: int
-    # Packed batches (engine/collate.py) instead of padded ones.
-    packed: bool = False
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    key: str
-    directory: Path
-
-    @property
-    def manifest(self) -> Path:
-        return self.directory / MANIFEST
-
-
-def _files_digest(directory: Path) -> str:
-    """The contents (and relative names) of the model files a forward depends on."""
-    digest = hashlib.sha256()
-    for path in sorted(_model_files(directory)):
-        digest.update(str(path.relative_to(directory)).encode() + b"\0")
-        with path.open("rb") as file:
-            while chunk := file.read(_HASH_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _model_files(directory: Path) -> Iterable[Path]:
-    for root, directories, files in os.walk(directory):
-        directories[:] = [name for name in directories if name not in _UNREAD_DIRECTORIES]
-        for name in files:
-            path = Path(root) / name
-            if path.suffix not in _UNREAD_SUFFIXES and name not in _UNREAD_SUFFIXES:
-                yield path
-
-
-def _code_digest() -> str:
-    """poolserve's model code (the modules the exported graph is traced from) and this module
-    (how it is exported and compiled)."""
-    digest = hashlib.sha256()
-    models = Path(__file__).resolve().parent.parent / "models"
-    for path in [*sorted(models.glob("*.py")), Path(__file__).resolve()]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def _cpu_identity() -> str:
-    """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        pass
-    words = " ".join(sorted(set(flags.split(":", 1)[-1].split())))
-    return (
-        f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} "
-        + hashlib.sha256(words.encode()).hexdigest()[:16]
-    )
-
-
-def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
-    """Everything an entry's code depends on; its hash names the entry."""
-    import transformers
-
-    template = spec.score_template
-    return {
-        "format": FORMAT,
-        "model_files": _files_digest(spec.layout.directory),
-        "poolserve_models": _code_digest(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cpu": _cpu_identity(),
-        "kind": spec.kind,
-        "head": target.head,
-        "dtype": spec.dtype,
-        "device": spec.device,
-        "max_model_len": spec.max_model_len,
-        "max_batch_size": target.max_batch_size,
-        "threads": target.threads,
-        "with_token_types": target.with_token_types,
-        "packed": target.packed,
-        "attention": spec.attention,
-        "trust_remote_code": spec.trust_remote_code,
-        "score_template": None if template is None else repr(template),
-    }
-
-
-def entry_for(root: Path, spec: ModelSpec, target: AotTarget) -> tuple[CacheEntry, dict[str, Any]]:
-    parts = key_parts(spec, target)
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
-    return CacheEntry(key, root / "aot" / key), parts
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def valid_library(entry: CacheEntry) -> Path | None:
-    """The entry's library if it is the one its manifest recorded; None for a truncated or
-    replaced library, or a missing or unreadable manifest."""
-    try:
-        manifest = json.loads(entry.manifest.read_text(encoding="utf-8"))
-        library = entry.directory / str(manifest["library"])
-        if (
-            manifest.get("key") == entry.key
-            and library.parent == entry.directory
-            and library.stat().st_size == manifest["library_bytes"]
-            and _sha256(library) == manifest["library_sha256"]
-        ):
-            return library
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
 
 
 class _HeadForward(torch.nn.Module):
@@ -287,7 +155,7 @@ def build(
         Path(package).unlink()
         # Named by its contents: the dynamic loader reuses a library already loaded from the
         # same path, so a rebuilt library must not take the name of the one it replaces.
-        digest = _sha256(extracted)
+        digest = sha256(extracted)
         library = extracted.rename(staging / f"model-{digest[:16]}.so")
         manifest = {
             "key": entry.key,
@@ -303,19 +171,6 @@ def build(
         staging.rename(entry.directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextmanager
-def _locked(entry: CacheEntry) -> Iterator[None]:
-    """The entry to this process alone while it is checked and (re)built: processes starting
-    together (Ray replicas on one host) build it once, and none deletes it under another."""
-    entry.directory.parent.mkdir(parents=True, exist_ok=True)
-    with open(entry.directory.parent / f"{entry.key}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _extract_library(package: Path, destination: Path) -> None:
@@ -366,7 +221,7 @@ def load_or_build(
     try:
         for target in targets:
             entry, parts = entry_for(root, spec, target)
-            with _locked(entry):
+            with locked(entry):
                 library = valid_library(entry)
                 if library is not None:
                     loaded += 1

@@ -17,6 +17,7 @@ import torch
 
 from poolserve._environment import cache_dir
 from poolserve.backends.torch import aot
+from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
 from poolserve.backends.torch.device import place
 from poolserve.backends.torch.executor import (
@@ -214,7 +215,7 @@ class TorchBackend:
         thread_counts = sorted({1, self._threads, self._threads * self._runners})
         packed = head in self.packed_heads
         targets = [
-            aot.AotTarget(head, threads, with_types, self._max_batch_size, packed)
+            AotTarget(head, threads, with_types, self._max_batch_size, packed)
             for threads in thread_counts
         ]
         loaded = aot.load_or_build(

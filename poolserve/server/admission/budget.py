@@ -1,5 +1,5 @@
-"""The memory admitted requests may hold (the README's bound), and the default
-`--max-queued-tokens` sized from the machine's memory by it.
+"""The memory admitted requests may hold (the memory bound, docs/production.md), and the
+default `--max-queued-tokens` sized from the machine's memory by it.
 
 Admitted requests hold at most `T × (128 + 5·D) + 32 KiB × R` bytes: T tokens admitted
 (`--max-queued-tokens`), R requests (`--max-concurrent-requests`), D the floats of one input's
@@ -38,7 +38,7 @@ def bytes_per_token(output_floats: int, per_token: bool) -> int:
 
 
 def admitted_bytes(max_queued_tokens: int, max_requests: int, per_token_bytes: int) -> int:
-    """The README's bound on what admitted requests hold, in bytes."""
+    """The memory bound on what admitted requests hold, in bytes."""
     return max_queued_tokens * per_token_bytes + BYTES_PER_REQUEST * max_requests
 
 
@@ -67,7 +67,8 @@ def sized_bound_message(tokens: int, max_requests: int, outputs: Iterable[tuple[
     return (
         f"admission: up to {tokens} tokens in admitted requests (--max-queued-tokens, sized "
         f"from memory: they hold at most {held / 2**30:.1f} GiB of this machine's "
-        f"{machine_memory() / 2**30:.1f} GiB by the README's bound)"
+        f"{machine_memory() / 2**30:.1f} GiB by the memory bound of the docs' Production and "
+        "limits page)"
     )
 
 

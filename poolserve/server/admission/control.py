@@ -30,7 +30,7 @@ than `--max-request-tokens` (at most half the bound, so that one request never l
 out) gets 413: split it.
 
 Memory follows: every byte an admitted request holds (body, texts, token ids, outputs, the
-response body) is proportional to its cost, which is how the README states the bound.
+response body) is proportional to its cost, which is how docs/production.md states the bound.
 
 The event loop admits and releases; the CPU pool counts tokenized chunks: one lock. A waiting
 request is a future on the event loop, resolved by whichever thread made room for it. The door
@@ -40,81 +40,25 @@ itself, the ASGI middleware that asks here for every POST, is `server/admission/
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.errors import OverloadedError, PayloadTooLargeError
+from poolserve.server.admission.tickets import (
+    MAX_PASSED_OVER,
+    Ticket,
+    Waiter,
+    wake,
+)
 
-BODY_BYTES_PER_TOKEN = 8
-# How many later requests may be let in past one that waits at the door for room.
-MAX_PASSED_OVER = 8
 # The weight of each tokenized request in the moving average of cost over door estimate.
 COST_AVERAGING = 0.05
 # The last requests whose cost over estimate, all lower than the average, prices the next ones.
 RECENT_COSTS = 8
-
-
-@dataclass(eq=False)
-class Ticket:
-    """One admitted request's share of the budget, from admission until its response is sent."""
-
-    control: AdmissionControl
-    # Tokens this request holds of the budget now.
-    reserved: int
-    body_bytes: int
-    # What the door reserved for it (its Content-Length; 0 for a chunked body).
-    door_estimate: int = 0
-    # Whether its real cost is known (all its inputs tokenized).
-    priced: bool = False
-    admitted_at: float = field(default_factory=time.monotonic)
-    # The real cost of the chunks tokenized so far.
-    tokenized_cost: int = 0
-
-    def body_received(self, total_bytes: int) -> None:
-        """A chunked body has grown to `total_bytes`: reserve as much (429 if it does not fit)."""
-        self.body_bytes = total_bytes
-        self.control.resize(self, min(total_bytes, self.control.request_cap))
-
-    def tokenized(
-        self, lengths: Sequence[int], *, last: bool, held_bytes: Sequence[int] = ()
-    ) -> None:
-        """A chunk of this request's inputs was prepared (chunks come in order): their tokens
-        and the bytes each holds beyond them (an image: its pixels), priced at the control's
-        bytes per token; raises OverloadedError or PayloadTooLargeError if its cost no longer
-        fits."""
-        per_token = self.control.bytes_per_token
-        self.tokenized_cost += sum(
-            max(length, MIN_INPUT_TOKENS, math.ceil(held / per_token))
-            for length, held in zip(lengths, held_bytes or [0] * len(lengths), strict=True)
-        )
-        if last:
-            held = max(self.tokenized_cost, math.ceil(self.body_bytes / BODY_BYTES_PER_TOKEN))
-            self.control.resize(self, held)
-            self.control.priced(self, held)
-        elif self.tokenized_cost > self.reserved:
-            self.control.resize(self, self.tokenized_cost)
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """A request waiting at the door for room (its body not read yet)."""
-
-    estimate: int
-    content_length: int | None
-    arrived_at: float
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Ticket]
-    # Later requests admitted while this one waited (at most MAX_PASSED_OVER).
-    passed_over: int = 0
-    granted: Ticket | None = None
-    timer: asyncio.TimerHandle | None = None
-    waiting: bool = True
 
 
 class AdmissionControl:
@@ -148,7 +92,7 @@ class AdmissionControl:
         self.admitted_tokens = 0
         self.peak_admitted_tokens = 0
         # Requests waiting at the door, in arrival order, and the sum of their estimates.
-        self._waiters: deque[_Waiter] = deque()
+        self._waiters: deque[Waiter] = deque()
         self._waiting_tokens = 0
         self.waited = 0
         # What tokenized requests cost over what the door reserved for them (a moving average
@@ -208,7 +152,7 @@ class AdmissionControl:
             raise self._overloaded(why)
         rate = self._token_rate()  # outside the lock: it reads the engines
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(estimate, content_length, time.monotonic(), loop, loop.create_future())
+        waiter = Waiter(estimate, content_length, time.monotonic(), loop, loop.create_future())
         retry_after = None
         with self._lock:
             # In line first: one that may pass the others gets in without a forecast.
@@ -228,7 +172,7 @@ class AdmissionControl:
                     retry_after = _seconds(expected)
                 else:
                     self.waited += 1
-        self._resolve([each for each in granted if each is not waiter])
+        wake([each for each in granted if each is not waiter])
         if why:
             raise self._overloaded(why, retry_after)
         if waiter.granted is not None:  # it passed the requests waiting before it
@@ -244,7 +188,7 @@ class AdmissionControl:
                 if waiter.waiting:
                     self._forget(waiter)
                     granted = self._grant_waiters()  # it may have held the others back
-            self._resolve(granted)
+            wake(granted)
             if ticket is not None:
                 self.release(ticket)
             raise
@@ -253,7 +197,7 @@ class AdmissionControl:
         """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` pass what one
         request may cost (only a real cost can: estimates are capped), else 429 if the sum
         would pass the bound. Shrinking lets waiting requests in."""
-        granted: list[_Waiter] = []
+        granted: list[Waiter] = []
         with self._lock:
             growth = tokens - ticket.reserved
             if growth > 0 and tokens > self.max_request_tokens:
@@ -273,7 +217,7 @@ class AdmissionControl:
                 why = self._room_message(tokens)
         if why:
             raise self._overloaded(why)
-        self._resolve(granted)
+        wake(granted)
 
     def release(self, ticket: Ticket) -> None:
         """The request's response is sent (or it failed): its cost leaves the budget, and
@@ -286,7 +230,7 @@ class AdmissionControl:
                 ticket.priced = True
                 self._unpriced -= ticket.door_estimate
             granted = self._grant_waiters()
-        self._resolve(granted)
+        wake(granted)
 
     def _estimate(self, content_length: int | None) -> int:
         return min(content_length or 0, self.request_cap)
@@ -309,12 +253,12 @@ class AdmissionControl:
         self._unpriced += estimate
         return Ticket(self, estimate, content_length or 0, estimate, admitted_at=arrived_at)
 
-    def _grant_waiters(self) -> list[_Waiter]:
+    def _grant_waiters(self) -> list[Waiter]:
         """Under the lock: admit the waiting requests that fit, in arrival order. A request
         that does not fit lets later, smaller ones pass it only MAX_PASSED_OVER times; then
         nobody passes it until it is in."""
-        granted: list[_Waiter] = []
-        passed: list[_Waiter] = []
+        granted: list[Waiter] = []
+        passed: list[Waiter] = []
         for waiter in list(self._waiters):
             if self.in_flight >= self.max_requests:
                 break
@@ -332,16 +276,7 @@ class AdmissionControl:
                 break
         return granted
 
-    @staticmethod
-    def _resolve(granted: list[_Waiter]) -> None:
-        """Outside the lock (from any thread): wake the granted requests on their event loop,
-        which cancels their timers there (asyncio's handles are the loop's alone)."""
-        for waiter in granted:
-            # A closed loop (shutdown): nobody waits any more.
-            with contextlib.suppress(RuntimeError):
-                waiter.loop.call_soon_threadsafe(_set_ticket, waiter)
-
-    def _expire(self, waiter: _Waiter, waited: float) -> None:
+    def _expire(self, waiter: Waiter, waited: float) -> None:
         """On the event loop: `waiter` has waited as long as it may; refuse it unless it got
         in, and let in those it held back."""
         with self._lock:
@@ -353,11 +288,11 @@ class AdmissionControl:
                 f"this request needs {waiter.estimate} tokens and waited {waited:g} s "
                 "(--max-admission-wait) without room"
             )
-        self._resolve(granted)
+        wake(granted)
         if not waiter.future.done():
             waiter.future.set_exception(self._overloaded(why))
 
-    def _forget(self, waiter: _Waiter) -> None:
+    def _forget(self, waiter: Waiter) -> None:
         """Under the lock: `waiter` waits no longer."""
         waiter.waiting = False
         self._waiters.remove(waiter)
@@ -421,13 +356,3 @@ class AdmissionControl:
 
 def _seconds(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
-
-
-def _set_ticket(waiter: _Waiter) -> None:
-    """On the event loop: hand a granted request its ticket (unless it was cancelled, in which
-    case its `enter` gives the ticket back)."""
-    assert waiter.granted is not None
-    if waiter.timer is not None:
-        waiter.timer.cancel()
-    if not waiter.future.done():
-        waiter.future.set_result(waiter.granted)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.errors import OverloadedError
-from poolserve.server.admission.control import AdmissionControl, Ticket
+from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.admission.tickets import Ticket
 from poolserve.server.error_responses import error_response
 
 # Where a request's ticket travels in its ASGI scope.

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
-from poolserve.engine.context import ServeContext
+from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32
@@ -54,7 +54,7 @@ class CohereEmbedRequest(WireModel):
         Literal["search_document", "search_query", "classification", "clustering", "image"] | None
     ) = Field(
         None,
-        description="picks the model's prompt for this use (README, Cohere embed); "
+        description="picks the model's prompt for this use (docs: Routes by API family); "
         "default: the model's default prompt",
     )
     embedding_types: list[EmbeddingType] | None = Field(
@@ -102,7 +102,7 @@ class CohereEmbedRequest(WireModel):
 
 
 class CohereEmbeddings(Documented):
-    """Each type asked for in `embedding_types` (README, "Compact embedding types")."""
+    """Each type asked for in `embedding_types` (docs/apis.md, compact embedding types)."""
 
     float_: list[list[float]] | None = Field(None, alias="float")
     int8: list[list[int]] | None = None
@@ -193,9 +193,11 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
     if wire.truncate != "NONE":
         cut = -1 if wire.max_tokens is None else min(wire.max_tokens, service.max_model_len)
     params = service.pooling_params(
-        dimensions=wire.output_dimension,
-        truncate_prompt_tokens=cut,
-        truncation_side="left" if wire.truncate == "START" else "right",
+        PoolingOptions(
+            dimensions=wire.output_dimension,
+            truncate_prompt_tokens=cut,
+            truncation_side="left" if wire.truncate == "START" else "right",
+        )
     )
     items = wire.items()
     texts = [each for each in items if isinstance(each, str)]

@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from poolserve.engine.context import ServeContext
+from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import usage
 from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel
@@ -129,9 +129,11 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         media=call.state.media,
     )
     params = service.pooling_params(
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-        use_activation=wire.use_activation is not False,
+        PoolingOptions(
+            truncate_prompt_tokens=wire.truncate_prompt_tokens,
+            truncation_side=wire.truncation_side,
+            use_activation=wire.use_activation is not False,
+        )
     )
     encode = partial(
         rerank_body,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictStr
 
-from poolserve.engine.context import PoolingParams, ServeContext
+from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.models.kinds import Head
@@ -171,10 +171,12 @@ def _params(
     service: ModelService, wire: InputRequest | ScoreRequest, normalize: bool | None = None
 ) -> PoolingParams:
     return service.pooling_params(
-        normalize=normalize,
-        truncate_prompt_tokens=wire.truncate_prompt_tokens,
-        truncation_side=wire.truncation_side,
-        use_activation=wire.use_activation is not False,
+        PoolingOptions(
+            normalize=normalize,
+            truncate_prompt_tokens=wire.truncate_prompt_tokens,
+            truncation_side=wire.truncation_side,
+            use_activation=wire.use_activation is not False,
+        )
     )
 
 

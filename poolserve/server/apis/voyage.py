@@ -19,7 +19,7 @@ import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import Response
 
-from poolserve.engine.context import ServeContext
+from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.server.error_responses import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
@@ -46,8 +46,8 @@ class VoyageEmbedRequest(WireModel):
     model: StrictStr | None = None
     input_type: Literal["query", "document"] | None = Field(
         None,
-        description="puts the model's query or document prompt before each text (README, "
-        "Prompts); null: the model's default prompt",
+        description="puts the model's query or document prompt before each text (docs: Models "
+        "and kinds, prompts); null: the model's default prompt",
     )
     truncation: StrictBool = Field(
         True, description="cut inputs longer than the model takes (false: refuse them)"
@@ -56,7 +56,8 @@ class VoyageEmbedRequest(WireModel):
         None, description="keep the first N dimensions (then re-normalize)"
     )
     output_dtype: OutputDType = Field(
-        "float", description="the numbers' type (README, Compact embedding types)"
+        "float",
+        description="the numbers' type (docs: Routes by API family, compact embedding types)",
     )
     encoding_format: Literal["base64"] | None = Field(
         None, description="base64: each vector's bytes in output_dtype (float: float32)"
@@ -210,8 +211,10 @@ def _embed(call: Call[VoyageEmbedRequest]) -> Served:
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
     params = service.pooling_params(
-        dimensions=wire.output_dimension,
-        truncate_prompt_tokens=-1 if wire.truncation else None,
+        PoolingOptions(
+            dimensions=wire.output_dimension,
+            truncate_prompt_tokens=-1 if wire.truncation else None,
+        )
     )
     prompt = service.tasks.prompts.for_input_type(_INPUT_TYPES.get(wire.input_type or ""))
     encode = partial(
@@ -227,7 +230,9 @@ def _rerank(call: Call[VoyageRerankRequest]) -> Served:
     assert task is not None  # model_for chose a model that serves this route
     documents = wire.documents
     internal = ScoreRequest([wire.query], documents, pair_up(1, len(documents)), rerank=True)
-    params = service.pooling_params(truncate_prompt_tokens=-1 if wire.truncation else None)
+    params = service.pooling_params(
+        PoolingOptions(truncate_prompt_tokens=-1 if wire.truncation else None)
+    )
     encode = partial(
         rerank_body, documents=documents, top_k=wire.top_k, return_documents=wire.return_documents
     )

@@ -9,47 +9,8 @@ import orjson
 import pytest
 
 from poolserve.engine.context import PoolingParams, ServeContext
-from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.openai import embeddings_body
+from poolserve.server.apis.openai_wire import embeddings_body
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
-from poolserve.tasks.input_steps import resolve_pooling_params
-
-LIMITS = {"max_model_len": 256, "embedding_dim": 384, "num_special_tokens": 2}
-
-
-def test_defaults() -> None:
-    assert resolve_pooling_params(**LIMITS) == PoolingParams(
-        normalize=True, dimensions=None, truncate_prompt_tokens=None
-    )
-
-
-@pytest.mark.parametrize(("given", "resolved"), [(-1, 256), (256, 256), (2, 2), (100, 100)])
-def test_truncate_prompt_tokens_is_resolved(given: int, resolved: int) -> None:
-    params = resolve_pooling_params(**LIMITS, truncate_prompt_tokens=given)
-    assert params.truncate_prompt_tokens == resolved
-
-
-@pytest.mark.parametrize(
-    ("given", "words"),
-    [(257, ["257", "256"]), (1000, ["1000", "256"]), (1, ["at least 2"]), (0, ["at least 2"])],
-)
-def test_truncate_prompt_tokens_out_of_range(given: int, words: list[str]) -> None:
-    with pytest.raises(InvalidRequestError) as caught:
-        resolve_pooling_params(**LIMITS, truncate_prompt_tokens=given)
-    assert caught.value.param == "truncate_prompt_tokens"
-    assert all(word in caught.value.message for word in words)
-
-
-@pytest.mark.parametrize("dimensions", [0, -1, 385, 10_000])
-def test_dimensions_out_of_range(dimensions: int) -> None:
-    with pytest.raises(InvalidRequestError, match="384") as caught:
-        resolve_pooling_params(**LIMITS, dimensions=dimensions)
-    assert caught.value.param == "dimensions"
-
-
-@pytest.mark.parametrize("dimensions", [1, 128, 384])
-def test_dimensions_in_range(dimensions: int) -> None:
-    assert resolve_pooling_params(**LIMITS, dimensions=dimensions).dimensions == dimensions
 
 
 def context(params: PoolingParams) -> ServeContext[EmbedRequest]:

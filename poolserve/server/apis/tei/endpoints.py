@@ -9,18 +9,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-import orjson
-from fastapi import APIRouter, Request
-from starlette.responses import Response
-
-from poolserve._version import __version__
+from poolserve.engine.context import PoolingOptions
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.rerank import PATHS as RERANK_PATHS
 from poolserve.server.apis.tei.answers import (
     TEI_ERRORS,
     SparseResponse,
     TeiEmbedResponse,
-    TeiInfo,
     TeiPredictResponse,
     TeiRerankResponse,
     TeiSimilarityResponse,
@@ -39,10 +34,6 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.error_responses import answer_errors_as
-from poolserve.server.responses import json_response
-from poolserve.server.schemas import documented
-from poolserve.server.serving_state import state_of
 from poolserve.server.template import (
     Call,
     Endpoint,
@@ -81,10 +72,12 @@ def _embed(call: Call[TeiEmbedRequest]) -> Served:
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
     params = service.pooling_params(
-        normalize=wire.normalize,
-        dimensions=wire.dimensions,
-        truncate_prompt_tokens=-1 if wire.truncate else None,
-        truncation_side=wire.side(),
+        PoolingOptions(
+            normalize=wire.normalize,
+            dimensions=wire.dimensions,
+            truncate_prompt_tokens=-1 if wire.truncate else None,
+            truncation_side=wire.side(),
+        )
     )
     prompt = service.tasks.prompts.resolve(wire.prompt_name, None)
     long_input = service.long_input if wire.truncate is None else "error"
@@ -95,9 +88,11 @@ def _embed(call: Call[TeiEmbedRequest]) -> Served:
 def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
     wire, service = call.wire, call.service
     params = service.pooling_params(
-        normalize=False,
-        truncate_prompt_tokens=-1 if wire.truncate else None,
-        truncation_side=wire.side(),
+        PoolingOptions(
+            normalize=False,
+            truncate_prompt_tokens=-1 if wire.truncate else None,
+            truncation_side=wire.side(),
+        )
     )
     internal = PoolingRequest(_texts(wire.inputs), "token_embed")
     return Served(service.tasks.pooling, internal, params, token_vectors_body, wire.request_timeout)
@@ -116,9 +111,11 @@ def _predict(call: Call[TeiPredictRequest], *, nested: bool) -> Served:
             param="parameters.function_to_apply",
         )
     params = service.pooling_params(
-        use_activation=not raw,
-        truncate_prompt_tokens=-1 if wire.truncate else None,
-        truncation_side=wire.side(),
+        PoolingOptions(
+            use_activation=not raw,
+            truncate_prompt_tokens=-1 if wire.truncate else None,
+            truncation_side=wire.side(),
+        )
     )
     top_k = parameters.top_k if parameters is not None else None
     single = isinstance(wire.inputs, str) and not nested
@@ -177,7 +174,9 @@ def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
         raise InvalidRequestError(f"/similarity needs an embedding model; this is {service.kind}")
     sentences = wire.inputs.sentences
     params = service.pooling_params(
-        truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
+        PoolingOptions(
+            truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
+        )
     )
     internal = ScoreRequest([wire.inputs.source_sentence], sentences, pair_up(1, len(sentences)))
     return Served(task, internal, params, similarity_body, wire.request_timeout)
@@ -185,7 +184,9 @@ def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
 
 def _sparse(call: Call[SparseEmbedRequest]) -> Served:
     wire, service = call.wire, call.service
-    params = service.pooling_params(truncate_prompt_tokens=-1 if wire.truncate else None)
+    params = service.pooling_params(
+        PoolingOptions(truncate_prompt_tokens=-1 if wire.truncate else None)
+    )
     internal = PoolingRequest(_texts(wire.inputs), "sparse")
     return Served(service.tasks.pooling, internal, params, sparse_body, wire.request_timeout)
 
@@ -196,9 +197,11 @@ def _rerank(call: Call[TeiRerankRequest]) -> Served:
     assert task is not None  # model_for chose a model that serves this route
     internal = ScoreRequest([wire.query], wire.texts, pair_up(1, len(wire.texts)), rerank=True)
     params = service.pooling_params(
-        truncate_prompt_tokens=-1 if wire.truncate else None,
-        truncation_side=wire.side(),
-        use_activation=not wire.raw_scores,
+        PoolingOptions(
+            truncate_prompt_tokens=-1 if wire.truncate else None,
+            truncation_side=wire.side(),
+            use_activation=not wire.raw_scores,
+        )
     )
     encode = partial(rerank_body, texts=wire.texts, return_text=wire.return_text)
     return Served(task, internal, params, encode, wire.request_timeout)
@@ -351,40 +354,3 @@ ENDPOINTS = [
         errors=TEI_ERRORS,
     ),
 ]
-ROUTES = APIRouter()
-
-
-@ROUTES.get("/info", **documented(TeiInfo, errors=TEI_ERRORS.body))
-async def info(request: Request) -> Response:
-    """What text-embeddings-inference's `/info` says about the served model."""
-    answer_errors_as(request, TEI_ERRORS)
-    state = state_of(request)
-    service = state.model_for(request.scope, None)
-    classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
-    if classifier is not None:
-        id2label = dict(enumerate(classifier.labels))
-        model_type: dict[str, Any] = {
-            "reranker" if service.kind == "cross_encoder" else "classifier": {
-                "id2label": {str(i): label for i, label in id2label.items()},
-                "label2id": {label: i for i, label in id2label.items()},
-            }
-        }
-    else:
-        pooling = "+".join(service.core.model.layout.pooling_modes)
-        model_type = {"embedding": {"pooling": pooling}}
-    body = {
-        "model_id": service.served_name,
-        "model_sha": None,
-        "model_dtype": service.core.model.dtype,
-        "model_type": model_type,
-        "max_concurrent_requests": state.admission.max_requests,
-        "max_input_length": service.max_model_len,
-        "max_batch_tokens": service.core.config.max_batch_tokens,
-        "max_batch_requests": service.core.config.max_batch_size,
-        "max_client_batch_size": state.max_client_batch_size,
-        "auto_truncate": False,
-        "tokenization_workers": state.cpu.workers,
-        "version": __version__,
-        **service.tasks.prompts.card(),
-    }
-    return json_response(orjson.dumps(body))

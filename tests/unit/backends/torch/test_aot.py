@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from poolserve import commands
-from poolserve.backends.torch import aot
+from poolserve.backends.torch import aot, aot_cache
 from poolserve.backends.torch import executor as executor_module
 from poolserve.backends.torch import torch_backend as backend_module
 from poolserve.backends.torch.executor import use_threads
@@ -232,10 +232,10 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
 def test_the_cache_key_follows_the_model_files_dtype_and_threads(
     spec: ModelSpec, tmp_path: Path
 ) -> None:
-    target = aot.AotTarget("embed", 1, False, 256)
+    target = aot_cache.AotTarget("embed", 1, False, 256)
 
-    def key(model: ModelSpec, of: aot.AotTarget = target) -> str:
-        return aot.entry_for(tmp_path, model, of)[0].key
+    def key(model: ModelSpec, of: aot_cache.AotTarget = target) -> str:
+        return aot_cache.entry_for(tmp_path, model, of)[0].key
 
     copy = tmp_path / "model"
     shutil.copytree(minilm_path(), copy)
@@ -258,11 +258,11 @@ def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> N
     import hashlib
     import json
 
-    entry = aot.CacheEntry("k" * 40, tmp_path / "entry")
+    entry = aot_cache.CacheEntry("k" * 40, tmp_path / "entry")
     entry.directory.mkdir()
     library = entry.directory / "model-0123.so"
     library.write_bytes(b"library bytes")
-    assert aot.valid_library(entry) is None  # no manifest
+    assert aot_cache.valid_library(entry) is None  # no manifest
     manifest = {
         "key": entry.key,
         "library": library.name,
@@ -270,15 +270,15 @@ def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> N
         "library_sha256": hashlib.sha256(b"library bytes").hexdigest(),
     }
     entry.manifest.write_text(json.dumps(manifest))
-    assert aot.valid_library(entry) == library
+    assert aot_cache.valid_library(entry) == library
     library.write_bytes(b"library")  # truncated
-    assert aot.valid_library(entry) is None
+    assert aot_cache.valid_library(entry) is None
     library.write_bytes(b"library BYTES")  # same size, other bytes
-    assert aot.valid_library(entry) is None
+    assert aot_cache.valid_library(entry) is None
     entry.manifest.write_text(json.dumps({**manifest, "library": "../elsewhere.so"}))
-    assert aot.valid_library(entry) is None
+    assert aot_cache.valid_library(entry) is None
     entry.manifest.write_text("{")  # a manifest cut short
-    assert aot.valid_library(entry) is None
+    assert aot_cache.valid_library(entry) is None
 
 
 def test_on_without_a_cpu_compiler_refuses_to_start(

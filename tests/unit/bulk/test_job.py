@@ -20,8 +20,9 @@ import pytest
 
 from poolserve import commands
 from poolserve.bulk.corpus import InputError, InputSpec, input_format, read_records
-from poolserve.bulk.job import BadRowsError, JobOptions, run_job
+from poolserve.bulk.job import BadRowsError, run_job
 from poolserve.bulk.parts import JobStateError
+from poolserve.config.job_config import JobOptions
 from poolserve.errors import ModelLoadError
 from poolserve.offline import model_engine as offline_engine
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors

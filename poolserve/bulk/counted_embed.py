@@ -1,6 +1,6 @@
-"""The tasks behind the Python API's results where they differ from the HTTP routes': sparse
-weights as {token id: weight}, and embeddings with each input's token count (bulk jobs), an
-input too long left out rather than failing the call."""
+"""A bulk job's task: embeddings with each input's token count, an input too long for the model
+(or an image that cannot be read) left out and named rather than failing the part
+(`Engine.embed_counted_later` runs it)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,6 @@ from poolserve.inputs.image_processor import ImageTextProcessor, blank_image
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
-from poolserve.tasks.pooling import PoolingRequest, PoolingTask
-
-
-class PythonPooling(PoolingTask):
-    """The pooling task with Python results: sparse weights as {token id: weight}."""
-
-    def postprocess(
-        self, ctx: ServeContext[PoolingRequest], outputs: list[np.ndarray]
-    ) -> list[Any]:
-        results = super().postprocess(ctx, outputs)
-        if ctx.request.head != "sparse":
-            return results
-        return [{entry["index"]: entry["value"] for entry in entries} for entries in results]
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,10 @@ import threading
 
 import pytest
 
+from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.errors import OverloadedError, PayloadTooLargeError
-from poolserve.server.admission.control import (
-    BODY_BYTES_PER_TOKEN,
-    MAX_PASSED_OVER,
-    MIN_INPUT_TOKENS,
-    AdmissionControl,
-    Ticket,
-)
+from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN, MAX_PASSED_OVER, Ticket
 
 BOUND = 1000
 # What one admitted token may hold (an embedding model of 384 floats: 128 + 5 × 384 bytes).

@@ -1,0 +1,172 @@
+"""The compiled forwards' cache on disk (`POOLSERVE_CACHE_DIR/aot/<key>/`): what an entry is
+compiled for (`AotTarget`), the key that names it (a hash of everything its code depends on: the
+model files' contents, the served kind and head, dtype and device, the length limit, the torch
+and transformers versions, the torch backend's code, the CPU's instruction set and the thread
+count), whether its library is the one its manifest recorded (`valid_library`), and the lock
+that lets one process at a time check and build it."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poolserve.models.kinds import Head
+from poolserve.models.spec import ModelSpec
+
+# Bumped when what an entry holds, or how it is built, changes.
+FORMAT = 1
+MANIFEST = "entry.json"
+# Files of a model directory that no forward reads: other runtimes' weights and documentation.
+_UNREAD_DIRECTORIES = frozenset({"onnx", "openvino", ".git", ".cache"})
+_UNREAD_SUFFIXES = frozenset({".onnx", ".h5", ".msgpack", ".ot", ".md", ".gitattributes"})
+_HASH_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class AotTarget:
+    """What one library is compiled for."""
+
+    head: Head
+    threads: int
+    with_token_types: bool
+    max_batch_size: int
+    # Packed batches (engine/collate.py) instead of padded ones.
+    packed: bool = False
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    directory: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / MANIFEST
+
+
+def _files_digest(directory: Path) -> str:
+    """The contents (and relative names) of the model files a forward depends on."""
+    digest = hashlib.sha256()
+    for path in sorted(_model_files(directory)):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0")
+        with path.open("rb") as file:
+            while chunk := file.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _model_files(directory: Path) -> Iterable[Path]:
+    for root, directories, files in os.walk(directory):
+        directories[:] = [name for name in directories if name not in _UNREAD_DIRECTORIES]
+        for name in files:
+            path = Path(root) / name
+            if path.suffix not in _UNREAD_SUFFIXES and name not in _UNREAD_SUFFIXES:
+                yield path
+
+
+def _code_digest() -> str:
+    """The torch backend's code (the modules the exported graph is traced from, and how it is
+    exported and compiled) and the model descriptions it reads (models/)."""
+    digest = hashlib.sha256()
+    backend = Path(__file__).resolve().parent
+    models = backend.parent.parent / "models"
+    for path in [*sorted(backend.glob("*.py")), *sorted(models.glob("*.py"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cpu_identity() -> str:
+    """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        pass
+    words = " ".join(sorted(set(flags.split(":", 1)[-1].split())))
+    return (
+        f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} "
+        + hashlib.sha256(words.encode()).hexdigest()[:16]
+    )
+
+
+def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
+    """Everything an entry's code depends on; its hash names the entry."""
+    import transformers
+
+    template = spec.score_template
+    return {
+        "format": FORMAT,
+        "model_files": _files_digest(spec.layout.directory),
+        "poolserve_models": _code_digest(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu": _cpu_identity(),
+        "kind": spec.kind,
+        "head": target.head,
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "max_model_len": spec.max_model_len,
+        "max_batch_size": target.max_batch_size,
+        "threads": target.threads,
+        "with_token_types": target.with_token_types,
+        "packed": target.packed,
+        "attention": spec.attention,
+        "trust_remote_code": spec.trust_remote_code,
+        "score_template": None if template is None else repr(template),
+    }
+
+
+def entry_for(root: Path, spec: ModelSpec, target: AotTarget) -> tuple[CacheEntry, dict[str, Any]]:
+    parts = key_parts(spec, target)
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+    return CacheEntry(key, root / "aot" / key), parts
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def valid_library(entry: CacheEntry) -> Path | None:
+    """The entry's library if it is the one its manifest recorded; None for a truncated or
+    replaced library, or a missing or unreadable manifest."""
+    try:
+        manifest = json.loads(entry.manifest.read_text(encoding="utf-8"))
+        library = entry.directory / str(manifest["library"])
+        if (
+            manifest.get("key") == entry.key
+            and library.parent == entry.directory
+            and library.stat().st_size == manifest["library_bytes"]
+            and sha256(library) == manifest["library_sha256"]
+        ):
+            return library
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+@contextmanager
+def locked(entry: CacheEntry) -> Iterator[None]:
+    """The entry to this process alone while it is checked and (re)built: processes starting
+    together (Ray replicas on one host) build it once, and none deletes it under another."""
+    entry.directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.directory.parent / f"{entry.key}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,0 +1,55 @@
+"""text-embeddings-inference's `GET /info`: what the served model is and how the server is set up,
+in TEI's words (a route written out by hand: it runs no task)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from poolserve._version import __version__
+from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
+from poolserve.server.error_responses import answer_errors_as
+from poolserve.server.responses import json_response
+from poolserve.server.schemas import documented
+from poolserve.server.serving_state import state_of
+
+ROUTES = APIRouter()
+
+
+@ROUTES.get("/info", **documented(TeiInfo, errors=TEI_ERRORS.body))
+async def info(request: Request) -> Response:
+    """What text-embeddings-inference's `/info` says about the served model."""
+    answer_errors_as(request, TEI_ERRORS)
+    state = state_of(request)
+    service = state.model_for(request.scope, None)
+    classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
+    if classifier is not None:
+        id2label = dict(enumerate(classifier.labels))
+        model_type: dict[str, Any] = {
+            "reranker" if service.kind == "cross_encoder" else "classifier": {
+                "id2label": {str(i): label for i, label in id2label.items()},
+                "label2id": {label: i for i, label in id2label.items()},
+            }
+        }
+    else:
+        pooling = "+".join(service.core.model.layout.pooling_modes)
+        model_type = {"embedding": {"pooling": pooling}}
+    body = {
+        "model_id": service.served_name,
+        "model_sha": None,
+        "model_dtype": service.core.model.dtype,
+        "model_type": model_type,
+        "max_concurrent_requests": state.admission.max_requests,
+        "max_input_length": service.max_model_len,
+        "max_batch_tokens": service.core.config.max_batch_tokens,
+        "max_batch_requests": service.core.config.max_batch_size,
+        "max_client_batch_size": state.max_client_batch_size,
+        "auto_truncate": False,
+        "tokenization_workers": state.cpu.workers,
+        "version": __version__,
+        **service.tasks.prompts.card(),
+    }
+    return json_response(orjson.dumps(body))
