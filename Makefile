@@ -37,9 +37,10 @@ serve: install
 	HF_HUB_OFFLINE=1 $(BIN)/poolserve serve --host $(HOST) --port $(PORT)
 
 test: install-test
-	$(BIN)/ruff check poolserve tests benchmarks
-	$(BIN)/ruff format --check poolserve tests benchmarks
+	$(BIN)/ruff check poolserve tests benchmarks docs/hooks.py
+	$(BIN)/ruff format --check poolserve tests benchmarks docs/hooks.py
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
 # The inner loop: everything not marked slow (no server processes, no long loads).
@@ -50,4 +51,4 @@ bench: install-test
 	HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.load
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
