@@ -81,6 +81,7 @@ class Engine:
         self.embedding_dim = service.embedding_dim
         self.normalizes = service.normalizes
         self.num_special_tokens = service.num_special_tokens
+        # `pool` and `embed_sparse` answer with Python results (sparse weights as a dict).
         self.pooling_task = PythonPooling(
             max_model_len=self.max_model_len, classifier=self.tasks.pooling.classifier
         )
