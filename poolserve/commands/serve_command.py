@@ -69,11 +69,12 @@ def _loaded_app(
     """The app over the served models: every model prepared and the app built (every setting
     checked, the limits against the models' lengths) before any weights are downloaded, loaded
     or compiled; then the models load."""
-    from poolserve.server import create_app
     from poolserve.service.registry import ServiceRegistry
 
     models = ServiceRegistry.prepare(served, cpu_workers=cpu_workers, backend=backend)
     try:
+        from poolserve.server import create_app  # after the models' checks: they refuse sooner
+
         app = create_app(models, replace(server_config, served_model_name=None))
     except BaseException:
         models.close()
