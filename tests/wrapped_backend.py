@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolserve.engine.model_backend import Backend, CompileReport, Forward
+from poolserve.engine.model_backend import Backend, CompileReport, Forward, PrecisionReport
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -26,6 +26,10 @@ class WrappedBackend:
     @property
     def report(self) -> CompileReport:
         return self.inner.report
+
+    @property
+    def precision(self) -> PrecisionReport | None:
+        return self.inner.precision
 
     def load(self) -> None:
         self.inner.load()

@@ -21,7 +21,7 @@ from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.model_backend import BackendFactory, Collate, Forward
+from poolserve.engine.model_backend import BackendFactory, Collate, Forward, PrecisionReport
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import runner_layout
@@ -85,7 +85,6 @@ class EngineCore:
         self.config = config
         self._collate_items = collate_for(model)
         self.backend = backend(model, config, self._collate_items)
-        self.model = self.backend.spec
         runners, self._threads = runner_layout(config, self.model.device)
         self.stats = EngineStats(runners)
         self._owns_cpu = cpu is None
@@ -116,6 +115,11 @@ class EngineCore:
             threads=self._threads or 1,
             on_death=self._runner_died,
         )
+
+    @property
+    def model(self) -> ModelSpec:
+        """The model as the backend runs it (its precision known once loaded, where measured)."""
+        return self.backend.spec
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -247,6 +251,11 @@ class EngineCore:
     def compiled(self) -> str:
         """How the main head's forward was obtained (model_backend.CompileSource)."""
         return self.backend.report.source
+
+    @property
+    def precision(self) -> PrecisionReport | None:
+        """How `--dtype auto` chose the precision (None where it was asked for)."""
+        return self.backend.precision
 
     @property
     def packed_heads(self) -> frozenset[Head]:

@@ -14,7 +14,7 @@ a backend to inject faults (a slow or failing forward) without touching the engi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -42,13 +42,25 @@ class CompileReport:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class PrecisionReport:
+    """How `--dtype auto` chose the precision a model runs in: the seconds its probe took in
+    each precision measured, each one's worst distance from float32's outputs, and whether it
+    was measured at this start or read from the cache."""
+
+    dtype: str
+    seconds: Mapping[str, float]
+    errors: Mapping[str, float]
+    source: Literal["measured", "cached"]
+
+
 class Backend(Protocol):
     """What the engine asks of a model backend."""
 
     @property
     def spec(self) -> ModelSpec:
-        """The model as this backend runs it: its device and precision chosen (by name) when
-        the backend was built, before anything loads."""
+        """The model as this backend runs it: its device chosen (by name) when the backend was
+        built, before anything loads, and its precision then, or (measured) once loaded."""
         ...
 
     @property
@@ -61,6 +73,12 @@ class Backend(Protocol):
     def report(self) -> CompileReport:
         """How the main head's forward was obtained ("eager" for a backend that compiles
         nothing)."""
+        ...
+
+    @property
+    def precision(self) -> PrecisionReport | None:
+        """How the precision was measured on the machine (once loaded; None where it was asked
+        for, or is not measured)."""
         ...
 
     def load(self) -> None:

@@ -95,6 +95,7 @@ async def test_info(client: httpx.AsyncClient, engine: Engine) -> None:
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_input_length"] == engine.max_model_len == 256
     assert info["model_dtype"] == "float32"
+    assert info["precision"] is None  # asked for, not measured
 
 
 async def test_rerank_in_teis_shape(client: httpx.AsyncClient) -> None:

@@ -54,7 +54,7 @@ class CacheEntry:
         return self.directory / MANIFEST
 
 
-def _files_digest(directory: Path) -> str:
+def files_digest(directory: Path) -> str:
     """The contents (and relative names) of the model files a forward depends on."""
     digest = hashlib.sha256()
     for path in sorted(_model_files(directory)):
@@ -85,7 +85,7 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _cpu_identity() -> str:
+def cpu_identity() -> str:
     """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
     flags = ""
     try:
@@ -107,11 +107,11 @@ def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
     template = spec.score_template
     return {
         "format": FORMAT,
-        "model_files": _files_digest(spec.layout.directory),
+        "model_files": files_digest(spec.layout.directory),
         "poolserve_models": _code_digest(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "cpu": _cpu_identity(),
+        "cpu": cpu_identity(),
         "kind": spec.kind,
         "head": target.head,
         "dtype": spec.dtype,

@@ -1,5 +1,6 @@
-"""Placing a model: its device and dtype chosen from what it asks for (`auto`: CUDA when present,
-bf16 where the hardware is fast).
+"""Placing a model: its device and dtype chosen from what it asks for (`auto`: CUDA when present;
+on CUDA bf16 where it is supported; on a CPU with more than one fast precision, `auto` stays to
+be measured once the weights load: precision.py).
 
 Both are chosen as plain names (`"cpu"`, `"bfloat16"`): the engine and the backend seam carry
 names, and the torch code makes torch types of them (`torch_dtype`)."""
@@ -27,27 +28,36 @@ def choose_device(requested: str) -> str:
     return requested
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True where the CPU has AMX or AVX512-BF16 (Linux: read from /proc/cpuinfo)."""
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux: /proc/cpuinfo); empty where they cannot be read."""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="ignore")
     except OSError:
-        return False
+        return frozenset()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return bool(flags & {"amx_bf16", "avx512_bf16"})
-    return False
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_precisions() -> tuple[str, ...]:
+    """The precisions this CPU runs well: float32, bf16 where it has AVX512-BF16 or AMX, and
+    float16 where it has AMX-FP16 (fp16 arithmetic without them is emulated, and slow)."""
+    flags = cpu_flags()
+    fast = [("bfloat16", {"amx_bf16", "avx512_bf16"}), ("float16", {"amx_fp16"})]
+    return ("float32", *(dtype for dtype, needs in fast if flags & needs))
 
 
 def choose_dtype(requested: str, device: str) -> str:
+    """The dtype `requested` means on `device`; "auto" where a CPU has several fast precisions
+    and the model must be measured in each (precision.py)."""
     if requested != "auto":
         if requested not in _DTYPES:
             raise ModelLoadError(f"unknown dtype {requested!r}; use auto, {', '.join(_DTYPES)}")
         return requested
     if device == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "bfloat16" if cpu_has_fast_bf16() else "float32"
+    return "auto" if len(cpu_precisions()) > 1 else "float32"
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -57,6 +67,7 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def place(spec: ModelSpec) -> ModelSpec:
     """`spec` with its device and dtype chosen (as asked, or for `auto` what this machine runs
-    best); a device that cannot be had is a SettingError."""
+    best, "auto" where that is measured at load); a device that cannot be had is a
+    SettingError."""
     device = choose_device(spec.device)
     return replace(spec, device=device, dtype=choose_dtype(spec.dtype, device))

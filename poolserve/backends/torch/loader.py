@@ -152,6 +152,11 @@ def load_module(spec: ModelSpec) -> PoolingModule | ImageTextModule:
     """Load the weights and build the module on the spec's device (call on the runner thread;
     a spec not placed yet is placed here)."""
     spec = place(spec)
+    if spec.dtype == "auto":
+        raise ValueError(
+            "load_module needs a dtype: `auto` on this CPU is measured by the backend "
+            "(precision.py); name float32 or bfloat16"
+        )
     layout = spec.layout
     started = time.perf_counter()
     backbone = _from_pretrained(spec)

@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 from poolserve._environment import cache_dir
-from poolserve.backends.torch import aot
+from poolserve.backends.torch import aot, precision
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
 from poolserve.backends.torch.device import place
@@ -34,7 +34,13 @@ from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
 from poolserve.config.model_config import PackingMode
 from poolserve.engine.collate import text_item
-from poolserve.engine.model_backend import BackendFactory, Collate, CompileReport, Forward
+from poolserve.engine.model_backend import (
+    BackendFactory,
+    Collate,
+    CompileReport,
+    Forward,
+    PrecisionReport,
+)
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.inputs.image_processor import blank_image
@@ -109,6 +115,8 @@ class TorchBackend:
         self._module: Callable[..., torch.Tensor] | None = None
         self._compiled: CompiledForward | None = None
         self.report = CompileReport("eager")
+        # How `--dtype auto` chose the precision (set by `load` where it measured).
+        self.precision: PrecisionReport | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -135,7 +143,7 @@ class TorchBackend:
 
     def load(self) -> None:
         self._own_threads()
-        module = load_module(self._spec)
+        module = self._load_module()
         self._module = module
         self._choose_packing(module)
         if not self._compiles:
@@ -185,6 +193,22 @@ class TorchBackend:
             self.report.seconds,
             ", ".join(map(str, self.compiled_threads)),
         )
+
+    def _load_module(self) -> PoolingModule | ImageTextModule:
+        """The module in the precision asked for, or (`auto` on a CPU with several fast
+        precisions) in the one measured fastest on this machine, its spec told."""
+        if self._spec.dtype != "auto":
+            return load_module(self._spec)
+        spec = self._spec
+        module, self.precision = precision.from_cache_or_measure(
+            cache_dir(),
+            spec,
+            lambda dtype: load_module(replace(spec, dtype=dtype)),
+            self._collate,
+            self._threads,
+        )
+        self._spec = replace(spec, dtype=self.precision.dtype)
+        return module
 
     def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
         if self._packing == "off":

@@ -48,6 +48,7 @@ class FakeBackend:
         self.forward = forward
         self.packed_heads: frozenset[Head] = frozenset()
         self.report = CompileReport("eager")
+        self.precision = None
         self.load_threads: list[str] = []
         self.executor_threads: list[str] = []
 

@@ -99,6 +99,11 @@ class TeiInfo(Documented):
     version: str
     prompts: dict[str, str]
     default_prompt_name: str | None
+    precision: dict[str, Any] | None = Field(
+        None,
+        description="poolserve's: how --dtype auto chose model_dtype on this machine (the "
+        "probe's seconds and each precision's distance from float32); null where asked for",
+    )
 
 
 class SparseResponse(RootModel[list[list[SparseEntry]]]):

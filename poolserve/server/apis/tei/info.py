@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve._version import __version__
+from poolserve.engine.model_backend import PrecisionReport
 from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
@@ -51,5 +52,18 @@ async def info(request: Request) -> Response:
         "tokenization_workers": state.cpu.workers,
         "version": __version__,
         **service.tasks.prompts.card(),
+        "precision": _precision(service.core.precision),
     }
     return json_response(orjson.dumps(body))
+
+
+def _precision(report: PrecisionReport | None) -> dict[str, Any] | None:
+    """How `--dtype auto` chose `model_dtype` (poolserve's own field; null where asked for)."""
+    if report is None:
+        return None
+    return {
+        "chosen": report.dtype,
+        "source": report.source,
+        "probe_seconds": dict(report.seconds),
+        "error_from_float32": dict(report.errors),
+    }

@@ -83,7 +83,9 @@ def test_own_modeling_code_and_sequence_classifiers_are_not_packed(
     minilm: PoolingModule, tmp_path: Path
 ) -> None:
     assert why_not_packable(minilm.backbone, 256, own_code=True) == "it runs its own modeling code"
-    spec = prepare_model(ModelConfig(model=str(make_cross_encoder(tmp_path / "ce"))))
+    spec = prepare_model(
+        ModelConfig(model=str(make_cross_encoder(tmp_path / "ce")), dtype="float32")
+    )
     module = load_module(spec)
     assert "classifier head" in str(enable_packing(module, spec))
     assert module.packing is None and not module.packs("classify")
