@@ -13,6 +13,7 @@ A ÷ B ratios (a server idle while the other is measured costs no CPU: its runne
 
     .venv/bin/python -m benchmarks.paired /path/to/tree-a /path/to/tree-b --rounds 12
     .venv/bin/python -m benchmarks.paired /path/to/tree-a /path/to/tree-b --loads --rounds 3
+    .venv/bin/python -m benchmarks.paired . . --loads --server-args "" --b-args "--quantize int8"
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=60, help="requests to each per round")
     parser.add_argument("--passages", action="store_true", help="8 passages per request")
     parser.add_argument("--server-args", default="--dtype bfloat16")
+    parser.add_argument(
+        "--b-args", default="", help="flags for B only, after --server-args (A/B of a setting)"
+    )
     parser.add_argument("--loads", action="store_true", help="throughput under the peer loads")
     parser.add_argument("--seconds", type=float, default=10.0, help="each load, with --loads")
     args = parser.parse_args()
     if args.loads:
-        compare_loads(args.trees, args.rounds, args.seconds, args.server_args)
+        compare_loads(args.trees, args.rounds, args.seconds, args.server_args, args.b_args)
         return
     texts = corpus.passages(200) if args.passages else corpus.sentences(2000)
 
@@ -58,7 +62,7 @@ def main() -> None:
     ports = [free_port(), free_port()]
     with (
         _server(args.trees[0], ports[0], args.server_args),
-        _server(args.trees[1], ports[1], args.server_args),
+        _server(args.trees[1], ports[1], f"{args.server_args} {args.b_args}"),
         httpx.Client(timeout=120) as client,
     ):
         for round_index in range(args.rounds + 1):  # the first round warms up, uncounted
@@ -97,14 +101,16 @@ LOADS = {
 }
 
 
-def compare_loads(trees: list[Path], rounds: int, seconds: float, server_args: str) -> None:
+def compare_loads(
+    trees: list[Path], rounds: int, seconds: float, server_args: str, b_args: str = ""
+) -> None:
     from benchmarks.peers import NAME, measure
 
     names = ("A", "B")
     values: dict[str, dict[str, list[float]]] = {n: {k: [] for k in LOADS} for n in names}
     ports = [free_port(), free_port()]
     flags = f"{server_args} --served-model-name {NAME}"
-    with _server(trees[0], ports[0], flags), _server(trees[1], ports[1], flags):
+    with _server(trees[0], ports[0], flags), _server(trees[1], ports[1], f"{flags} {b_args}"):
         for round_index in range(rounds):
             for name in names if round_index % 2 == 0 else names[::-1]:
                 results = measure(ports[names.index(name)], seconds, with_stats=False)

@@ -617,3 +617,29 @@ def make_stanford_colbert(directory: Path, pylate_directory: Path) -> Path:
         },
     )
     return directory
+
+
+def make_int8_breaking_embedding(directory: Path) -> Path:
+    """A tiny BERT embedding model (sentence-transformers layout, mean pooling) with an
+    outlier activation channel int8 cannot hold: in every layer one channel of the feed-forward
+    block's hidden activation runs 10^5 times the others (its first weights and bias scaled up,
+    the weights that read it scaled down by as much, so that in float32 the model stays an
+    ordinary one), the "massive activations" of large models in miniature. Quantizing that
+    activation per tensor to 256 levels rounds every other channel to nothing, and SmoothQuant's
+    scaling, bounded, cannot move a range that wide into the weights."""
+    from transformers import BertModel
+
+    torch.manual_seed(SEED)
+    model = BertModel(_bert_config(), add_pooling_layer=False).eval()
+    factor = 1e5
+    with torch.no_grad():
+        for layer in model.encoder.layer:
+            layer.intermediate.dense.weight[0] *= factor
+            layer.intermediate.dense.bias[0] = abs(float(layer.intermediate.dense.bias[0])) * factor
+            layer.output.dense.weight[:, 0] /= factor
+    _save_hf(model, directory)
+    from tests.model_zoo.st_files import write_pooling, write_st
+
+    write_st(directory, [("", "Transformer"), ("1_Pooling", "Pooling")], max_seq_length=256)
+    write_pooling(directory, HIDDEN_SIZE, "mean")
+    return directory

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolserve.engine.model_backend import Backend, CompileReport, Forward, PrecisionReport
+from poolserve.engine.model_backend import (
+    Backend,
+    CompileReport,
+    Forward,
+    PrecisionReport,
+    QuantizationReport,
+)
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -30,6 +36,10 @@ class WrappedBackend:
     @property
     def precision(self) -> PrecisionReport | None:
         return self.inner.precision
+
+    @property
+    def quantization(self) -> QuantizationReport | None:
+        return self.inner.quantization
 
     def load(self) -> None:
         self.inner.load()

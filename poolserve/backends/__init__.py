@@ -1,21 +1,39 @@
-"""Model backends, one package each (`torch/`), each module with a `make_backend` factory
-(engine/model_backend.py says what a backend is). `backend_named` imports the one `--backend`
-names; the names themselves live with the setting (config/model_config.py: `BACKENDS`), so that
-the flags name them without loading any backend's libraries."""
+"""Model backends, one package each (`torch/`, `onnxruntime/`), each with a module whose
+`make_backend` builds one (engine/model_backend.py says what a backend is). `backend_for` imports
+the one `--backend` names (auto: the one that runs `--quantize`'s precision fastest); the names
+themselves live with the setting (config/model_config.py: `BACKENDS`), so that the flags name
+them without loading any backend's libraries."""
 
 from __future__ import annotations
 
 import importlib
 
-from poolserve.config.model_config import BACKENDS
+from poolserve.config import EngineConfig
+from poolserve.config.model_config import AUTO_BACKEND, BACKEND_EXTRAS, BACKENDS
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.errors import SettingError
 
 
-def backend_named(name: str) -> BackendFactory:
-    """The factory of the backend called `name`; an unknown name is a SettingError naming them."""
+def backend_name(config: EngineConfig) -> str:
+    """The backend `--backend` names, auto resolved."""
+    return AUTO_BACKEND[config.quantize] if config.backend == "auto" else config.backend
+
+
+def backend_for(config: EngineConfig) -> BackendFactory:
+    """The factory of the backend `config` names; an unknown name is a SettingError naming them."""
+    name = backend_name(config)
     module = BACKENDS.get(name)
     if module is None:
-        raise SettingError(f"unknown --backend {name!r}; the backends: {', '.join(BACKENDS)}")
-    factory: BackendFactory = importlib.import_module(module).make_backend
+        raise SettingError(f"unknown --backend {name!r}; the backends: auto, {', '.join(BACKENDS)}")
+    try:
+        factory: BackendFactory = importlib.import_module(module).make_backend
+    except ImportError as exc:
+        extra = BACKEND_EXTRAS.get(name)
+        if extra is None:
+            raise
+        needs = exc.name or "its libraries"
+        raise SettingError(
+            f"--backend {name} needs {needs}: pip install 'poolserve[{extra}]'"
+            + (" (--quantize int8 runs on it)" if config.quantize == "int8" else "")
+        ) from exc
     return factory

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from poolserve._environment import cache_dir
-from poolserve.backends import backend_named
+from poolserve.backends import backend_for
 from poolserve.config import ServedModel
 from poolserve.config.grammar import model_engine_configs
 from poolserve.engine.engine_core import collate_for
@@ -66,7 +66,7 @@ def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
             f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass --compile on"
         )
     spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
-    backend = backend_named(engine.backend)(spec, engine, collate_for(spec))
+    backend = backend_for(engine)(spec, engine, collate_for(spec))
     fetch_weights(served.model.model, served.model.revision, spec.layout.directory)
     backend.load()
     report = backend.report

@@ -21,7 +21,13 @@ from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.model_backend import BackendFactory, Collate, Forward, PrecisionReport
+from poolserve.engine.model_backend import (
+    BackendFactory,
+    Collate,
+    Forward,
+    PrecisionReport,
+    QuantizationReport,
+)
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import runner_layout
@@ -256,6 +262,11 @@ class EngineCore:
     def precision(self) -> PrecisionReport | None:
         """How `--dtype auto` chose the precision (None where it was asked for)."""
         return self.backend.precision
+
+    @property
+    def quantization(self) -> QuantizationReport | None:
+        """The quantized model's quality gate (None where nothing is quantized)."""
+        return self.backend.quantization
 
     @property
     def packed_heads(self) -> frozenset[Head]:

@@ -54,6 +54,20 @@ class PrecisionReport:
     source: Literal["measured", "cached"]
 
 
+@dataclass(frozen=True)
+class QuantizationReport:
+    """How a quantized model did against its unquantized self at start-up (backends/
+    quality_gate.py): the scheme asked for, what is served (the scheme, or float32 where the
+    gate failed and `--quantize-gate fallback` asked to serve it unquantized), the gate's
+    figures over the probe and what fell short (empty: it passed)."""
+
+    scheme: str
+    served: str
+    figures: Mapping[str, float]
+    failures: tuple[str, ...]
+    seconds: float
+
+
 class Backend(Protocol):
     """What the engine asks of a model backend."""
 
@@ -79,6 +93,11 @@ class Backend(Protocol):
     def precision(self) -> PrecisionReport | None:
         """How the precision was measured on the machine (once loaded; None where it was asked
         for, or is not measured)."""
+        ...
+
+    @property
+    def quantization(self) -> QuantizationReport | None:
+        """The quantized model's quality gate (once loaded; None where nothing is quantized)."""
         ...
 
     def load(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from poolserve.backends import backend_named
+from poolserve.backends import backend_for
 from poolserve.config import EngineConfig, LongInput, ModelConfig
 from poolserve.engine.context import PoolingOptions, PoolingParams
 from poolserve.engine.cpu_pool import CpuPool
@@ -68,7 +68,7 @@ class ModelService:
         core = EngineCore(
             spec,
             engine_config,
-            backend=backend or backend_named(engine_config.backend),
+            backend=backend or backend_for(engine_config),
             cpu=cpu,
         )
         return cls(

@@ -13,7 +13,9 @@ import poolserve
 
 PACKAGE = Path(poolserve.__file__).parent
 SOURCES = sorted(PACKAGE.rglob("*.py"))
-TORCH_BACKEND = PACKAGE / "backends" / "torch"
+# The backends that load the model in torch: the torch backend, and the ONNX Runtime backend
+# built on it (it exports the torch model and checks against it).
+TORCH_BACKENDS = (PACKAGE / "backends" / "torch", PACKAGE / "backends" / "onnxruntime")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -52,11 +54,11 @@ def imported_modules(tree: ast.AST) -> set[str]:
     return names
 
 
-def test_torch_is_imported_only_under_the_torch_backend() -> None:
+def test_torch_is_imported_only_under_the_torch_backends() -> None:
     importers = [
         relative(path)
         for path in SOURCES
-        if TORCH_BACKEND not in path.parents
+        if not any(backend in path.parents for backend in TORCH_BACKENDS)
         and any(
             name == "torch" or name.startswith("torch.")
             for name in imported_modules(ast.parse(path.read_text(encoding="utf-8")))
@@ -65,14 +67,16 @@ def test_torch_is_imported_only_under_the_torch_backend() -> None:
     assert importers == []
 
 
-# Run in a process of its own, where `import torch` fails: every module but the torch backend's
+# Run in a process of its own, where `import torch` fails: every module but the torch backends'
 # imports, and the bundled model is described and its tasks built without torch.
 WITHOUT_TORCH = """
 import importlib, pkgutil, sys
 sys.modules["torch"] = None
 import poolserve
 for module in pkgutil.walk_packages(poolserve.__path__, "poolserve."):
-    if not module.name.startswith(("poolserve.backends.torch", "poolserve.__main__")):
+    if not module.name.startswith(
+        ("poolserve.backends.torch", "poolserve.backends.onnxruntime", "poolserve.__main__")
+    ):
         importlib.import_module(module.name)
 from poolserve.config import ModelConfig
 from poolserve.models.describe import prepare_model

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from poolserve.backends.progress import progress
 from poolserve.backends.torch.aot_cache import (
     MANIFEST,
     AotTarget,
@@ -38,7 +39,7 @@ from poolserve.backends.torch.aot_cache import (
     valid_library,
 )
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
-from poolserve.models.kinds import Head
+from poolserve.backends.torch.export_forward import forward_to_export
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -54,75 +55,6 @@ class NotInCacheError(RuntimeError):
     """A compiled forward was to be loaded from the cache only, and is not there."""
 
 
-class _HeadForward(torch.nn.Module):
-    """The module's forward for one head, with tensors only (what torch.export traces)."""
-
-    def __init__(self, module: Callable[..., torch.Tensor], head: Head) -> None:
-        super().__init__()
-        self.module = module
-        self.head = head
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.module(self.head, input_ids, attention_mask, token_type_ids)
-
-
-class _PackedHeadForward(_HeadForward):
-    """The module's packed forward for one head, with tensors only."""
-
-    def forward(  # type: ignore[override]
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        segments: torch.Tensor,
-        pool_weights: torch.Tensor,
-        first: torch.Tensor,
-        last: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        forward_packed: Callable[..., torch.Tensor] = self.module.forward_packed  # type: ignore[attr-defined]
-        return forward_packed(
-            self.head, input_ids, positions, segments, pool_weights, first, last, token_type_ids
-        )
-
-
-def _to_export(
-    module: torch.nn.Module, spec: ModelSpec, target: AotTarget
-) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
-    """The forward to export, example inputs and their dynamic dimensions."""
-    batch = torch.export.Dim("batch", min=1, max=max(2, target.max_batch_size))
-    length = torch.export.Dim("length", min=1, max=max(2, spec.max_model_len))
-    example_length = min(16, spec.max_model_len)
-    ids = torch.full((2, example_length), 5, dtype=torch.long)
-    if not target.packed:
-        args: tuple[torch.Tensor, ...] = (ids, torch.ones_like(ids))
-        if target.with_token_types:
-            args += (torch.zeros_like(ids),)
-        forward = _HeadForward(module, target.head).eval()
-        return forward, args, ({0: batch, 1: length},) * len(args)
-    # Two rows: two sequences and one, then padding.
-    split, tail = example_length // 2, example_length - 3
-    segments = torch.full_like(ids, -1)
-    segments[0, :split], segments[0, split:], segments[1, :tail] = 0, 1, 2
-    positions = torch.zeros_like(ids)
-    positions[0, :split] = torch.arange(split)
-    positions[0, split:] = torch.arange(example_length - split)
-    positions[1, :tail] = torch.arange(tail)
-    first = torch.tensor([0, split, example_length])
-    last = torch.tensor([split - 1, example_length - 1, example_length + tail - 1])
-    args = (ids, positions, segments, (segments >= 0).long(), first, last)
-    if target.with_token_types:
-        args += (torch.zeros_like(ids),)
-    rows = {0: batch, 1: length}
-    items = {0: torch.export.Dim("items", min=1, max=max(3, target.max_batch_size))}
-    dims = (rows, rows, rows, rows, items, items) + ((rows,) if target.with_token_types else ())
-    return _PackedHeadForward(module, target.head).eval(), args, dims
-
-
 def build(
     entry: CacheEntry,
     parts: dict[str, Any],
@@ -132,7 +64,7 @@ def build(
 ) -> None:
     """Export the head, compile it for `target.threads`, and write the entry (atomically: a
     staging directory renamed into place, so a crash leaves no half-written entry)."""
-    forward, args, dims = _to_export(module, spec, target)
+    forward, args, dims = forward_to_export(module, spec, target)
     try:
         with torch.inference_mode():
             exported = torch.export.export(forward, args, dynamic_shapes=dims)
@@ -254,7 +186,9 @@ def _rebuild(
     for abandoned in entry.directory.parent.glob(f".{entry.key}.*"):  # builds killed midway
         shutil.rmtree(abandoned, ignore_errors=True)
     started = time.perf_counter()
-    build(entry, parts, module, spec, target)
+    what = f"{spec.name}: compiling the {target.head} head for {target.threads} thread(s)"
+    with progress(logger, what):
+        build(entry, parts, module, spec, target)
     library = valid_library(entry)
     if library is None:
         raise RuntimeError(f"the compiled entry {entry.directory} did not verify")

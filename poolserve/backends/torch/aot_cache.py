@@ -42,6 +42,8 @@ class AotTarget:
     max_batch_size: int
     # Packed batches (engine/collate.py) instead of padded ones.
     packed: bool = False
+    # A padded forward that takes the pooling mask as an input of its own.
+    with_pool_mask: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,16 +123,26 @@ def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
         "threads": target.threads,
         "with_token_types": target.with_token_types,
         "packed": target.packed,
+        "with_pool_mask": target.with_pool_mask,
         "attention": spec.attention,
         "trust_remote_code": spec.trust_remote_code,
         "score_template": None if template is None else repr(template),
     }
 
 
-def entry_for(root: Path, spec: ModelSpec, target: AotTarget) -> tuple[CacheEntry, dict[str, Any]]:
-    parts = key_parts(spec, target)
+def entry_for(
+    root: Path,
+    spec: ModelSpec,
+    target: AotTarget,
+    *,
+    family: str = "aot",
+    extra: dict[str, Any] | None = None,
+) -> tuple[CacheEntry, dict[str, Any]]:
+    """The entry under `root/family/` for `target` (`extra`: what else its contents depend on,
+    such as another runtime's version)."""
+    parts = {**key_parts(spec, target), **(extra or {})}
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
-    return CacheEntry(key, root / "aot" / key), parts
+    return CacheEntry(key, root / family / key), parts
 
 
 def sha256(path: Path) -> str:

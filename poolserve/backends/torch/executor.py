@@ -14,7 +14,7 @@ on two. Batches below `single_thread_tokens` padded tokens therefore always run 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +91,8 @@ class CompiledForward:
     runs: Mapping[int, CompiledRun]
     head: Head
     packed: bool = False
+    # A padded forward that reads the batch's pooling mask (AOTInductor's graphs take none).
+    takes_pool_mask: bool = False
 
 
 def run_eagerly(module: Callable[..., torch.Tensor], batch: TorchBatch) -> torch.Tensor:
@@ -108,18 +110,19 @@ def run_eagerly(module: Callable[..., torch.Tensor], batch: TorchBatch) -> torch
 class ModelExecutor:
     """Callable that runs a batch; create and call it on one runner thread only.
 
-    Batches run through `compiled` when it covers their head, layout and thread count, else
-    through the eager module (other heads; a batch running on cores lent by idle runners)."""
+    Batches run through the first of `compiled` that covers their head, layout and thread
+    count, else through the eager module (other heads; a batch running on cores lent by idle
+    runners)."""
 
     def __init__(
         self,
         module: Callable[..., torch.Tensor],
         device: torch.device,
         single_thread_tokens: int,
-        compiled: CompiledForward | None = None,
+        compiled: Sequence[CompiledForward] = (),
     ) -> None:
         self._module = module
-        self._compiled = compiled
+        self._compiled = tuple(compiled)
         self._device = device
         self._single_thread_tokens = single_thread_tokens if device.type == "cpu" else 0
 
@@ -127,13 +130,15 @@ class ModelExecutor:
         """The compiled forward for the batch: of its head and layout (a padded graph takes no
         pooling mask), at the most threads compiled for that the batch may use (a batch on
         cores lent by some of the idle runners, not all, uses fewer)."""
-        compiled = self._compiled
-        if compiled is None or batch.head != compiled.head:
-            return None
-        if (batch.packed is not None) != compiled.packed or batch.pool_mask is not None:
-            return None
-        counts = [count for count in compiled.runs if count <= threads]
-        return compiled.runs[max(counts)] if counts else None
+        for compiled in self._compiled:
+            if batch.head != compiled.head or (batch.packed is not None) != compiled.packed:
+                continue
+            if batch.pool_mask is not None and not compiled.takes_pool_mask:
+                continue
+            counts = [count for count in compiled.runs if count <= threads]
+            if counts:
+                return compiled.runs[max(counts)]
+        return None
 
     def threads_for(self, batch: Batch, threads: int) -> int:
         return 1 if batch.padded_tokens < self._single_thread_tokens else threads

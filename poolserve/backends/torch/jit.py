@@ -23,7 +23,6 @@ import shutil
 from collections.abc import Callable
 
 import torch
-import torch._inductor.config
 
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode
@@ -76,6 +75,8 @@ def compile_module(module: PoolingModule) -> Callable[..., torch.Tensor]:
     # for the GIL behind each other: c=64 one-sentence requests went from 584 to 638 req/s.
     # Both are set on inductor's process-wide config: compilation happens lazily, at the first
     # call of each graph, and `torch.compile(options=...)` was measured not to enable freezing.
+    import torch._inductor.config  # 1.2 s of imports: only where something is compiled
+
     torch._inductor.config.freezing = True
     torch._inductor.config.cpp_wrapper = True
     compiled: Callable[..., torch.Tensor] = torch.compile(module, dynamic=True)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from poolserve.backends.torch.packing import Packing
-from poolserve.backends.torch.token_pooling import pool, pool_segments
+from poolserve.backends.torch.token_pooling import pool, pool_segments, segment_sum
 from poolserve.models.kinds import Head, Kind
 
 TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify", "m3"})
@@ -262,9 +262,9 @@ def splade_pool_segments(
     weights = weights * (segments >= 0).unsqueeze(-1).to(weights.dtype)
     flat = weights.reshape(-1, weights.shape[-1])
     index = segments.reshape(-1).clamp(min=0)
-    out = flat.new_zeros(count, flat.shape[1])
     if strategy == "sum":
-        return out.index_add(0, index, flat)
+        return segment_sum(flat, index, count)
+    out = flat.new_zeros(count, flat.shape[1])
     gather = index.unsqueeze(-1).expand(-1, flat.shape[1])
     return out.scatter_reduce(0, gather, flat, reduce="amax", include_self=True)
 

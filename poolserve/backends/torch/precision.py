@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from poolserve.backends.probe import probe_texts
+from poolserve.backends.progress import progress
 from poolserve.backends.torch.aot_cache import cpu_identity, files_digest
 from poolserve.backends.torch.device import cpu_precisions
 from poolserve.backends.torch.executor import ModelExecutor
@@ -53,10 +54,17 @@ M = TypeVar("M", bound=Module)
 Collate = Callable[[list[WorkItem], bool], Batch]
 
 
-def probe_batches(spec: ModelSpec, collate: Collate) -> list[Batch]:
-    """The probe's sentences as padded batches of the model's main head, sorted by length."""
+def probe_batches(
+    spec: ModelSpec,
+    collate: Collate,
+    *,
+    packed: bool = False,
+    texts: Sequence[str] | None = None,
+) -> list[Batch]:
+    """The probe's sentences (or `texts`) as batches of the model's main head, sorted by
+    length, padded (or `packed`)."""
     tokenizer = TextTokenizer(spec.tokenizer)
-    ids = tokenizer.encode_batch(list(probe_texts()), truncate_to=spec.max_model_len)
+    ids = tokenizer.encode_batch(list(texts or probe_texts()), truncate_to=spec.max_model_len)
     ids.sort(key=len)
     head = spec.heads[0]
     batches = []
@@ -64,7 +72,7 @@ def probe_batches(spec: ModelSpec, collate: Collate) -> list[Batch]:
         chunk = ids[start : start + PROBE_BATCH]
         group = RequestGroup(len(chunk))
         items = [text_item(group, i, each, head=head) for i, each in enumerate(chunk)]
-        batches.append(collate(items, False))
+        batches.append(collate(items, packed))
     return batches
 
 
@@ -184,7 +192,12 @@ def from_cache_or_measure(
     if report is not None:
         module = load(report.dtype)
     else:
-        module, report = measure(load, probe_batches(spec, collate), spec.device, threads)
+        what = (
+            f"{spec.name}: measuring its speed in {', '.join(cpu_precisions())} "
+            f"on {threads} thread(s)"
+        )
+        with progress(logger, what):
+            module, report = measure(load, probe_batches(spec, collate), spec.device, threads)
         save_choice(path, report)
     logger.info(describe(spec.name, report))
     return module, report

@@ -39,6 +39,16 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, modes: tuple[str, ...]) -> to
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
 
 
+def segment_sum(values: torch.Tensor, index: torch.Tensor, count: int) -> torch.Tensor:
+    """The rows of `values` [tokens, dim] summed by their segment `index` [tokens]: [count, dim].
+
+    A matrix product rather than a scatter-add: the same sum on every run. ONNX Runtime runs an
+    exported scatter-add (ScatterND) on several threads that race on a shared segment (measured:
+    a cosine of 0.986 against the reference for one sentence in 2,000, differing run to run)."""
+    segment_ids = torch.arange(count, device=index.device).unsqueeze(1)
+    return (segment_ids == index.unsqueeze(0)).to(values.dtype) @ values
+
+
 def pool_segments(
     hidden: torch.Tensor,
     segments: torch.Tensor,
@@ -59,7 +69,7 @@ def pool_segments(
     gather = index.unsqueeze(-1).expand(-1, flat.shape[1])
 
     def total(values: torch.Tensor) -> torch.Tensor:
-        return flat.new_zeros(count, values.shape[1]).index_add(0, index, values)
+        return segment_sum(values, index, count)
 
     lengths = total(weight).clamp(min=1.0)
     outputs: list[torch.Tensor] = []

@@ -40,9 +40,11 @@ from poolserve.engine.model_backend import (
     CompileReport,
     Forward,
     PrecisionReport,
+    QuantizationReport,
 )
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.errors import SettingError
 from poolserve.inputs.image_processor import blank_image
 from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
@@ -56,6 +58,11 @@ WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> TorchBackend:
     """The torch backend of `model`, placed (its device and dtype chosen) and laid out as the
     engine's runners are; a setting that cannot work here is refused now, before any load."""
+    if config.quantize != "off":
+        raise SettingError(
+            f"--quantize {config.quantize} runs on onnxruntime, not --backend torch: leave "
+            "--backend out (auto) or pass --backend onnxruntime"
+        )
     placed = place(model)
     runners, threads = runner_layout(config, placed.device)
     return TorchBackend(
@@ -83,6 +90,9 @@ class TorchBackend:
     `runners` threads may run at once. Where the model does not export, torch.compile with one
     runner (its guards misfire when several threads call it, pytorch/pytorch#123177: measured
     here, a graph recompiled mid-serving and stalled every runner for about 15 s), else eager."""
+
+    # What runs the main head where `load` found something faster than eager torch.
+    FASTER_FORWARD = "compiled"
 
     def __init__(
         self,
@@ -113,10 +123,13 @@ class TorchBackend:
         # The heads whose batches are packed (set by `load`).
         self.packed_heads: frozenset[Head] = frozenset()
         self._module: Callable[..., torch.Tensor] | None = None
-        self._compiled: CompiledForward | None = None
+        # The main head's faster forwards (compiled, or another runtime's), padded or packed.
+        self._compiled: tuple[CompiledForward, ...] = ()
         self.report = CompileReport("eager")
         # How `--dtype auto` chose the precision (set by `load` where it measured).
         self.precision: PrecisionReport | None = None
+        # The quality gate of a quantized model (the torch backend quantizes nothing).
+        self.quantization: QuantizationReport | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -130,12 +143,12 @@ class TorchBackend:
     @property
     def compiled(self) -> bool:
         """True once `load` has compiled (and warmed) the main head's graphs."""
-        return self._compiled is not None
+        return bool(self._compiled)
 
     @property
     def compiled_threads(self) -> tuple[int, ...]:
         """The intra-op thread counts the main head runs compiled at (others run eagerly)."""
-        return tuple(sorted(self._compiled.runs)) if self._compiled is not None else ()
+        return tuple(sorted({count for each in self._compiled for count in each.runs}))
 
     def _own_threads(self) -> None:
         if self._runner_threads is not None:
@@ -146,13 +159,19 @@ class TorchBackend:
         module = self._load_module()
         self._module = module
         self._choose_packing(module)
+        self._speed_up(module)
+
+    def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
+        """Compile the main head where `compile` asks for it (another backend built on this one
+        runs it in its own runtime instead)."""
         if not self._compiles:
             return
         assert isinstance(module, PoolingModule)  # an image-text model is not compiled
         started = time.perf_counter()
         head = self._spec.heads[0]
+        compiled: CompiledForward | None
         try:
-            self._compiled = self._compile_ahead_of_time(module, head)
+            compiled = self._compile_ahead_of_time(module, head)
         except aot.NotInCacheError:
             logger.info(
                 "%s: no compiled forward in the cache for these settings; running it eagerly "
@@ -164,14 +183,15 @@ class TorchBackend:
             if self._compile == "cached":
                 logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
                 return
-            self._compiled = self._compile_just_in_time(module, head, str(exc))
+            compiled = self._compile_just_in_time(module, head, str(exc))
         except Exception as exc:
             logger.warning(
                 "%s: compiling ahead of time failed (%r); serving it eagerly", self._spec.name, exc
             )
             return
-        if self._compiled is None:
+        if compiled is None:
             return
+        self._compiled = (compiled,)
         try:
             # Run every graph serving will need now (torch.compile builds a graph for a batch
             # of one and one for more, at each thread count), so no request waits on a compile.
@@ -299,7 +319,7 @@ class TorchBackend:
             "%s: a runner warmed up in %.1f s (%s)",
             self._spec.name,
             time.perf_counter() - started,
-            "compiled" if self._compiled is not None else "eager",
+            self.FASTER_FORWARD if self._compiled else "eager",
         )
         return executor
 
@@ -311,11 +331,11 @@ class TorchBackend:
 
     def close(self) -> None:
         """Free the compiled libraries' model instances (their weights)."""
-        for run in self._compiled.runs.values() if self._compiled is not None else ():
+        for run in (run for each in self._compiled for run in each.runs.values()):
             close = getattr(run, "close", None)
             if close is not None:
                 close()
-        self._compiled = None
+        self._compiled = ()
 
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
         """Run batches of one and of eight, short and long, at each thread count the runner
@@ -329,8 +349,7 @@ class TorchBackend:
             if head == "image_embed":
                 self._warm_up_images(executor)
                 continue
-            compiled_counts = self._compiled.runs.keys() if self._compiled is not None else ()
-            for threads in sorted({1, self._threads, *compiled_counts}):
+            for threads in sorted({1, self._threads, *self.compiled_threads}):
                 sizes = (1, min(8, self._max_batch_size))
                 for ids, with_types, size in itertools.product((short, long), typed, sizes):
                     types = [0] * len(ids) if with_types else None

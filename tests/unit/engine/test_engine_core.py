@@ -49,6 +49,7 @@ class FakeBackend:
         self.packed_heads: frozenset[Head] = frozenset()
         self.report = CompileReport("eager")
         self.precision = None
+        self.quantization = None
         self.load_threads: list[str] = []
         self.executor_threads: list[str] = []
 

@@ -104,6 +104,12 @@ class TeiInfo(Documented):
         description="poolserve's: how --dtype auto chose model_dtype on this machine (the "
         "probe's seconds and each precision's distance from float32); null where asked for",
     )
+    quantization: dict[str, Any] | None = Field(
+        None,
+        description="poolserve's: the quantized model's quality gate against the unquantized "
+        "one (scheme, what is served, the figures over the probe, what fell short); null where "
+        "nothing is quantized",
+    )
 
 
 class SparseResponse(RootModel[list[list[SparseEntry]]]):

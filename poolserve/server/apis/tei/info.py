@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve._version import __version__
-from poolserve.engine.model_backend import PrecisionReport
+from poolserve.engine.model_backend import PrecisionReport, QuantizationReport
 from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
@@ -53,8 +53,21 @@ async def info(request: Request) -> Response:
         "version": __version__,
         **service.tasks.prompts.card(),
         "precision": _precision(service.core.precision),
+        "quantization": _quantization(service.core.quantization),
     }
     return json_response(orjson.dumps(body))
+
+
+def _quantization(report: QuantizationReport | None) -> dict[str, Any] | None:
+    """The quality gate of a quantized model (poolserve's own field; null where none)."""
+    if report is None:
+        return None
+    return {
+        "scheme": report.scheme,
+        "served": report.served,
+        "gate": dict(report.figures),
+        "failures": list(report.failures),
+    }
 
 
 def _precision(report: PrecisionReport | None) -> dict[str, Any] | None:

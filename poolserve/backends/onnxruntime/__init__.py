@@ -1,0 +1,1 @@
+"""The ONNX Runtime backend (`--backend onnxruntime`, and `auto` with `--quantize int8`)."""

@@ -1,0 +1,119 @@
+"""The int8 graphs of a model, built once into the cache and checked at every start.
+
+The first graph (the packed one where the model packs) chooses SmoothQuant's α (int8.ALPHAS) by
+the quality gate's figures over the probe; the other graphs take the same α. The choice and the
+gate's figures of the graph kept are recorded in each entry's manifest, so a restart loads the
+graphs and reads their figures without quantizing or measuring again: the figures are those of
+the same graph on the same kernels (the key holds the CPU's instruction set and ONNX Runtime's
+version), over the same held-out sentences, so measuring again would give the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poolserve.backends import quality_gate
+from poolserve.backends.onnxruntime.onnx_export import (
+    MODEL_FILE,
+    cached_or_built,
+    entry_of,
+    graph_inputs,
+    input_names,
+    manifest_of,
+)
+from poolserve.backends.progress import progress
+from poolserve.backends.torch.aot_cache import AotTarget
+from poolserve.backends.torch.executor import to_torch
+from poolserve.engine.collate import Batch
+from poolserve.models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+# Bumped when how a graph is quantized changes.
+INT8_FORMAT = 1
+
+# The gate's figures of a graph of a target, over its probe batches.
+Measure = Callable[[AotTarget, Path], dict[str, float]]
+
+
+def int8_graphs(
+    root: Path,
+    spec: ModelSpec,
+    targets: Sequence[AotTarget],
+    graphs: Mapping[AotTarget, Path],
+    calibration: Callable[[], Mapping[AotTarget, Sequence[Batch]]],
+    measure: Measure,
+) -> tuple[dict[AotTarget, Path], dict[str, float]]:
+    """Each target's int8 graph (from its float32 `graphs[target]`, its activation ranges
+    measured over `calibration()`'s batches where it is built), and the gate's figures of them
+    all, the worse of the targets' figure by figure (`measure`d where a graph is built)."""
+    quantized: dict[AotTarget, Path] = {}
+    gates: list[dict[str, float]] = []
+    alpha: float | None = None
+    for target in targets:
+        entry, parts = entry_of(root, spec, target, quantize="int8", int8_format=INT8_FORMAT)
+        alphas = None if alpha is None else (alpha,)
+
+        def build(
+            directory: Path, target: AotTarget = target, alphas: tuple[float, ...] | None = alphas
+        ) -> dict[str, Any]:
+            probe = calibration()[target]
+            return _build(directory, spec, target, graphs[target], probe, alphas, measure)
+
+        quantized[target] = cached_or_built(entry, parts, build)
+        alpha = float(manifest_of(entry)["alpha"])
+        gates.append(manifest_of(entry)["gate"])
+    return quantized, reduce(quality_gate.worse, gates)
+
+
+def _build(
+    directory: Path,
+    spec: ModelSpec,
+    target: AotTarget,
+    graph: Path,
+    probe: Sequence[Batch],
+    alphas: Sequence[float] | None,
+    measure: Measure,
+) -> dict[str, Any]:
+    """Quantize `graph` at each α (default: int8.ALPHAS) into `directory` and keep the best by
+    the gate's figures."""
+    # ONNX Runtime's quantizer takes a second to import: only where a graph is quantized.
+    from poolserve.backends.onnxruntime.int8 import ALPHAS, activation_ranges, quantize, smoothed
+
+    layout = "packed" if target.packed else "padded"
+    names = input_names(target)
+    cpu = torch.device("cpu")
+    feeds = [
+        dict(zip(names, graph_inputs(to_torch(batch, cpu), target), strict=True)) for batch in probe
+    ]
+    best: tuple[float, dict[str, float], Path] | None = None
+    with progress(logger, f"{spec.name}: quantizing the {target.head} head to int8 ({layout})"):
+        ranges = activation_ranges(graph, feeds)
+        for alpha in alphas or ALPHAS:
+            candidate = directory / f"alpha-{alpha}"
+            candidate.mkdir()
+            path = quantize(smoothed(graph, ranges, alpha), candidate, MODEL_FILE)
+            figures = measure(target, path)
+            logger.info(
+                "%s: int8 (%s) with SmoothQuant alpha %.1f: %s",
+                spec.name,
+                layout,
+                alpha,
+                ", ".join(f"{name} {value:.4f}" for name, value in figures.items()),
+            )
+            if best is None or quality_gate.quality(figures) > quality_gate.quality(best[1]):
+                best = (alpha, figures, candidate)
+    assert best is not None
+    alpha, figures, chosen = best
+    for path in chosen.iterdir():
+        path.rename(directory / path.name)
+    for candidate in directory.glob("alpha-*"):
+        shutil.rmtree(candidate)
+    return {"model": spec.name, "alpha": alpha, "gate": figures}

@@ -1,0 +1,232 @@
+"""The ONNX Runtime backend (`--backend onnxruntime`): the main head's forward exported to ONNX
+at first start (onnx_export.py, kept in the cache) and run by ONNX Runtime, in padded batches cut
+into length buckets; with `--quantize int8`, in int8 (int8.py) behind the quality gate
+(backends/quality_gate.py).
+
+Padded, not packed: the packed graph exports (the segment mask and positions are its inputs,
+and it answers as the torch backend does), but ONNX Runtime runs it slower than length buckets,
+whose padding is small: measured on all-MiniLM-L6-v2, 2,000 real sentences through
+`Engine.embed` on 2 cores, int8 505 sentences/s packed against 745 padded, float32 365 against
+457.
+
+It is built on the torch backend: the model is loaded in torch, which is what is exported, the
+float32 reference the gate checks against, and what runs the model's other heads (an embedding
+model's token vectors), which are rare. Text models on the CPU, in float32 or int8.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from poolserve._environment import cache_dir
+from poolserve.backends import quality_gate
+from poolserve.backends.onnxruntime.int8_cache import int8_graphs
+from poolserve.backends.onnxruntime.onnx_export import exported, graph_inputs
+from poolserve.backends.probe import calibration_split
+from poolserve.backends.torch.aot_cache import AotTarget
+from poolserve.backends.torch.device import place
+from poolserve.backends.torch.executor import CompiledForward, ModelExecutor, TorchBatch
+from poolserve.backends.torch.image_text import ImageTextModule
+from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch.precision import probe_batches
+from poolserve.backends.torch.torch_backend import TorchBackend
+from poolserve.config import EngineConfig
+from poolserve.config.model_config import Quantize, QuantizeGate
+from poolserve.engine.collate import Batch
+from poolserve.engine.model_backend import BackendFactory, Collate, QuantizationReport
+from poolserve.engine.runner_layout import runner_layout
+from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+
+def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> OrtBackend:
+    """The ONNX Runtime backend of `model`; a setting it cannot honour is refused now."""
+    if model.layout.vision is not None:
+        raise SettingError("--backend onnxruntime serves text models; use --backend torch")
+    if model.dtype not in ("auto", "float32"):
+        raise SettingError(
+            f"--backend onnxruntime runs float32 (or int8 with --quantize int8), not --dtype "
+            f"{model.dtype}; leave --dtype out or use --backend torch"
+        )
+    if config.compile == "on":
+        raise SettingError(
+            "--compile on is the torch backend's; onnxruntime optimizes its own graph"
+        )
+    placed = place(replace(model, dtype="float32"))
+    if placed.device != "cpu":
+        raise SettingError("--backend onnxruntime runs on the CPU; use --backend torch for CUDA")
+    runners, threads = runner_layout(config, placed.device)
+    return OrtBackend(
+        placed,
+        collate,
+        single_thread_tokens=config.single_thread_tokens,
+        threads=threads or 1,
+        runner_threads=threads,
+        runners=runners,
+        max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
+        quantize=config.quantize,
+        gate=config.quantize_gate,
+    )
+
+
+class OrtBackend(TorchBackend):
+    """The torch backend with its main head run by ONNX Runtime, one session per thread count a
+    runner uses (1, its own, and every runner's for a batch on lent cores)."""
+
+    FASTER_FORWARD = "onnxruntime"
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        collate: Collate,
+        *,
+        single_thread_tokens: int,
+        threads: int,
+        runner_threads: int | None,
+        runners: int,
+        max_batch_size: int,
+        quantize: Quantize,
+        gate: QuantizeGate,
+    ) -> None:
+        super().__init__(
+            spec,
+            collate,
+            single_thread_tokens=single_thread_tokens,
+            threads=threads,
+            runner_threads=runner_threads,
+            compile="off",
+            runners=runners,
+            max_batch_size=max_batch_size,
+            packing="off",
+        )
+        self._quantize = quantize
+        self._gate = gate
+
+    def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
+        """Padded batches, always (see above): said in `_speed_up`'s line."""
+
+    def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
+        assert isinstance(module, PoolingModule)  # image-text models are refused at start
+        spec = self._spec
+        head = spec.heads[0]
+        with_types = spec.kind == "cross_encoder" and module.takes_token_types
+        # Thread count 0: a graph is the same for every count (each session sets its own).
+        targets = [AotTarget(head, 0, with_types, self._max_batch_size, with_pool_mask=True)]
+        root = cache_dir()
+        graphs = {target: exported(root, module, spec, target) for target in targets}
+        if self._quantize == "int8":
+            graphs = self._quantized(module, targets, graphs)
+        self._compiled = tuple(self._forward(target, graphs[target]) for target in targets)
+        logger.info(
+            "%s: the %s head runs on ONNX Runtime (%s, %s)",
+            spec.name,
+            head,
+            "int8" if self.quantization and self.quantization.served == "int8" else "float32",
+            "padded batches in length buckets",
+        )
+
+    def _forward(
+        self, target: AotTarget, graph: Path, counts: Sequence[int] | None = None
+    ) -> CompiledForward:
+        """Sessions of `graph` at `counts` threads (default: each count a runner uses)."""
+        counts = counts or sorted({1, self._threads, self._threads * self._runners})
+        return CompiledForward(
+            {count: OrtRun(graph, target, count) for count in counts},
+            target.head,
+            packed=target.packed,
+            takes_pool_mask=not target.packed,
+        )
+
+    def _quantized(
+        self, module: PoolingModule, targets: list[AotTarget], graphs: dict[AotTarget, Path]
+    ) -> dict[AotTarget, Path]:
+        """The int8 graphs where they pass the gate, else (fallback) the float32 ones."""
+        started = time.perf_counter()
+        head = targets[0].head
+        calibrate_on, check_on = calibration_split()
+
+        def batches(texts: tuple[str, ...]) -> dict[AotTarget, list[Batch]]:
+            return {
+                t: probe_batches(self._spec, self._collate, packed=t.packed, texts=texts)
+                for t in targets
+            }
+
+        # Measured only where a graph is built (a restart reads the figures from the cache).
+        checks = functools.cache(lambda: batches(check_on))
+        reference = ModelExecutor(module, torch.device("cpu"), 0)
+
+        @functools.cache
+        def expected(target: AotTarget) -> list[np.ndarray]:
+            return _outputs(reference, checks()[target], self._threads)
+
+        def measure(target: AotTarget, graph: Path) -> dict[str, float]:
+            forward = self._forward(target, graph, (self._threads,))
+            run = ModelExecutor(module, torch.device("cpu"), 0, (forward,))
+            got = _outputs(run, checks()[target], self._threads)
+            return quality_gate.figures(head, expected(target), got)
+
+        quantized, figures = int8_graphs(
+            cache_dir(), self._spec, targets, graphs, lambda: batches(calibrate_on), measure
+        )
+        failures = quality_gate.failures(figures)
+        served = "int8" if not failures else "float32"
+        self.quantization = QuantizationReport(
+            "int8", served, figures, failures, time.perf_counter() - started
+        )
+        described = ", ".join(f"{name} {value:.4f}" for name, value in figures.items())
+        if not failures:
+            logger.info("%s: int8 passes the quality gate (%s)", self._spec.name, described)
+            return quantized
+        why = "; ".join(failures)
+        if self._gate == "refuse":
+            raise ModelLoadError(
+                f"{self._spec.name}: int8 fails the quality gate against float32 ({why}); serve "
+                "it unquantized (leave --quantize out) or with --quantize-gate fallback"
+            )
+        logger.warning(
+            "%s: int8 fails the quality gate (%s); serving float32 (--quantize-gate fallback)",
+            self._spec.name,
+            why,
+        )
+        return graphs
+
+
+def _outputs(executor: ModelExecutor, batches: Sequence[Batch], threads: int) -> list[np.ndarray]:
+    return [output for batch in batches for output in executor(batch, threads)]
+
+
+class OrtRun:
+    """One ONNX Runtime session of a graph at one intra-op thread count, as a `CompiledRun`."""
+
+    def __init__(self, graph: Path, target: AotTarget, threads: int) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Waiting threads sleep, as torch's do here (poolserve/_environment.py): spinning would
+        # take the cores the other runners and the tokenizers need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = onnxruntime.InferenceSession(
+            str(graph), options, providers=["CPUExecutionProvider"]
+        )
+        self._target = target
+        self._names = [each.name for each in self._session.get_inputs()]
+
+    def __call__(self, batch: TorchBatch) -> torch.Tensor:
+        inputs = dict(zip(self._names, graph_inputs(batch, self._target), strict=True))
+        return torch.from_numpy(self._session.run(None, inputs)[0])
+
+
+# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+_FACTORY: BackendFactory = make_backend

@@ -1,0 +1,155 @@
+"""The ONNX Runtime backend: every kind's answers equal the references (float32), int8 passes its
+quality gate on the bundled model (and a restart takes it from the cache) and is refused on a
+model whose int8 breaks it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.errors import ModelLoadError
+from tests.reference import st_encode
+from tests.tiny_models import (
+    classifier_reference_probs,
+    cross_encoder_reference_scores,
+    make_int8_breaking_embedding,
+)
+
+pytestmark = pytest.mark.slow
+
+# Real sentences of several lengths, and a passage of over 200 tokens.
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Return a new array of given shape and type, filled with zeros.",
+    "A context manager that changes the working directory for the duration of the block.",
+    "Short one.",
+    " ".join(["Each passage of a long document is read in turn and its vectors pooled."] * 14),
+]
+PAIRS_QUERY = "how do I read a file line by line"
+DOCUMENTS = [
+    "Open the file and iterate over it: each iteration yields one line.",
+    "The weather in Lisbon is mild in winter.",
+    "Use readlines() to get every line of a file as a list.",
+]
+SMALL = {"cpu_workers": 1, "max_batch_tokens": 4096}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONNX cache for the module: each model is exported once."""
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture
+def load(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(cache))
+    engines: list[Engine] = []
+
+    def engine(directory: Path | None, backend: str = "onnxruntime", **options: Any) -> Engine:
+        model = ModelConfig(model=None if directory is None else str(directory), dtype="float32")
+        config = EngineConfig(backend=backend, **SMALL, **options)
+        engines.append(Engine(model_config=model, engine_config=config))
+        return engines[-1]
+
+    yield engine
+    for each in engines:
+        each.close()
+
+
+def test_embeddings_equal_sentence_transformers(load: Any, st_model: Any) -> None:
+    engine = load(None)
+    assert not engine.core.packed_heads  # length buckets: faster than packed on ONNX Runtime
+    got = engine.embed(TEXTS)
+    np.testing.assert_allclose(got, st_encode(st_model, TEXTS), atol=2e-5)
+    assert engine.core.quantization is None
+
+
+def test_cross_encoder_scores_equal_sentence_transformers(
+    load: Any, cross_encoder_dir: Path
+) -> None:
+    engine = load(cross_encoder_dir)
+    expected = cross_encoder_reference_scores(
+        cross_encoder_dir, [(PAIRS_QUERY, document) for document in DOCUMENTS]
+    )
+    np.testing.assert_allclose(engine.score(PAIRS_QUERY, DOCUMENTS), expected, atol=2e-5)
+
+
+def test_classifier_probabilities_equal_transformers(load: Any, classifier_dir: Path) -> None:
+    engine = load(classifier_dir)
+    expected = classifier_reference_probs(classifier_dir, TEXTS)
+    np.testing.assert_allclose(engine.classify(TEXTS), expected, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "head"),
+    [
+        ("colbert_dir", "token_embed"),
+        ("splade_dir", "sparse"),
+        ("token_classifier_dir", "token_classify"),
+    ],
+)
+def test_token_and_sparse_heads_equal_the_torch_backend(
+    load: Any, request: pytest.FixtureRequest, fixture: str, head: str
+) -> None:
+    """The torch backend's answers are checked against their references elsewhere."""
+    directory = request.getfixturevalue(fixture)
+    expected = load(directory, backend="torch").pool(TEXTS, task=head, truncate_prompt_tokens=-1)
+    got = load(directory).pool(TEXTS, task=head, truncate_prompt_tokens=-1)
+    for a, b in zip(got, expected, strict=True):
+        if isinstance(b, dict):  # a sparse vector: token -> weight (absent: 0)
+            tokens = sorted(set(a) | set(b))
+            a, b = [a.get(t, 0.0) for t in tokens], [b.get(t, 0.0) for t in tokens]
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=5e-5)
+
+
+def test_int8_passes_the_gate_on_the_bundled_model_and_keeps_its_vectors(
+    load: Any, st_model: Any, corpus: Any, cache: Path
+) -> None:
+    engine = load(None, quantize="int8")
+    report = engine.core.quantization
+    assert report is not None and report.served == "int8" and report.failures == ()
+    assert report.figures["mean_cosine"] >= 0.99 and report.figures["min_cosine"] >= 0.98
+    # On text the gate never saw (the test corpus), against sentence-transformers in float32.
+    texts = corpus.within[:200]
+    got, expected = engine.embed(texts), st_encode(st_model, texts)
+    cosines = (got * expected).sum(axis=1)
+    assert cosines.mean() >= 0.99 and cosines.min() >= 0.97, (cosines.mean(), cosines.min())
+    assert engine.core.precision is None
+    # A restart takes the graphs from the cache: no entry is written again.
+    entries = sorted((cache / "onnx").glob("*/entry.json"))
+    stamps = [path.stat().st_mtime_ns for path in entries]
+    restarted = load(None, quantize="int8")
+    assert [path.stat().st_mtime_ns for path in entries] == stamps
+    assert sorted((cache / "onnx").glob("*/entry.json")) == entries
+    # Activations are quantized per batch, so a text's vector moves a little with its batch.
+    again = (restarted.embed(texts[:8]) * got[:8]).sum(axis=1)
+    assert again.min() >= 0.99, again
+
+
+def test_int8_that_breaks_is_refused_in_one_line_or_served_unquantized(
+    load: Any, tmp_path: Path
+) -> None:
+    directory = make_int8_breaking_embedding(tmp_path / "breaks")
+    with pytest.raises(
+        ModelLoadError, match=r"int8 fails the quality gate .*min cosine"
+    ) as refused:
+        load(directory, quantize="int8")
+    assert "\n" not in str(refused.value)
+    engine = load(directory, quantize="int8", quantize_gate="fallback")
+    report = engine.core.quantization
+    assert report is not None and report.served == "float32" and report.failures
+    expected = load(directory, backend="torch").embed(TEXTS)
+    np.testing.assert_allclose(engine.embed(TEXTS), expected, atol=2e-5)
+
+
+def test_settings_it_cannot_honour_are_refused_before_loading(load: Any) -> None:
+    with pytest.raises(ModelLoadError, match="runs float32"):
+        Engine(
+            model_config=ModelConfig(dtype="bfloat16"),
+            engine_config=EngineConfig(backend="onnxruntime", **SMALL),
+        )
