@@ -36,7 +36,9 @@ def compile_models(served: Sequence[ServedModel]) -> int:
             logger.error("%s: %s", each.model.model or "the bundled default model", message)
             failed += 1
             continue
-        if report.source in ("built", "cached"):
+        if report.source == "onnxruntime":
+            logger.info("%s: exported to ONNX (and quantized) in %s", name, cache_dir() / "onnx")
+        elif report.source in ("built", "cached"):
             logger.info(
                 "%s: %s (%.1f s), in %s",
                 name,

@@ -32,8 +32,9 @@ Forward = Callable[[Batch, int], Sequence[np.ndarray]]
 Collate = Callable[[list[WorkItem], bool], Batch]
 
 # How the main head's forward was obtained: compiled ahead of time at this start ("built"), from
-# the cache ("cached"), by torch.compile ("jit"), or not compiled ("eager").
-CompileSource = Literal["built", "cached", "jit", "eager"]
+# the cache ("cached"), by torch.compile ("jit"), not compiled ("eager"), or exported and run by
+# ONNX Runtime ("onnxruntime").
+CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime"]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""The int8 graphs of a model, built once into the cache and checked at every start.
+"""The int8 graphs of a model, built once into the cache with their quality gate's figures.
 
-The first graph (the packed one where the model packs) chooses SmoothQuant's α (int8.ALPHAS) by
-the quality gate's figures over the probe; the other graphs take the same α. The choice and the
+The first graph chooses SmoothQuant's α (int8.ALPHAS, in order: the first that passes the
+quality gate over the held-out sentences); the other graphs take the same α. The choice and the
 gate's figures of the graph kept are recorded in each entry's manifest, so a restart loads the
 graphs and reads their figures without quantizing or measuring again: the figures are those of
 the same graph on the same kernels (the key holds the CPU's instruction set and ONNX Runtime's
@@ -10,6 +10,8 @@ version), over the same held-out sentences, so measuring again would give the sa
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +30,7 @@ from poolserve.backends.onnxruntime.onnx_export import (
     input_names,
     manifest_of,
 )
+from poolserve.backends.probe import calibration_texts
 from poolserve.backends.progress import progress
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.executor import to_torch
@@ -58,7 +61,9 @@ def int8_graphs(
     gates: list[dict[str, float]] = []
     alpha: float | None = None
     for target in targets:
-        entry, parts = entry_of(root, spec, target, quantize="int8", int8_format=INT8_FORMAT)
+        entry, parts = entry_of(
+            root, spec, target, quantize="int8", int8_format=INT8_FORMAT, int8_code=_int8_code()
+        )
         alphas = None if alpha is None else (alpha,)
 
         def build(
@@ -73,6 +78,19 @@ def int8_graphs(
     return quantized, reduce(quality_gate.worse, gates)
 
 
+@functools.cache
+def _int8_code() -> str:
+    """What an int8 graph and its figures depend on beyond the exported graph: how it is
+    quantized and gated, and the text it is calibrated and checked on."""
+    here = Path(__file__).resolve().parent
+    backends = here.parent
+    digest = hashlib.sha256()
+    for path in (here / "int8.py", here / "int8_cache.py", backends / "quality_gate.py"):
+        digest.update(path.read_bytes())
+    digest.update("\n".join(calibration_texts()).encode())
+    return digest.hexdigest()
+
+
 def _build(
     directory: Path,
     spec: ModelSpec,
@@ -82,8 +100,9 @@ def _build(
     alphas: Sequence[float] | None,
     measure: Measure,
 ) -> dict[str, Any]:
-    """Quantize `graph` at each α (default: int8.ALPHAS) into `directory` and keep the best by
-    the gate's figures."""
+    """Quantize `graph` at each α (default: int8.ALPHAS) into `directory` until one passes the
+    gate, and keep that one (none passing: the best by the gate's figures, which the caller
+    then refuses or falls back from)."""
     # ONNX Runtime's quantizer takes a second to import: only where a graph is quantized.
     from poolserve.backends.onnxruntime.int8 import ALPHAS, activation_ranges, quantize, smoothed
 
@@ -110,6 +129,8 @@ def _build(
             )
             if best is None or quality_gate.quality(figures) > quality_gate.quality(best[1]):
                 best = (alpha, figures, candidate)
+            if not quality_gate.failures(figures):
+                break  # every α runs as fast: the first that passes the gate is kept
     assert best is not None
     alpha, figures, chosen = best
     for path in chosen.iterdir():

@@ -41,7 +41,12 @@ from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.config import EngineConfig
 from poolserve.config.model_config import Quantize, QuantizeGate
 from poolserve.engine.collate import Batch
-from poolserve.engine.model_backend import BackendFactory, Collate, QuantizationReport
+from poolserve.engine.model_backend import (
+    BackendFactory,
+    Collate,
+    CompileReport,
+    QuantizationReport,
+)
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.spec import ModelSpec
@@ -127,6 +132,7 @@ class OrtBackend(TorchBackend):
         if self._quantize == "int8":
             graphs = self._quantized(module, targets, graphs)
         self._compiled = tuple(self._forward(target, graphs[target]) for target in targets)
+        self.report = CompileReport("onnxruntime")
         logger.info(
             "%s: the %s head runs on ONNX Runtime (%s, %s)",
             spec.name,

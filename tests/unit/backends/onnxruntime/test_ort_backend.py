@@ -66,7 +66,7 @@ def test_embeddings_equal_sentence_transformers(load: Any, st_model: Any) -> Non
     assert not engine.core.packed_heads  # length buckets: faster than packed on ONNX Runtime
     got = engine.embed(TEXTS)
     np.testing.assert_allclose(got, st_encode(st_model, TEXTS), atol=2e-5)
-    assert engine.core.quantization is None
+    assert engine.core.quantization is None and engine.core.compiled == "onnxruntime"
 
 
 def test_cross_encoder_scores_equal_sentence_transformers(
