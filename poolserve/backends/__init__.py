@@ -21,6 +21,11 @@ def backend_name(config: EngineConfig) -> str:
 
 def backend_for(config: EngineConfig) -> BackendFactory:
     """The factory of the backend `config` names; an unknown name is a SettingError naming them."""
+    if config.quantize == "off" and config.quantize_gate != "refuse":
+        raise SettingError(
+            f"--quantize-gate {config.quantize_gate} says what a quantized model below the gate "
+            "gets: pass it with --quantize int8, or leave it out"
+        )
     name = backend_name(config)
     module = BACKENDS.get(name)
     if module is None:

@@ -40,3 +40,9 @@ def test_a_backend_without_its_libraries_names_its_extra(monkeypatch: pytest.Mon
         "--backend onnxruntime needs onnxruntime: pip install 'poolserve[onnx]' "
         "(--quantize int8 runs on it)"
     )
+
+
+def test_a_gate_setting_without_quantizing_is_refused() -> None:
+    with pytest.raises(SettingError) as refused:
+        backend_for(EngineConfig(quantize_gate="fallback"))
+    assert refused.value.cli_message.startswith("--quantize-gate fallback says what")
