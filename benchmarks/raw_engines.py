@@ -6,9 +6,15 @@ forward and pool, as a user of each library would run it. Each row's vectors are
 torch float32's (cosine, mean and min). The rows: torch eager in float32 and bf16 (the model
 poolserve's torch backend loads), ONNX Runtime in float32, int8 as poolserve quantizes it
 (per-channel weights after SmoothQuant scaling, backends/onnxruntime/int8.py) and int8 without
-the scaling (ONNX Runtime's dynamic quantization alone), then poolserve's `Engine.embed` with
-its defaults and with `--backend onnxruntime --quantize int8` (packed batches, its own
-scheduling). Prints a markdown table.
+the scaling (ONNX Runtime's dynamic quantization alone), OpenVINO on the same float32 graph
+(dynamic batch and length, compiled once) with its f32 and bf16 precision hints and int8 after
+NNCF's post-training quantization (transformer preset, calibrated on the sentences poolserve's
+int8 calibrates on), then poolserve's `Engine.embed` with its defaults and with `--backend
+onnxruntime --quantize int8` (packed batches, its own scheduling). Prints a markdown table.
+
+OpenVINO lives in a virtual environment of its own (`--openvino-venv`, created on first use:
+`pip install openvino==2026.4.1 nncf==3.4.0 numpy`) and runs there as
+benchmarks/openvino_worker.py, given the batches' arrays in an .npz; `--no-openvino` skips it.
 
     .venv/bin/python -m benchmarks.raw_engines
 """
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,7 +35,7 @@ import numpy as np
 import torch
 
 from benchmarks.corpus import sentences
-from benchmarks.peers import cpu_model
+from benchmarks.peers import REPO, cpu_model
 from poolserve import Engine, EngineConfig
 from poolserve.backends.onnxruntime.onnx_export import export, graph_inputs
 from poolserve.backends.torch.aot_cache import AotTarget
@@ -40,6 +48,8 @@ from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.describe import prepare_model
 
 BATCH = 32
+OPENVINO_VERSION = "2026.4.1"
+NNCF_VERSION = "3.4.0"
 Run = Callable[[Batch], np.ndarray]
 
 
@@ -47,6 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--passes", type=int, default=3, help="timed passes (median kept)")
+    parser.add_argument("--openvino-venv", type=Path, default=REPO / ".venv-peers" / "openvino")
+    parser.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO rows")
     args = parser.parse_args()
 
     texts = sentences(args.count)
@@ -93,6 +105,10 @@ def main() -> None:
             options.intra_op_num_threads = torch.get_num_threads()
             session = onnxruntime.InferenceSession(str(path), options)
             rows.append((label, *_timed(_ort_run(session, target), batches, args.passes)))
+        if not args.no_openvino:
+            python = ensure_openvino(args.openvino_venv)
+            feeds = [_feed(batch, target) for batch in batches]
+            rows += _openvino_rows(python, graph, feeds, calibration, args.passes, Path(scratch))
 
     for label, config in (
         ("poolserve Engine.embed, defaults", EngineConfig()),
@@ -118,6 +134,46 @@ def main() -> None:
             f"| {label} | {rate:.0f} | {rate / base:.2f} | {cosines.mean():.4f} "
             f"| {cosines.min():.4f} |"
         )
+
+
+def ensure_openvino(venv: Path) -> Path:
+    """The python of the OpenVINO environment at `venv`, created and installed first if need be."""
+    python = venv / "bin" / "python"
+    marker = venv / f".openvino-{OPENVINO_VERSION}-nncf-{NNCF_VERSION}"
+    if marker.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    packages = [f"openvino=={OPENVINO_VERSION}", f"nncf=={NNCF_VERSION}", "numpy"]
+    subprocess.run([*pip, *packages], check=True)
+    marker.touch()
+    return python
+
+
+def _openvino_rows(
+    python: Path,
+    graph: Path,
+    feeds: list[dict[str, np.ndarray]],
+    calibration: list[dict[str, np.ndarray]],
+    passes: int,
+    scratch: Path,
+) -> list[tuple[str, float, np.ndarray]]:
+    """The rows of benchmarks/openvino_worker.py, run by `python` on `graph` and `feeds`."""
+    paths = {name: scratch / f"openvino-{name}.npz" for name in ("batches", "calibration", "out")}
+    for name, each in (("batches", feeds), ("calibration", calibration)):
+        arrays = {f"{key}_{i}": value for i, feed in enumerate(each) for key, value in feed.items()}
+        np.savez(paths[name], **arrays)
+    worker = Path(__file__).with_name("openvino_worker.py")
+    command = [str(python), str(worker), str(graph), str(paths["batches"]), str(paths["out"])]
+    options = ["--passes", str(passes), "--threads", str(torch.get_num_threads())]
+    subprocess.run([*command, *options, "--calibration", str(paths["calibration"])], check=True)
+    with np.load(paths["out"]) as out:
+        count = sum(key.startswith("label_") for key in out.files)
+        return [
+            (str(out[f"label_{i}"]), float(out[f"rate_{i}"]), out[f"vectors_{i}"])
+            for i in range(count)
+        ]
 
 
 def _batches(tokenizer: TextTokenizer, spec: object, texts: tuple[str, ...]) -> list[Batch]:

@@ -2,8 +2,9 @@
 
 Each model is loaded and its main head compiled ahead of time for the thread counts `serve` would
 run it at with the same flags on this machine (backends/torch/aot.py keys the cache by them, and by
-the CPU's instruction set: run it where the server will run, or on the same kind of CPU). A model
-already in the cache is only checked.
+the CPU's instruction set: run it where the server will run, or on the same kind of CPU), and its
+gain over eager measured there (backends/torch/compile_gain.py: `serve` then skips what does not
+pay). A model already in the cache is only checked.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def compile_models(served: Sequence[ServedModel]) -> int:
                 "compiled" if report.source == "built" else "already in the cache",
                 report.seconds,
                 cache_dir() / "aot",
+            )
+        elif report.gains:  # compiled and measured, and slower than eager everywhere
+            logger.info(
+                "%s: compiled, but no faster than eager on this CPU (%s); `serve` runs it "
+                "eagerly, and the cache holds that figure (--compile on serves it compiled)",
+                name,
+                ", ".join(f"{t} thread(s): {g:.2f}x" for t, g in sorted(report.gains.items())),
             )
         else:
             logger.error(

@@ -15,7 +15,7 @@ a backend to inject faults (a slow or failing forward) without touching the engi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
@@ -41,6 +41,9 @@ CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime"]
 class CompileReport:
     source: CompileSource
     seconds: float = 0.0
+    # How many times as fast as eager the compiled forward ran the probe, by thread count
+    # (where it was measured); "eager" with gains: compiled, but it did not pay.
+    gains: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,11 @@ from poolserve.backends.torch.aot_cache import (
     valid_library,
 )
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
+from poolserve.backends.torch.executor import TorchBatch
 from poolserve.backends.torch.export_forward import forward_to_export
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
-
-# One forward of the compiled head: input ids, attention mask and (for models compiled with
-# them) token type ids, each [batch, length] int64 on the CPU; for packed batches the input
-# ids, positions, segments, pooling weights, first and last token of each item (and token type
-# ids); returns the head's output.
-AotRun = Callable[..., torch.Tensor]
 
 
 class NotInCacheError(RuntimeError):
@@ -200,3 +195,30 @@ def _rebuild(
         entry.directory,
     )
     return library
+
+
+class AotRun:
+    """A compiled library as a `CompiledRun`: it takes the input ids and attention mask (for a
+    packed batch the input ids, positions, segments, pooling weights, first and last token of
+    each item) and, for models compiled with them, token type ids, each int64 on the CPU; a
+    model compiled with token type ids gets zeros where a batch has none (what the backbone
+    assumes without them)."""
+
+    def __init__(self, model: AotModel, with_types: bool) -> None:
+        self._model = model
+        self._with_types = with_types
+
+    def __call__(self, batch: TorchBatch) -> torch.Tensor:
+        packed = batch.packed
+        inputs: tuple[torch.Tensor, ...] = (
+            (batch.input_ids, batch.attention_mask)
+            if packed is None
+            else (batch.input_ids, *packed)
+        )
+        if self._with_types:
+            types = batch.token_type_ids
+            inputs += (torch.zeros_like(batch.input_ids) if types is None else types,)
+        return self._model(*inputs)
+
+    def close(self) -> None:
+        self._model.close()

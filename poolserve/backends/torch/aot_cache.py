@@ -8,6 +8,7 @@ that lets one process at a time check and build it."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -57,11 +58,23 @@ class CacheEntry:
 
 
 def files_digest(directory: Path) -> str:
-    """The contents (and relative names) of the model files a forward depends on."""
+    """The contents (and relative names) of the model files a forward depends on (read once
+    per process while the files' sizes and modification times stay: a start asks for it for
+    every cache it consults, and a model's weights take a tenth of a second per 100 MB)."""
+    paths = sorted(_model_files(directory))
+    signature = tuple(
+        (str(path.relative_to(directory)), stat.st_size, stat.st_mtime_ns)
+        for path, stat in ((path, path.stat()) for path in paths)
+    )
+    return _contents_digest(directory, signature)
+
+
+@functools.lru_cache(maxsize=16)
+def _contents_digest(directory: Path, signature: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(_model_files(directory)):
-        digest.update(str(path.relative_to(directory)).encode() + b"\0")
-        with path.open("rb") as file:
+    for name, _, _ in signature:
+        digest.update(name.encode() + b"\0")
+        with (directory / name).open("rb") as file:
             while chunk := file.read(_HASH_CHUNK):
                 digest.update(chunk)
     return digest.hexdigest()

@@ -20,13 +20,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
+from poolserve.backends.torch.executor import CompiledForward, TorchBatch, run_eagerly
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode
 from poolserve.errors import SettingError
+from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -81,3 +83,48 @@ def compile_module(module: PoolingModule) -> Callable[..., torch.Tensor]:
     torch._inductor.config.cpp_wrapper = True
     compiled: Callable[..., torch.Tensor] = torch.compile(module, dynamic=True)
     return compiled
+
+
+def just_in_time(
+    module: PoolingModule,
+    name: str,
+    head: Head,
+    why: str,
+    counts: Sequence[int],
+    *,
+    packed: bool,
+    runners: int,
+) -> CompiledForward | None:
+    """The head through torch.compile at `counts` threads, for a model that does not export
+    (`why`); None, with one log line, where torch.compile cannot serve it: packed batches, or
+    several runners."""
+    if packed:
+        logger.info(
+            "%s cannot be compiled ahead of time (%s); serving its packed batches eagerly",
+            name,
+            why,
+        )
+        return None
+    if runners > 1:
+        logger.info(
+            "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
+            "(torch.compile takes --runners 1)",
+            name,
+            why,
+            runners,
+        )
+        return None
+    if not counts:
+        return None
+    logger.info(
+        "%s cannot be compiled ahead of time (%s); compiling it with torch.compile, "
+        "which is not cached and runs again on every start",
+        name,
+        why,
+    )
+    jit = compile_module(module)
+
+    def run(batch: TorchBatch) -> torch.Tensor:
+        return run_eagerly(jit, batch)
+
+    return CompiledForward(dict.fromkeys(counts, run), head)

@@ -133,7 +133,7 @@ def measure(
     for dtype in cpu_precisions()[1:]:
         module = load(dtype)
         outputs, seconds[dtype] = _run(module, batches, device, threads)
-        errors[dtype] = _worst_error(outputs, reference)
+        errors[dtype] = worst_error(outputs, reference)
         if errors[dtype] <= TOLERANCE and seconds[dtype] < best_seconds:
             best, best_module, best_seconds = dtype, module, seconds[dtype]
         del module
@@ -145,18 +145,28 @@ def _run(
 ) -> tuple[list[np.ndarray], float]:
     """The module's outputs for the probe, and the median seconds of a timed pass over it."""
     executor = ModelExecutor(module, torch.device(device), single_thread_tokens=0)
-    outputs = [output for batch in batches for output in executor(batch, threads)]
+    return timed_passes(executor, batches, threads)
+
+
+def timed_passes(
+    forward: Callable[[Batch, int], Sequence[np.ndarray]],
+    batches: Sequence[Batch],
+    threads: int,
+) -> tuple[list[np.ndarray], float]:
+    """The outputs of the batches (a pass that also warms up), and the median seconds of
+    `TIMED_PASSES` more."""
+    outputs = [output for batch in batches for output in forward(batch, threads)]
     passes = []
     for _ in range(TIMED_PASSES):
         started = time.perf_counter()
         for batch in batches:
-            executor(batch, threads)
+            forward(batch, threads)
         passes.append(time.perf_counter() - started)
     return outputs, statistics.median(passes)
 
 
-def _worst_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    """The largest relative L2 distance of an input's output from its float32 output."""
+def worst_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """The largest relative L2 distance of an input's output from its reference (float32's)."""
     worst = 0.0
     for output, expected in zip(outputs, reference, strict=True):
         got, want = np.asarray(output, np.float64), np.asarray(expected, np.float64)

@@ -1,13 +1,9 @@
-"""The PyTorch backend (`--backend torch`): eager PyTorch or, with `compile`, the main head
-compiled: ahead of time by AOTInductor, from the on-disk cache when an earlier start (or `poolserve
-compile`) built it (backends/torch/aot.py), else by torch.compile where the model does not export
-(backends/torch/jit.py). At load it also decides, by checking the loaded model, which heads run
-packed batches (backends/torch/packing.py); the engine collates those heads' batches packed.
-"""
+"""The PyTorch backend (`--backend torch`): eager, or the main head compiled where it pays
+(compile_gain.py): by AOTInductor, cached on disk (aot.py), else torch.compile (jit.py). At load
+it also decides which heads run packed batches (packing.py)."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -16,24 +12,22 @@ from dataclasses import replace
 import torch
 
 from poolserve._environment import cache_dir
-from poolserve.backends.torch import aot, precision
+from poolserve.backends.torch import aot, compile_gain, precision, warm_up
+from poolserve.backends.torch.aot import AotRun
 from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
+from poolserve.backends.torch.aot_runtime import AotUnavailableError
 from poolserve.backends.torch.device import place
 from poolserve.backends.torch.executor import (
     CompiledForward,
     ModelExecutor,
-    TorchBatch,
-    run_eagerly,
     use_threads,
 )
 from poolserve.backends.torch.image_text import ImageTextModule
-from poolserve.backends.torch.jit import can_compile, compile_module
+from poolserve.backends.torch.jit import can_compile, just_in_time
 from poolserve.backends.torch.loader import enable_packing, load_module
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
 from poolserve.config.model_config import PackingMode
-from poolserve.engine.collate import text_item
 from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
@@ -43,16 +37,11 @@ from poolserve.engine.model_backend import (
     QuantizationReport,
 )
 from poolserve.engine.runner_layout import runner_layout
-from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import SettingError
-from poolserve.inputs.image_processor import blank_image
-from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
-
-WARM_UP_TEXT = "a longer sentence to warm up the model with " * 40
 
 
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> TorchBackend:
@@ -79,17 +68,14 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
 
 
 class TorchBackend:
-    """Eager PyTorch, or with `compile` on/auto the model's main head compiled (its other heads,
-    such as an embedding model's `token_embed`, stay eager: they are rare, and each compiled
-    head costs start-up time), for the thread counts a runner uses (1 for small batches,
-    `threads`, and every runner's threads for a large batch on cores lent by all the idle
-    runners); a batch at any other count runs eagerly, since the compiled kernels fix their
-    thread count.
-
-    Ahead of time (AOTInductor) first: one library per thread count, cached on disk, which
-    `runners` threads may run at once. Where the model does not export, torch.compile with one
-    runner (its guards misfire when several threads call it, pytorch/pytorch#123177: measured
-    here, a graph recompiled mid-serving and stalled every runner for about 15 s), else eager."""
+    """Eager PyTorch, or with `compile` on/auto the main head compiled (other heads, such as
+    `token_embed`, are rare and stay eager) for the thread counts a runner uses (1 for small
+    batches, `threads`, and every runner's for a large batch on cores lent by the idle
+    runners) where it pays (compile_gain.py); other counts run eagerly (compiled kernels fix
+    their thread count). Ahead of time (AOTInductor) first: a library per thread count,
+    cached on disk, which `runners` threads may run at once. Where the model does not export,
+    torch.compile with one runner (its guards misfire when several threads call it,
+    pytorch/pytorch#123177: a graph recompiled mid-serving stalled every runner ~15 s)."""
 
     # What runs the main head where `load` found something faster than eager torch.
     FASTER_FORWARD = "compiled"
@@ -126,6 +112,8 @@ class TorchBackend:
         # The main head's faster forwards (compiled, or another runtime's), padded or packed.
         self._compiled: tuple[CompiledForward, ...] = ()
         self.report = CompileReport("eager")
+        # The compiled forward's measured gain over eager, by thread count (compile_gain.py).
+        self._known_gains: dict[int, compile_gain.Gain] = {}
         # How `--dtype auto` chose the precision (set by `load` where it measured).
         self.precision: PrecisionReport | None = None
         # The quality gate of a quantized model (the torch backend quantizes nothing).
@@ -162,16 +150,26 @@ class TorchBackend:
         self._speed_up(module)
 
     def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
-        """Compile the main head where `compile` asks for it (another backend built on this one
-        runs it in its own runtime instead)."""
+        """Compile the main head where `compile` asks for it and (auto, cached) where it is
+        measured to pay (another backend built on this one runs it in its own runtime
+        instead)."""
         if not self._compiles:
             return
         assert isinstance(module, PoolingModule)  # an image-text model is not compiled
         started = time.perf_counter()
         head = self._spec.heads[0]
+        counts = self._counts_worth_compiling(head)
+        if not counts:
+            self.report = CompileReport("eager", gains=self._gain_ratios())
+            logger.info(
+                compile_gain.describe(
+                    self._spec.name, self._known_gains, "as measured at an earlier start"
+                )
+            )
+            return
         compiled: CompiledForward | None
         try:
-            compiled = self._compile_ahead_of_time(module, head)
+            compiled = self._compile_ahead_of_time(module, head, counts)
         except aot.NotInCacheError:
             logger.info(
                 "%s: no compiled forward in the cache for these settings; running it eagerly "
@@ -183,7 +181,7 @@ class TorchBackend:
             if self._compile == "cached":
                 logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
                 return
-            compiled = self._compile_just_in_time(module, head, str(exc))
+            compiled = self._compile_just_in_time(module, head, str(exc), counts)
         except Exception as exc:
             logger.warning(
                 "%s: compiling ahead of time failed (%r); serving it eagerly", self._spec.name, exc
@@ -196,12 +194,21 @@ class TorchBackend:
             # Run every graph serving will need now (torch.compile builds a graph for a batch
             # of one and one for more, at each thread count), so no request waits on a compile.
             self._warm_up(self._new_executor(), heads=(head,))
+            if self._compile != "on":
+                self._keep_what_pays(compiled)
         except Exception as exc:
             logger.warning("compiling %s failed (%r); serving it eagerly", self._spec.name, exc)
             self.close()
             self.report = CompileReport("eager")
             return
-        self.report = replace(self.report, seconds=time.perf_counter() - started)
+        if not self._compiled:
+            return
+        self.report = replace(
+            self.report, seconds=time.perf_counter() - started, gains=self._gain_ratios()
+        )
+        self._log_compiled()
+
+    def _log_compiled(self) -> None:
         logger.info(
             "%s: %s and warmed up in %.1f s (thread counts %s)",
             self._spec.name,
@@ -213,6 +220,53 @@ class TorchBackend:
             self.report.seconds,
             ", ".join(map(str, self.compiled_threads)),
         )
+
+    def _gain_ratios(self) -> dict[int, float]:
+        return {threads: gain.ratio for threads, gain in self._known_gains.items()}
+
+    def _targets(self, head: Head, counts: Sequence[int]) -> list[AotTarget]:
+        """What the main head is compiled for at each of `counts` threads."""
+        assert isinstance(self._module, PoolingModule)
+        with_types = self._spec.kind == "cross_encoder" and self._module.takes_token_types
+        packed = head in self.packed_heads
+        return [
+            AotTarget(head, threads, with_types, self._max_batch_size, packed) for threads in counts
+        ]
+
+    def _counts_worth_compiling(self, head: Head) -> list[int]:
+        """The thread counts to compile for: one thread for small batches, the runner's own
+        threads, and every runner's for a large batch that borrows the idle runners' cores;
+        less those an earlier start measured not to pay (`--compile on`: all of them)."""
+        counts = sorted({1, self._threads, self._threads * self._runners})
+        if self._compile == "on":
+            return counts
+        for target in self._targets(head, counts):
+            gain = compile_gain.cached_gain(compile_gain.gain_file(cache_dir(), self._spec, target))
+            if gain is not None:
+                self._known_gains[target.threads] = gain
+        known = self._known_gains
+        return [count for count in counts if count not in known or known[count].pays]
+
+    def _keep_what_pays(self, compiled: CompiledForward) -> None:
+        """Measure the compiled forward where no earlier start did, and drop the thread counts
+        where it does not pay."""
+        counts = sorted(set(compiled.runs) - set(self._known_gains))
+        unmeasured = self._targets(compiled.head, counts)
+        if unmeasured:
+            self._known_gains.update(
+                compile_gain.measure_targets(
+                    cache_dir(),
+                    self._spec,
+                    self._collate,
+                    unmeasured,
+                    eager=self._new_executor(compiled=()),
+                    compiled=self._new_executor(),
+                )
+            )
+        kept = compile_gain.paying(compiled, self._known_gains)
+        self._compiled = () if kept is None else (kept,)
+        if kept is None:
+            self.report = CompileReport("eager", gains=self._gain_ratios())
 
     def _load_module(self) -> PoolingModule | ImageTextModule:
         """The module in the precision asked for, or (`auto` on a CPU with several fast
@@ -250,18 +304,12 @@ class TorchBackend:
             f"; {', '.join(padded)} in padded length buckets" if padded else "",
         )
 
-    def _compile_ahead_of_time(self, module: PoolingModule, head: Head) -> CompiledForward:
+    def _compile_ahead_of_time(
+        self, module: PoolingModule, head: Head, counts: Sequence[int]
+    ) -> CompiledForward:
         if self._spec.device != "cpu":
             raise AotUnavailableError("ahead-of-time compiling is for the CPU only")
-        with_types = self._spec.kind == "cross_encoder" and module.takes_token_types
-        # One thread for small batches, the runner's own threads, and every runner's for a
-        # large batch that borrows the idle runners' cores.
-        thread_counts = sorted({1, self._threads, self._threads * self._runners})
-        packed = head in self.packed_heads
-        targets = [
-            AotTarget(head, threads, with_types, self._max_batch_size, packed)
-            for threads in thread_counts
-        ]
+        targets = self._targets(head, counts)
         loaded = aot.load_or_build(
             cache_dir(),
             module,
@@ -271,44 +319,30 @@ class TorchBackend:
             build_missing=self._compile != "cached",
         )
         self.report = CompileReport("built" if loaded.built else "cached")
+        with_types = targets[0].with_token_types
         return CompiledForward(
-            {threads: _AotRun(model, with_types) for threads, model in loaded.runs.items()},
+            {threads: AotRun(model, with_types) for threads, model in loaded.runs.items()},
             head,
-            packed,
+            targets[0].packed,
         )
 
     def _compile_just_in_time(
-        self, module: PoolingModule, head: Head, why: str
+        self, module: PoolingModule, head: Head, why: str, counts: Sequence[int]
     ) -> CompiledForward | None:
-        if head in self.packed_heads:
-            logger.info(
-                "%s cannot be compiled ahead of time (%s); serving its packed batches eagerly",
-                self._spec.name,
-                why,
-            )
-            return None
-        if self._runners > 1:
-            logger.info(
-                "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
-                "(torch.compile takes --runners 1)",
-                self._spec.name,
-                why,
-                self._runners,
-            )
-            return None
-        logger.info(
-            "%s cannot be compiled ahead of time (%s); compiling it with torch.compile, "
-            "which is not cached and runs again on every start",
+        compiled = just_in_time(
+            module,
             self._spec.name,
+            head,
             why,
+            # torch.compile's kernels take the thread count of each call: only the runner's
+            # own counts run it (a batch on borrowed cores runs eagerly).
+            sorted(set(counts) & {1, self._threads}),
+            packed=head in self.packed_heads,
+            runners=self._runners,
         )
-        jit = compile_module(module)
-        self.report = CompileReport("jit")
-
-        def run(batch: TorchBatch) -> torch.Tensor:
-            return run_eagerly(jit, batch)
-
-        return CompiledForward({1: run, self._threads: run}, head)
+        if compiled is not None:
+            self.report = CompileReport("jit")
+        return compiled
 
     def executor(self) -> Forward:
         self._own_threads()
@@ -323,11 +357,16 @@ class TorchBackend:
         )
         return executor
 
-    def _new_executor(self) -> ModelExecutor:
+    def _new_executor(self, compiled: Sequence[CompiledForward] | None = None) -> ModelExecutor:
         if self._module is None:
             raise RuntimeError("TorchBackend.executor() before load()")
         device = torch.device(self._spec.device)
-        return ModelExecutor(self._module, device, self._single_thread_tokens, self._compiled)
+        return ModelExecutor(
+            self._module,
+            device,
+            self._single_thread_tokens,
+            self._compiled if compiled is None else compiled,
+        )
 
     def close(self) -> None:
         """Free the compiled libraries' model instances (their weights)."""
@@ -338,61 +377,23 @@ class TorchBackend:
         self._compiled = ()
 
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
-        """Run batches of one and of eight, short and long, at each thread count the runner
-        uses on its own; for a cross-encoder also with token type ids (its query-document
-        pairs carry them, single texts do not, and torch.compile builds a graph for each)."""
-        tokenizer = TextTokenizer(self._spec.tokenizer)
-        longest = self._spec.max_model_len
-        short, long = tokenizer.encode_batch(["warm up", WARM_UP_TEXT], truncate_to=longest)
-        typed = (False, True) if self._spec.kind == "cross_encoder" else (False,)
+        counts = sorted({1, self._threads, *self.compiled_threads})
         for head in heads:
             if head == "image_embed":
-                self._warm_up_images(executor)
-                continue
-            for threads in sorted({1, self._threads, *self.compiled_threads}):
-                sizes = (1, min(8, self._max_batch_size))
-                for ids, with_types, size in itertools.product((short, long), typed, sizes):
-                    types = [0] * len(ids) if with_types else None
-                    item = text_item(RequestGroup(size), 0, ids, types, head=head)
-                    batch = self._collate([item] * size, head in self.packed_heads)
-                    if executor.threads_for(batch, threads) == threads:
-                        executor(batch, threads)
-
-    def _warm_up_images(self, executor: ModelExecutor) -> None:
-        """A batch of one image and one of eight, on one thread and on the runner's."""
-        vision = self._spec.layout.vision
-        assert vision is not None
-        image = blank_image(vision)
-        for threads in sorted({1, self._threads}):
-            for size in (1, min(8, self._max_batch_size)):
-                item = WorkItem.of(RequestGroup(size), 0, image)
-                batch = self._collate([item] * size, False)
-                if executor.threads_for(batch, threads) == threads:
-                    executor(batch, threads)
-
-
-class _AotRun:
-    """A compiled library as a `CompiledRun`: a model compiled with token type ids gets zeros
-    where a batch has none (what the backbone assumes without them)."""
-
-    def __init__(self, model: AotModel, with_types: bool) -> None:
-        self._model = model
-        self._with_types = with_types
-
-    def __call__(self, batch: TorchBatch) -> torch.Tensor:
-        packed = batch.packed
-        inputs: tuple[torch.Tensor, ...] = (
-            (batch.input_ids, batch.attention_mask)
-            if packed is None
-            else (batch.input_ids, *packed)
-        )
-        if self._with_types:
-            types = batch.token_type_ids
-            inputs += (torch.zeros_like(batch.input_ids) if types is None else types,)
-        return self._model(*inputs)
-
-    def close(self) -> None:
-        self._model.close()
+                warm_up.images(
+                    executor, self._spec, self._collate, self._threads, self._max_batch_size
+                )
+            else:
+                warm_up.texts(
+                    executor,
+                    self._spec,
+                    self._collate,
+                    head,
+                    counts,
+                    packed=head in self.packed_heads,
+                    every_shape=self.report.source == "jit",
+                    max_batch_size=self._max_batch_size,
+                )
 
 
 # The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
