@@ -145,8 +145,12 @@ def _engine_ms(response: httpx.Response) -> float:
 
 def test_a_flood_on_one_model_does_not_starve_the_other(two_models: Server) -> None:
     """The reranker's median engine time (queue + inference, as its engine measured them)
-    under a flood of the embedder stays within 2x of its median alone. Alone and flooded
-    rounds alternate, so a drift of the machine's speed weighs on both."""
+    under a flood of the embedder stays within 3x of its median alone. Alone and flooded
+    rounds alternate, so a drift of the machine's speed weighs on both.
+
+    Why 3x: on two cores the flood keeps two embedder threads busy beside the reranker's two,
+    so sharing the cores alone costs the reranker up to 2x (CI measured 2.02x once). Starving
+    it, i.e. queueing it behind one 64-sentence flood batch, would cost 10x or more."""
     url = two_models.url
     rerank = {"model": RERANKER, "query": QUERY, "documents": TEXTS[:8]}
     # The flood's client does little work (base64 bodies, not decoded): the cores go to the
@@ -193,7 +197,7 @@ def test_a_flood_on_one_model_does_not_starve_the_other(two_models: Server) -> N
     # measured (busy time counts when a batch ends, so a batch straddling a window edge is
     # counted in one window or the next: half, not all).
     assert embedder_busy >= 0.5 * windows, (embedder_busy, windows)
-    assert statistics.median(flooded) <= 2 * statistics.median(alone), (
+    assert statistics.median(flooded) <= 3 * statistics.median(alone), (
         statistics.median(alone),
         statistics.median(flooded),
     )
