@@ -7,6 +7,10 @@ its scores mean nothing. For each, the raw limit is the same model called direct
 forward, best batch size) in its own process, with torch's defaults.
 
     .venv/bin/python -m benchmarks.rerank --seconds 10
+    .venv/bin/python -m benchmarks.rerank --models cross --packing auto off --dtype float32
+
+`--packing auto off` serves each model twice, packed (where the model packs) and padded in
+length buckets, in one run.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -78,6 +83,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--models", nargs="+", choices=["bi", "cross"], default=["bi", "cross"])
+    parser.add_argument("--packing", nargs="+", choices=["auto", "off"], default=["auto"])
+    parser.add_argument("--server-args", default="", help="more `poolserve serve` flags")
     args = parser.parse_args()
 
     docs = sentences(256)
@@ -94,27 +102,33 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         cross_dir = str(make_cross_encoder(Path(scratch) / "ms-marco-MiniLM-L6-shaped"))
         rows = []
-        for label, model, cross in (
-            ("bi-encoder all-MiniLM-L6-v2", None, False),
-            ("cross-encoder, ms-marco-MiniLM-L6 shape", cross_dir, True),
-        ):
+        models = {
+            "bi": ("bi-encoder all-MiniLM-L6-v2", None, False),
+            "cross": ("cross-encoder, ms-marco-MiniLM-L6 shape", cross_dir, True),
+        }
+        for label, model, cross in (models[name] for name in args.models):
             rates = raw_limit(model, args.dtype, cross)
             best = max(rates.values())
-            server_args = ["--dtype", args.dtype] + ([model] if model else [])
-            with running_server(server_args) as port:
-                requests = [build_request("127.0.0.1", port, "/rerank", body) for body in bodies]
-                for concurrency in args.concurrency:
-                    result = asyncio.run(
-                        run_load(
-                            "127.0.0.1",
-                            port,
-                            requests,
-                            concurrency=concurrency,
-                            seconds=args.seconds,
+            for packing in args.packing:
+                server_args = ["--dtype", args.dtype, "--packing", packing]
+                server_args += shlex.split(args.server_args) + ([model] if model else [])
+                with running_server(server_args) as port:
+                    requests = [
+                        build_request("127.0.0.1", port, "/rerank", body) for body in bodies
+                    ]
+                    for concurrency in args.concurrency:
+                        result = asyncio.run(
+                            run_load(
+                                "127.0.0.1",
+                                port,
+                                requests,
+                                concurrency=concurrency,
+                                seconds=args.seconds,
+                            )
                         )
-                    )
-                    pairs = result.throughput * DOCUMENTS_PER_REQUEST
-                    rows.append((label, concurrency, result, pairs, best, rates))
+                        pairs = result.throughput * DOCUMENTS_PER_REQUEST
+                        row_label = f"{label}, packing {packing}"
+                        rows.append((row_label, concurrency, result, pairs, best, rates))
 
     print(
         f"dtype {args.dtype}; {DOCUMENTS_PER_REQUEST} documents per request; {os.cpu_count()} cores"
@@ -130,9 +144,9 @@ def main() -> None:
             f"{result.percentile_ms(50):.0f} | {result.percentile_ms(99):.0f} | "
             f"{result.errors} | {best:.0f} | {pairs / best:.2f} |"
         )
-    for label, _, _, _, _, rates in rows[:: len(args.concurrency)]:
+    for label, _, _, _, _, rates in rows[:: len(args.concurrency) * len(args.packing)]:
         print(
-            f"raw {label}, pairs/s by batch size: "
+            f"raw {label.rsplit(', packing', 1)[0]}, pairs/s by batch size: "
             + ", ".join(f"{size}: {rate:.0f}" for size, rate in rates.items())
         )
 

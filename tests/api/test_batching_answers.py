@@ -2,7 +2,7 @@
 in one request, packed into rows (the default where the model packs), cut into length buckets
 or run as one batch padded to 256, equal each input run alone and the independent reference,
 for every kind of output: vectors (sentence-transformers, in float32 and bfloat16),
-cross-encoder pairs with token type ids (padded: a sequence classifier does not pack), ColBERT
+cross-encoder pairs with token type ids (packed: the head reads each pair's first token), ColBERT
 token vectors and SPLADE weights (float64 transformers)."""
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ def engine_for(directory: Path | None, layout: str, dtype: str = "float32") -> E
         engine_config=LAYOUTS[layout],
     )
     packed = engine.core.packed_heads
-    classifier = engine.core.model.heads == ("classify",)
-    assert bool(packed) == (layout == "packed" and not classifier), packed
+    assert bool(packed) == (layout == "packed"), packed
     return engine
 
 

@@ -15,13 +15,16 @@ from poolserve.backends.torch.device import place, torch_dtype
 from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.module import NextTokenScorer, PoolingModule
 from poolserve.backends.torch.packing import (
+    ProbeRow,
     packing_of,
+    required_score_difference,
     required_similarity,
     similarity_packed_to_alone,
     why_not_packable,
 )
+from poolserve.backends.torch.sequence_head import SequenceHead, base_model
 from poolserve.errors import ModelLoadError, SettingError
-from poolserve.models.kinds import Kind, describe
+from poolserve.models.kinds import Head, Kind, describe
 from poolserve.models.layout import TRUST_REMOTE_CODE
 from poolserve.models.spec import ModelSpec
 
@@ -205,23 +208,79 @@ def _loaded(spec: ModelSpec, started: float) -> None:
 
 
 def enable_packing(module: PoolingModule | ImageTextModule, spec: ModelSpec) -> str | None:
-    """Let `module` run packed batches if its backbone gives each packed sequence the outputs it
-    has alone (checked now, on two sequences); else say why not."""
+    """Let `module` run packed batches if the checks of `pack_if_checked` pass; else say why
+    not."""
     spec = place(spec)
     if isinstance(module, ImageTextModule):
         return "an image-text model's towers pool their own way"
-    if not any(head != "classify" or module.next_token is not None for head in spec.heads):
-        return "its classifier head reads the first position of each row"
-    backbone = module.backbone
-    own_code = spec.trust_remote_code and spec.layout.ships_code
-    why = why_not_packable(backbone, spec.max_model_len, own_code)
+    return pack_if_checked(
+        module,
+        heads=spec.heads,
+        max_model_len=spec.max_model_len,
+        own_code=spec.trust_remote_code and spec.layout.ships_code,
+        dtype=spec.dtype,
+        device=torch.device(spec.device),
+    )
+
+
+def pack_if_checked(
+    module: PoolingModule,
+    *,
+    heads: tuple[Head, ...],
+    max_model_len: int,
+    own_code: bool,
+    dtype: str,
+    device: torch.device,
+) -> str | None:
+    """Let `module` run packed batches if its backbone gives each packed sequence the outputs it
+    has alone, and a sequence classifier's head, applied per sequence, the logits the model gives
+    each alone (both checked now, on two sequences); else say why not."""
+    backbone, head = module.backbone, None
+    if module.next_token is None and heads == ("classify",):
+        head = SequenceHead.of(backbone)
+        if head is None:
+            return f"poolserve cannot apply {type(backbone).__name__}'s head per sequence"
+        backbone = base_model(backbone)
+    why = why_not_packable(backbone, max_model_len, own_code)
     if why is not None:
         return why
-    packing = packing_of(backbone)
-    similarity = similarity_packed_to_alone(
-        backbone, packing, module.vocab_size, torch.device(spec.device)
-    )
-    if similarity < required_similarity(spec.dtype):
+    try:
+        packing = packing_of(backbone, max_model_len, device)
+    except ValueError as error:  # its sliding windows cannot be read
+        return str(error)
+    try:
+        similarity = similarity_packed_to_alone(backbone, packing, module.vocab_size, device)
+    except (RuntimeError, ValueError, TypeError) as error:  # e.g. DeBERTa's relative attention
+        return f"its attention fails on a packed row ({type(error).__name__}: {error})"
+    if similarity < required_similarity(dtype):
         return f"a packed row's outputs differ from its sequences' alone (cosine {similarity:.5f})"
-    module.packing = packing
+    module.packing, module.sequence_head = packing, head
+    if head is not None:
+        difference = _scores_packed_against_alone(module, device)
+        if difference > required_score_difference(dtype):
+            module.packing = module.sequence_head = None
+            return f"its head applied per sequence gives other logits (by {difference:.2g})"
     return None
+
+
+def _scores_packed_against_alone(module: PoolingModule, device: torch.device) -> float:
+    """The largest difference between a sequence classifier's logits for two sequences packed in
+    one row and for each alone, relative to their size."""
+    probe = ProbeRow.of(module.vocab_size, device)
+    with torch.inference_mode():
+        alone = torch.cat(
+            [
+                module("classify", ids, torch.ones_like(ids))
+                for ids in (probe.alone(0), probe.alone(1))
+            ]
+        )
+        packed = module.forward_packed(
+            "classify",
+            probe.input_ids,
+            probe.positions,
+            probe.segments,
+            (probe.segments >= 0).long(),
+            probe.first,
+            probe.last,
+        )
+    return float((packed - alone).abs().max() / (1.0 + alone.abs().max()))

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from poolserve.backends.torch.packing import Packing
+from poolserve.backends.torch.sequence_head import SequenceHead, base_model
 from poolserve.backends.torch.token_pooling import pool, pool_segments, segment_sum
 from poolserve.models.kinds import Head, Kind
 
@@ -160,11 +161,16 @@ class PoolingModule(torch.nn.Module):
         # How the backbone reads packed batches, once checked (backends/torch/packing.py); None: it
         # runs padded batches only.
         self.packing: Packing | None = None
+        # A sequence classifier's head taken apart (sequence_head.py), once checked: its packed
+        # batches run the base model, then the head on the position it reads of each segment.
+        self.sequence_head: SequenceHead | None = None
 
     def packs(self, head: Head) -> bool:
-        """Whether `head` runs packed batches: every head of a packable backbone but a sequence
-        classifier's, whose own head reads the first position of each row."""
-        return self.packing is not None and (head != "classify" or self.next_token is not None)
+        """Whether `head` runs packed batches: every head of a packable backbone, a sequence
+        classifier's where its head was taken apart (it reads one position of each row)."""
+        if self.packing is None or head != "classify":
+            return self.packing is not None
+        return self.next_token is not None or self.sequence_head is not None
 
     def forward(
         self,
@@ -222,6 +228,11 @@ class PoolingModule(torch.nn.Module):
         inputs = {"input_ids": input_ids, **self.packing.inputs(self.backbone, segments, positions)}
         if token_type_ids is not None and self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
+        if head == "classify" and self.sequence_head is not None:
+            hidden = base_model(self.backbone)(**inputs).last_hidden_state
+            return self.sequence_head(
+                hidden, self.sequence_head.positions(input_ids, segments, first, last)
+            )
         output = self.backbone(**inputs)
         count = first.shape[0]  # not int(): torch.export keeps it symbolic
         if self.next_token is not None:

@@ -1,5 +1,6 @@
 """`--compile`: the forward compiled ahead of time matches eager on varied lengths and batch
-sizes, packed (an embedding model) and padded (a cross-encoder's pairs with token type ids),
+sizes, packed (an embedding model; a cross-encoder's pairs with token type ids, against its
+own head on padded pairs) and padded (the pairs with `--packing off`),
 and serves without running eagerly; a restart loads it from the cache
 without compiling, a changed model file, dtype or thread count misses the cache, a truncated
 entry is rebuilt, and serving never compiles. Where compiling cannot work, `on` refuses to
@@ -191,17 +192,18 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two runners on one thread each: a library for one thread, and one for a large batch
-    that borrows the other runner's core."""
+    that borrows the other runner's core. Padded (`--packing off`): the graph with token types
+    that cross-encoders whose head runs padded (ALBERT, DeBERTa, remote code) are served by."""
     model = make_cross_encoder(tmp_path / "reranker")
-    flags = ["--dtype", "float32", "--runners", "2", "--torch-threads", "1"]
+    flags = ["--dtype", "float32", "--runners", "2", "--torch-threads", "1", "--packing", "off"]
     assert commands.main(["compile", str(model), *flags, "--log-level", "warning"]) == 0
     assert len(list(cache.glob("aot/*/*.so"))) == 2
     reranker = prepare_model(ModelConfig(model=str(model), dtype="float32"))
     use_threads(1)
-    eager = make_backend(reranker, "off")
+    eager = make_backend(reranker, "off", packing="off")
     eager.load()
     with monkeypatch.context() as patched:
-        compiled = loaded_from_the_cache(reranker, patched, runners=2)
+        compiled = loaded_from_the_cache(reranker, patched, runners=2, packing="off")
         assert compiled.compiled_threads == (1, 2) and not compiled.packed_heads
         compiled_only(patched, compiled, reranker.heads[0])
         forward, eager_forward = compiled.executor(), eager.executor()
@@ -230,6 +232,32 @@ def test_poolserve_compile_fills_the_cache_for_a_cross_encoder_with_token_types(
         for result in results:
             for got, want in zip(result, expected * 4, strict=True):
                 np.testing.assert_allclose(got, want, atol=1e-5)
+    compiled.close()
+
+
+@pytest.mark.slow
+def test_a_packed_cross_encoder_compiled_ahead_of_time_scores_as_its_padded_model(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default: pairs packed, the head applied to each pair's first token, compiled."""
+    reranker = prepare_model(
+        ModelConfig(model=str(make_cross_encoder(tmp_path / "reranker")), dtype="float32")
+    )
+    use_threads(1)
+    eager = make_backend(reranker, "off", packing="off")
+    eager.load()
+    make_backend(reranker, "on").load()
+    with monkeypatch.context() as patched:
+        compiled = loaded_from_the_cache(reranker, patched)
+        assert compiled.packed_heads == {"classify"}
+        compiled_only(patched, compiled, "classify")
+        for seed, (size, length, pairs) in enumerate([(1, 9, True), (7, 30, True), (5, 60, False)]):
+            items = batch_of(size, length, seed, pairs=pairs, head="classify")
+            np.testing.assert_allclose(
+                np.stack(compiled.executor()(packed_batch(items), 1)),
+                np.stack(eager.executor()(collate(items, pad_token_id=0), 1)),
+                atol=1e-5,
+            )
     compiled.close()
 
 

@@ -60,7 +60,8 @@ def start(
         def compile_ahead_of_time(module: Any, head: Any, counts: Any) -> CompiledForward:
             assert run is not None, "compiled at a restart"
             backend.report = CompileReport("built")
-            return CompiledForward(dict.fromkeys(counts, partial(run, module)), head)
+            runs = dict.fromkeys(counts, partial(run, module))
+            return CompiledForward(runs, head, packed=head in backend.packed_heads)
 
         monkeypatch.setattr(backend, "_compile_ahead_of_time", compile_ahead_of_time)
         backend.load()
