@@ -1,6 +1,6 @@
-"""Model backends, one package each (`torch/`, `onnxruntime/`), each with a module whose
-`make_backend` builds one (engine/model_backend.py says what a backend is). `backend_for` imports
-the one `--backend` names (auto: the one that runs `--quantize`'s precision fastest); the names
+"""Model backends, one package each (`torch/`, `onnxruntime/`, `openvino/`), each with a module
+whose `make_backend` builds one (engine/model_backend.py says what a backend is). `backend_for`
+imports the one `--backend` names (auto: the one `AUTO_BACKEND` names for `--quantize`); the names
 themselves live with the setting (config/model_config.py: `BACKENDS`), so that the flags name
 them without loading any backend's libraries."""
 

@@ -37,7 +37,7 @@ def compile_models(served: Sequence[ServedModel]) -> int:
             logger.error("%s: %s", each.model.model or "the bundled default model", message)
             failed += 1
             continue
-        if report.source == "onnxruntime":
+        if report.source in ("onnxruntime", "openvino"):
             logger.info("%s: exported to ONNX (and quantized) in %s", name, cache_dir() / "onnx")
         elif report.source in ("built", "cached"):
             logger.info(

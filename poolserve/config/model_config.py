@@ -16,12 +16,14 @@ from poolserve.config.fields import setting
 BACKENDS = {
     "torch": "poolserve.backends.torch.torch_backend",
     "onnxruntime": "poolserve.backends.onnxruntime.ort_backend",
+    "openvino": "poolserve.backends.openvino.ov_backend",
 }
 # The pip extra each backend's libraries come with (torch is a dependency of poolserve itself).
-BACKEND_EXTRAS = {"onnxruntime": "onnx"}
-# `--backend auto`: the backend that runs a precision fastest (measured: ONNX Runtime's int8
-# doubles torch's float32 on an AVX-512 VNNI CPU, where torch's own int8 loses the vectors;
-# for float32 and bf16 torch is as fast or faster: docs/benchmarks.md).
+BACKEND_EXTRAS = {"onnxruntime": "onnx", "openvino": "openvino"}
+# `--backend auto`: measured on an AVX-512 VNNI CPU (docs/benchmarks.md), ONNX Runtime's int8
+# beats torch's float32, where torch's own int8 loses the vectors; OpenVINO's int8 serves more
+# but answers one request at about twice ONNX Runtime's latency, and needs its own extra; for
+# float32 and bf16 torch is as fast or faster.
 AUTO_BACKEND = {"int8": "onnxruntime", "off": "torch"}
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -194,15 +196,16 @@ class EngineConfig:
     backend: str = setting(
         "auto",
         choices=("auto", *BACKENDS),
-        help="what runs the model (torch: PyTorch, eager or compiled; onnxruntime: the main "
-        "head exported to ONNX at first start, cached; auto: onnxruntime for --quantize int8, "
-        "else torch)",
+        help="what runs the model (torch: PyTorch, eager or compiled; onnxruntime, openvino: "
+        "the main head exported to ONNX at first start, cached, and run by that runtime; auto: "
+        "onnxruntime for --quantize int8, else torch)",
     )
     # See backends/onnxruntime/int8.py and backends/quality_gate.py.
     quantize: Quantize = setting(
         "off",
         help="int8: weights quantized per output channel, activations as they run (onnxruntime, "
-        "about twice float32 on a CPU with VNNI); checked at its first start against the "
+        "about twice float32 on a CPU with VNNI) or calibrated once (--backend openvino); "
+        "checked at its first start against the "
         "unquantized model on real text shipped with the package (embeddings cosine >= 0.99 "
         "mean and >= 0.98 min, scores within 0.02, labels unchanged)",
     )

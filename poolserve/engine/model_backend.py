@@ -33,8 +33,8 @@ Collate = Callable[[list[WorkItem], bool], Batch]
 
 # How the main head's forward was obtained: compiled ahead of time at this start ("built"), from
 # the cache ("cached"), by torch.compile ("jit"), not compiled ("eager"), or exported and run by
-# ONNX Runtime ("onnxruntime").
-CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime"]
+# ONNX Runtime ("onnxruntime") or OpenVINO ("openvino").
+CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime", "openvino"]
 
 
 @dataclass(frozen=True)

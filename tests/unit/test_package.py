@@ -15,7 +15,8 @@ PACKAGE = Path(poolserve.__file__).parent
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 # The backends that load the model in torch: the torch backend, and the ONNX Runtime backend
 # built on it (it exports the torch model and checks against it).
-TORCH_BACKENDS = (PACKAGE / "backends" / "torch", PACKAGE / "backends" / "onnxruntime")
+# The backends built on the torch backend (the graph runtimes load the model in torch).
+TORCH_BACKENDS = tuple(PACKAGE / "backends" / name for name in ("torch", "onnxruntime", "openvino"))
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -75,7 +76,12 @@ sys.modules["torch"] = None
 import poolserve
 for module in pkgutil.walk_packages(poolserve.__path__, "poolserve."):
     if not module.name.startswith(
-        ("poolserve.backends.torch", "poolserve.backends.onnxruntime", "poolserve.__main__")
+        (
+            "poolserve.backends.torch",
+            "poolserve.backends.onnxruntime",
+            "poolserve.backends.openvino",
+            "poolserve.__main__",
+        )
     ):
         importlib.import_module(module.name)
 from poolserve.config import ModelConfig

@@ -1,11 +1,13 @@
 """The int8 graphs of a model, built once into the cache with their quality gate's figures.
 
-The first graph chooses SmoothQuant's α (int8.ALPHAS, in order: the first that passes the
-quality gate over the held-out sentences); the other graphs take the same α. The choice and the
-gate's figures of the graph kept are recorded in each entry's manifest, so a restart loads the
-graphs and reads their figures without quantizing or measuring again: the figures are those of
-the same graph on the same kernels (the key holds the CPU's instruction set and ONNX Runtime's
-version), over the same held-out sentences, so measuring again would give the same numbers.
+A `Quantizer` says how one runtime quantizes a float32 graph at a SmoothQuant α: ONNX Runtime's
+(`ORT_INT8`, int8.py) or OpenVINO's (backends/openvino/ov_int8.py). The first graph chooses the
+α (the quantizer's `alphas`, in order: the first that passes the quality gate over the held-out
+sentences); the other graphs take the same α. The choice and the gate's figures of the graph
+kept are recorded in each entry's manifest, so a restart loads the graphs and reads their
+figures without quantizing or measuring again: the figures are those of the same graph on the
+same kernels (the key holds the CPU's instruction set and the runtime's version), over the same
+held-out sentences, so measuring again would give the same numbers.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import hashlib
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from poolserve.backends import quality_gate
@@ -44,6 +48,49 @@ INT8_FORMAT = 1
 
 # The gate's figures of a graph of a target, over its probe batches.
 Measure = Callable[[AotTarget, Path], dict[str, float]]
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """How a runtime quantizes a float32 graph: `prepare(graph, feeds)` once (what every α
+    shares, such as activation ranges), then `quantize(prepared, alpha, directory)` writes the
+    int8 graph, `model_file`, into `directory`."""
+
+    name: str
+    alphas: tuple[float, ...]
+    prepare: Callable[[Path, Sequence[Feeds]], Any]
+    quantize: Callable[[Any, float, Path], Path]
+    # What the graphs depend on beyond the exported one: the runtime's versions, the code.
+    versions: Callable[[], dict[str, str]]
+    code: tuple[Path, ...]
+    model_file: str = MODEL_FILE
+
+
+def _ort_prepare(graph: Path, feeds: Sequence[Feeds]) -> tuple[Path, Any]:
+    # ONNX Runtime's quantizer takes a second to import: only where a graph is quantized.
+    from poolserve.backends.onnxruntime.int8 import activation_ranges
+
+    return graph, activation_ranges(graph, feeds)
+
+
+def _ort_quantize(prepared: tuple[Path, Any], alpha: float, directory: Path) -> Path:
+    from poolserve.backends.onnxruntime.int8 import quantize, smoothed
+
+    graph, ranges = prepared
+    return quantize(smoothed(graph, ranges, alpha), directory, MODEL_FILE)
+
+
+ORT_INT8 = Quantizer(
+    name="onnxruntime",
+    # 0.8 first: the best measured on all-MiniLM-L6-v2, a worst cosine of 0.9915 over the
+    # benchmarks' 2,000 real sentences.
+    alphas=(0.8, 0.7, 0.6),
+    prepare=_ort_prepare,
+    quantize=_ort_quantize,
+    versions=dict,  # ONNX Runtime's version is in every ONNX entry's key (onnx_export.py)
+    code=(Path(__file__).resolve().parent / "int8.py",),
+)
 
 
 def int8_graphs(
@@ -53,16 +100,24 @@ def int8_graphs(
     graphs: Mapping[AotTarget, Path],
     calibration: Callable[[], Mapping[AotTarget, Sequence[Batch]]],
     measure: Measure,
+    quantizer: Quantizer = ORT_INT8,
 ) -> tuple[dict[AotTarget, Path], dict[str, float]]:
-    """Each target's int8 graph (from its float32 `graphs[target]`, its activation ranges
-    measured over `calibration()`'s batches where it is built), and the gate's figures of them
-    all, the worse of the targets' figure by figure (`measure`d where a graph is built)."""
+    """Each target's int8 graph (from its float32 `graphs[target]`, calibrated over
+    `calibration()`'s batches where it is built), and the gate's figures of them all, the worse
+    of the targets' figure by figure (`measure`d where a graph is built)."""
     quantized: dict[AotTarget, Path] = {}
     gates: list[dict[str, float]] = []
     alpha: float | None = None
+    tag = "int8" if quantizer is ORT_INT8 else f"int8-{quantizer.name}"
     for target in targets:
         entry, parts = entry_of(
-            root, spec, target, quantize="int8", int8_format=INT8_FORMAT, int8_code=_int8_code()
+            root,
+            spec,
+            target,
+            quantize=tag,
+            int8_format=INT8_FORMAT,
+            int8_code=_int8_code(quantizer.code),
+            **quantizer.versions(),
         )
         alphas = None if alpha is None else (alpha,)
 
@@ -70,22 +125,31 @@ def int8_graphs(
             directory: Path, target: AotTarget = target, alphas: tuple[float, ...] | None = alphas
         ) -> dict[str, Any]:
             probe = calibration()[target]
-            return _build(directory, spec, target, graphs[target], probe, alphas, measure)
+            return _build(
+                directory,
+                spec,
+                target,
+                graphs[target],
+                probe,
+                alphas or quantizer.alphas,
+                measure,
+                quantizer,
+            )
 
-        quantized[target] = cached_or_built(entry, parts, build)
+        quantized[target] = cached_or_built(entry, parts, build, quantizer.model_file)
         alpha = float(manifest_of(entry)["alpha"])
         gates.append(manifest_of(entry)["gate"])
     return quantized, reduce(quality_gate.worse, gates)
 
 
 @functools.cache
-def _int8_code() -> str:
+def _int8_code(code: tuple[Path, ...]) -> str:
     """What an int8 graph and its figures depend on beyond the exported graph: how it is
-    quantized and gated, and the text it is calibrated and checked on."""
+    quantized (`code`) and gated, and the text it is calibrated and checked on."""
     here = Path(__file__).resolve().parent
     backends = here.parent
     digest = hashlib.sha256()
-    for path in (here / "int8.py", here / "int8_cache.py", backends / "quality_gate.py"):
+    for path in (*code, here / "int8_cache.py", backends / "quality_gate.py"):
         digest.update(path.read_bytes())
     digest.update("\n".join(calibration_texts()).encode())
     return digest.hexdigest()
@@ -97,15 +161,13 @@ def _build(
     target: AotTarget,
     graph: Path,
     probe: Sequence[Batch],
-    alphas: Sequence[float] | None,
+    alphas: Sequence[float],
     measure: Measure,
+    quantizer: Quantizer,
 ) -> dict[str, Any]:
-    """Quantize `graph` at each α (default: int8.ALPHAS) into `directory` until one passes the
-    gate, and keep that one (none passing: the best by the gate's figures, which the caller
-    then refuses or falls back from)."""
-    # ONNX Runtime's quantizer takes a second to import: only where a graph is quantized.
-    from poolserve.backends.onnxruntime.int8 import ALPHAS, activation_ranges, quantize, smoothed
-
+    """Quantize `graph` at each α into `directory` until one passes the gate, and keep that one
+    (none passing: the best by the gate's figures, which the caller then refuses or falls back
+    from)."""
     layout = "packed" if target.packed else "padded"
     names = input_names(target)
     cpu = torch.device("cpu")
@@ -113,15 +175,16 @@ def _build(
         dict(zip(names, graph_inputs(to_torch(batch, cpu), target), strict=True)) for batch in probe
     ]
     best: tuple[float, dict[str, float], Path] | None = None
-    with progress(logger, f"{spec.name}: quantizing the {target.head} head to int8 ({layout})"):
-        ranges = activation_ranges(graph, feeds)
-        for alpha in alphas or ALPHAS:
+    what = f"{spec.name}: quantizing the {target.head} head to int8 ({layout}, {quantizer.name})"
+    with progress(logger, what):
+        prepared = quantizer.prepare(graph, feeds)
+        for alpha in alphas:
             candidate = directory / f"alpha-{alpha}"
             candidate.mkdir()
-            path = quantize(smoothed(graph, ranges, alpha), candidate, MODEL_FILE)
+            path = quantizer.quantize(prepared, alpha, candidate)
             figures = measure(target, path)
             logger.info(
-                "%s: int8 (%s) with SmoothQuant alpha %.1f: %s",
+                "%s: int8 (%s) with SmoothQuant alpha %.2g: %s",
                 spec.name,
                 layout,
                 alpha,

@@ -90,8 +90,9 @@ def entry_of(
     return entry_for(root, spec, target, family="onnx", extra={**versions, **extra})
 
 
-def valid_model(entry: CacheEntry) -> Path | None:
-    """The entry's graph if every file is the one its manifest recorded, else None."""
+def valid_model(entry: CacheEntry, model_file: str = MODEL_FILE) -> Path | None:
+    """The entry's graph (`model_file`) if every file is the one its manifest recorded, else
+    None."""
     try:
         manifest = json.loads(entry.manifest.read_text(encoding="utf-8"))
         if manifest.get("key") != entry.key:
@@ -102,7 +103,7 @@ def valid_model(entry: CacheEntry) -> Path | None:
                 return None
             if sha256(path) != digest:
                 return None
-        return entry.directory / MODEL_FILE
+        return entry.directory / model_file
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -117,12 +118,13 @@ def cached_or_built(
     entry: CacheEntry,
     parts: dict[str, Any],
     build: Callable[[Path], dict[str, Any]],
+    model_file: str = MODEL_FILE,
 ) -> Path:
     """The entry's graph, built first where it is missing or invalid: `build(directory)` writes
-    MODEL_FILE (and any data file) into a staging directory and returns what the manifest
+    `model_file` (and any data file) into a staging directory and returns what the manifest
     should also record."""
     with locked(entry):
-        model = valid_model(entry)
+        model = valid_model(entry, model_file)
         if model is not None:
             return model
         for abandoned in entry.directory.parent.glob(f".{entry.key}.*"):  # builds killed midway
@@ -141,9 +143,9 @@ def cached_or_built(
             staging.rename(entry.directory)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    model = valid_model(entry)
+    model = valid_model(entry, model_file)
     if model is None:
-        raise RuntimeError(f"the ONNX cache entry {entry.directory} did not verify")
+        raise RuntimeError(f"the cache entry {entry.directory} did not verify")
     return model
 
 
@@ -166,7 +168,8 @@ def export(module: torch.nn.Module, spec: ModelSpec, target: AotTarget, path: Pa
     large = sum(p.numel() * 4 for p in module.parameters()) > EXTERNAL_DATA_BYTES
     # The exporter prints its steps, logs each initializer it folds and warns about renamed
     # axes: none of it is for our users.
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _quiet(_CHATTY):
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    with warnings.catch_warnings(), quiet, quiet_loggers(_CHATTY):
         warnings.simplefilter("ignore")
         with torch.inference_mode(False), torch.no_grad():
             torch.onnx.export(
@@ -182,7 +185,7 @@ def export(module: torch.nn.Module, spec: ModelSpec, target: AotTarget, path: Pa
 
 
 @contextlib.contextmanager
-def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+def quiet_loggers(names: tuple[str, ...]) -> Iterator[None]:
     """The named loggers at ERROR while the block runs."""
     loggers = [logging.getLogger(name) for name in names]
     levels = [each.level for each in loggers]

@@ -28,12 +28,17 @@ import torch
 
 from poolserve._environment import cache_dir
 from poolserve.backends import quality_gate
-from poolserve.backends.onnxruntime.int8_cache import int8_graphs
+from poolserve.backends.onnxruntime.int8_cache import ORT_INT8, Quantizer, int8_graphs
 from poolserve.backends.onnxruntime.onnx_export import exported, graph_inputs
 from poolserve.backends.probe import calibration_split
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.device import place
-from poolserve.backends.torch.executor import CompiledForward, ModelExecutor, TorchBatch
+from poolserve.backends.torch.executor import (
+    CompiledForward,
+    CompiledRun,
+    ModelExecutor,
+    TorchBatch,
+)
 from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.backends.torch.precision import probe_batches
@@ -45,6 +50,7 @@ from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
     CompileReport,
+    CompileSource,
     QuantizationReport,
 )
 from poolserve.engine.runner_layout import runner_layout
@@ -56,22 +62,28 @@ logger = logging.getLogger(__name__)
 
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> OrtBackend:
     """The ONNX Runtime backend of `model`; a setting it cannot honour is refused now."""
+    return graph_backend(OrtBackend, "onnxruntime", model, config, collate)
+
+
+def graph_backend(
+    kind: type[OrtBackend], name: str, model: ModelSpec, config: EngineConfig, collate: Collate
+) -> OrtBackend:
+    """A backend that runs the main head's exported graph (`kind`, `--backend name`) on the CPU
+    in float32 or int8; a setting it cannot honour is refused now."""
     if model.layout.vision is not None:
-        raise SettingError("--backend onnxruntime serves text models; use --backend torch")
+        raise SettingError(f"--backend {name} serves text models; use --backend torch")
     if model.dtype not in ("auto", "float32"):
         raise SettingError(
-            f"--backend onnxruntime runs float32 (or int8 with --quantize int8), not --dtype "
+            f"--backend {name} runs float32 (or int8 with --quantize int8), not --dtype "
             f"{model.dtype}; leave --dtype out or use --backend torch"
         )
     if config.compile == "on":
-        raise SettingError(
-            "--compile on is the torch backend's; onnxruntime optimizes its own graph"
-        )
+        raise SettingError(f"--compile on is the torch backend's; {name} optimizes its own graph")
     placed = place(replace(model, dtype="float32"))
     if placed.device != "cpu":
-        raise SettingError("--backend onnxruntime runs on the CPU; use --backend torch for CUDA")
+        raise SettingError(f"--backend {name} runs on the CPU; use --backend torch for CUDA")
     runners, threads = runner_layout(config, placed.device)
-    return OrtBackend(
+    return kind(
         placed,
         collate,
         single_thread_tokens=config.single_thread_tokens,
@@ -88,7 +100,11 @@ class OrtBackend(TorchBackend):
     """The torch backend with its main head run by ONNX Runtime, one session per thread count a
     runner uses (1, its own, and every runner's for a batch on lent cores)."""
 
-    FASTER_FORWARD = "onnxruntime"
+    FASTER_FORWARD: CompileSource = "onnxruntime"
+    # How the log names the runtime.
+    RUNTIME = "ONNX Runtime"
+    # How its int8 graphs are made (int8_cache.py).
+    QUANTIZER: Quantizer = ORT_INT8
 
     def __init__(
         self,
@@ -132,11 +148,12 @@ class OrtBackend(TorchBackend):
         if self._quantize == "int8":
             graphs = self._quantized(module, targets, graphs)
         self._compiled = tuple(self._forward(target, graphs[target]) for target in targets)
-        self.report = CompileReport("onnxruntime")
+        self.report = CompileReport(self.FASTER_FORWARD)
         logger.info(
-            "%s: the %s head runs on ONNX Runtime (%s, %s)",
+            "%s: the %s head runs on %s (%s, %s)",
             spec.name,
             head,
+            self.RUNTIME,
             "int8" if self.quantization and self.quantization.served == "int8" else "float32",
             "padded batches in length buckets",
         )
@@ -147,11 +164,15 @@ class OrtBackend(TorchBackend):
         """Sessions of `graph` at `counts` threads (default: each count a runner uses)."""
         counts = counts or sorted({1, self._threads, self._threads * self._runners})
         return CompiledForward(
-            {count: OrtRun(graph, target, count) for count in counts},
+            {count: self._run(graph, target, count) for count in counts},
             target.head,
             packed=target.packed,
             takes_pool_mask=not target.packed,
         )
+
+    def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
+        """`graph` run at `threads` intra-op threads."""
+        return OrtRun(graph, target, threads)
 
     def _quantized(
         self, module: PoolingModule, targets: list[AotTarget], graphs: dict[AotTarget, Path]
@@ -182,7 +203,13 @@ class OrtBackend(TorchBackend):
             return quality_gate.figures(head, expected(target), got)
 
         quantized, figures = int8_graphs(
-            cache_dir(), self._spec, targets, graphs, lambda: batches(calibrate_on), measure
+            cache_dir(),
+            self._spec,
+            targets,
+            graphs,
+            lambda: batches(calibrate_on),
+            measure,
+            self.QUANTIZER,
         )
         failures = quality_gate.failures(figures)
         served = "int8" if not failures else "float32"

@@ -1,6 +1,6 @@
-"""The ONNX Runtime backend: every kind's answers equal the references (float32), int8 passes its
-quality gate on the bundled model (and a restart takes it from the cache) and is refused on a
-model whose int8 breaks it."""
+"""The backends that run the exported graph, ONNX Runtime and OpenVINO: every kind's answers
+equal the references (float32), int8 passes its quality gate on the bundled model (and a restart
+takes it from the cache) and is refused on a model whose int8 breaks it."""
 
 from __future__ import annotations
 
@@ -41,16 +41,22 @@ SMALL = {"cpu_workers": 1, "max_batch_tokens": 4096}
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ONNX cache for the module: each model is exported once."""
+    """One ONNX cache for the module: each model is exported once (both runtimes run the
+    same graph)."""
     return tmp_path_factory.mktemp("onnx-cache")
 
 
+@pytest.fixture(scope="module", params=["onnxruntime", "openvino"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def load(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def load(cache: Path, runtime: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(cache))
     engines: list[Engine] = []
 
-    def engine(directory: Path | None, backend: str = "onnxruntime", **options: Any) -> Engine:
+    def engine(directory: Path | None, backend: str = runtime, **options: Any) -> Engine:
         model = ModelConfig(model=None if directory is None else str(directory), dtype="float32")
         config = EngineConfig(backend=backend, **SMALL, **options)
         engines.append(Engine(model_config=model, engine_config=config))
@@ -61,12 +67,12 @@ def load(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         each.close()
 
 
-def test_embeddings_equal_sentence_transformers(load: Any, st_model: Any) -> None:
+def test_embeddings_equal_sentence_transformers(load: Any, runtime: str, st_model: Any) -> None:
     engine = load(None)
     assert not engine.core.packed_heads  # length buckets: faster than packed on ONNX Runtime
     got = engine.embed(TEXTS)
     np.testing.assert_allclose(got, st_encode(st_model, TEXTS), atol=2e-5)
-    assert engine.core.quantization is None and engine.core.compiled == "onnxruntime"
+    assert engine.core.quantization is None and engine.core.compiled == runtime
 
 
 def test_cross_encoder_scores_equal_sentence_transformers(
@@ -126,7 +132,8 @@ def test_int8_passes_the_gate_on_the_bundled_model_and_keeps_its_vectors(
     restarted = load(None, quantize="int8")
     assert [path.stat().st_mtime_ns for path in entries] == stamps
     assert sorted((cache / "onnx").glob("*/entry.json")) == entries
-    # Activations are quantized per batch, so a text's vector moves a little with its batch.
+    # ONNX Runtime quantizes activations per batch, so a text's vector moves a little with its
+    # batch (OpenVINO's activation ranges are fixed).
     again = (restarted.embed(texts[:8]) * got[:8]).sum(axis=1)
     assert again.min() >= 0.99, again
 
@@ -147,9 +154,9 @@ def test_int8_that_breaks_is_refused_in_one_line_or_served_unquantized(
     np.testing.assert_allclose(engine.embed(TEXTS), expected, atol=2e-5)
 
 
-def test_settings_it_cannot_honour_are_refused_before_loading(load: Any) -> None:
-    with pytest.raises(ModelLoadError, match="runs float32"):
+def test_settings_it_cannot_honour_are_refused_before_loading(runtime: str) -> None:
+    with pytest.raises(ModelLoadError, match=f"backend {runtime} runs float32"):
         Engine(
             model_config=ModelConfig(dtype="bfloat16"),
-            engine_config=EngineConfig(backend="onnxruntime", **SMALL),
+            engine_config=EngineConfig(backend=runtime, **SMALL),
         )

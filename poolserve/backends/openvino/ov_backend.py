@@ -1,0 +1,95 @@
+"""The OpenVINO backend (`--backend openvino`): the main head's forward exported to ONNX at first
+start (the same graph and cache as the ONNX Runtime backend's, backends/onnxruntime/), compiled
+by OpenVINO's CPU plugin, in padded batches cut into length buckets; with `--quantize int8`,
+quantized by NNCF (ov_int8.py) behind the quality gate (backends/quality_gate.py).
+
+It is the ONNX Runtime backend with another runtime under the graph: the model is loaded in
+torch, which is what is exported, the float32 reference the gate checks against, and what runs
+the model's other heads. Why a second runtime: on a CPU with VNNI, OpenVINO's static int8
+(activation ranges calibrated once) runs faster than ONNX Runtime's dynamic int8, which
+measures each activation's range as it runs (docs/benchmarks.md).
+
+Each compiled model runs at a fixed number of inference threads per stream, with a stream for
+each runner that may run it at once, unpinned (the runners share the cores with the
+tokenizers), at float32 precision (OpenVINO would otherwise run bf16 on a CPU
+that has it, which `--dtype` decides, not the runtime). A runner thread keeps its own infer
+request of each compiled model.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any
+
+import openvino
+import torch
+
+from poolserve.backends.onnxruntime.int8_cache import Quantizer
+from poolserve.backends.onnxruntime.onnx_export import graph_inputs, input_names
+from poolserve.backends.onnxruntime.ort_backend import OrtBackend, graph_backend
+from poolserve.backends.openvino.ov_int8 import OPENVINO_INT8
+from poolserve.backends.torch.aot_cache import AotTarget
+from poolserve.backends.torch.executor import CompiledRun, TorchBatch
+from poolserve.config import EngineConfig
+from poolserve.engine.model_backend import BackendFactory, Collate, CompileSource
+from poolserve.models.spec import ModelSpec
+
+
+def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> OrtBackend:
+    """The OpenVINO backend of `model`; a setting it cannot honour is refused now."""
+    return graph_backend(OvBackend, "openvino", model, config, collate)
+
+
+class OvBackend(OrtBackend):
+    """The ONNX Runtime backend's graphs compiled and run by OpenVINO, one compiled model per
+    thread count a runner uses."""
+
+    FASTER_FORWARD: CompileSource = "openvino"
+    RUNTIME = "OpenVINO"
+    QUANTIZER: Quantizer = OPENVINO_INT8
+
+    @functools.cached_property
+    def _core(self) -> Any:
+        return openvino.Core()
+
+    def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
+        # Every runner may run a count up to its own at once; more (lent cores) one at a time.
+        streams = self._runners if threads <= self._threads else 1
+        return OvRun(self._core, graph, target, threads, streams)
+
+
+class OvRun:
+    """A graph compiled by OpenVINO for one inference thread count, as a `CompiledRun`, with
+    `streams` inferences able to run at once (a compiled model runs one at a time per stream:
+    measured, two threads on one stream ran 1.08x one thread's work, on two streams 1.70x)."""
+
+    def __init__(
+        self, core: Any, graph: Path, target: AotTarget, threads: int, streams: int
+    ) -> None:
+        config = {
+            "INFERENCE_NUM_THREADS": threads * streams,
+            "NUM_STREAMS": streams,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32",
+            "ENABLE_CPU_PINNING": False,
+        }
+        self._compiled = core.compile_model(str(graph), "CPU", config)
+        takes = {name for port in self._compiled.inputs for name in port.get_names()}
+        self._names = [name for name in input_names(target) if name in takes]
+        self._target = target
+        self._requests = threading.local()
+
+    def __call__(self, batch: TorchBatch) -> torch.Tensor:
+        request = getattr(self._requests, "request", None)
+        if request is None:
+            request = self._requests.request = self._compiled.create_infer_request()
+        names = input_names(self._target)
+        arrays = dict(zip(names, graph_inputs(batch, self._target), strict=True))
+        result = request.infer({name: arrays[name] for name in self._names})
+        return torch.from_numpy(result[0])
+
+
+# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+_FACTORY: BackendFactory = make_backend
