@@ -100,7 +100,7 @@ def int8_graphs(
     graphs: Mapping[AotTarget, Path],
     calibration: Callable[[], Mapping[AotTarget, Sequence[Batch]]],
     measure: Measure,
-    quantizer: Quantizer = ORT_INT8,
+    quantizer: Quantizer,
 ) -> tuple[dict[AotTarget, Path], dict[str, float]]:
     """Each target's int8 graph (from its float32 `graphs[target]`, calibrated over
     `calibration()`'s batches where it is built), and the gate's figures of them all, the worse
@@ -108,13 +108,12 @@ def int8_graphs(
     quantized: dict[AotTarget, Path] = {}
     gates: list[dict[str, float]] = []
     alpha: float | None = None
-    tag = "int8" if quantizer is ORT_INT8 else f"int8-{quantizer.name}"
     for target in targets:
         entry, parts = entry_of(
             root,
             spec,
             target,
-            quantize=tag,
+            quantize=f"int8-{quantizer.name}",
             int8_format=INT8_FORMAT,
             int8_code=_int8_code(quantizer.code),
             **quantizer.versions(),
