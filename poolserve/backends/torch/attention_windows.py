@@ -100,6 +100,8 @@ def _masks_by_type(
 
 
 def window_of(mask: torch.Tensor | dict[str, Any] | None, length: int, kind: str) -> Window | None:
+    """The window a mask of one sequence of `length` tokens keeps each token to (None: the
+    whole sequence); ValueError where no window of offsets gives exactly that mask."""
     if mask is None:  # the attention sees the whole sequence (sdpa skips an all-true mask)
         return None
     if not isinstance(mask, torch.Tensor) or mask.shape[-2:] != (length, length):
