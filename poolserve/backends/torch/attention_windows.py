@@ -57,6 +57,9 @@ def layer_windows(
     (None: the whole sequence); () where every layer attends alike. Raises ValueError where a
     type's mask is not a window of positions."""
     types = tuple(dict.fromkeys(getattr(config, "layer_types", None) or ()))
+    other = set(types) - {"full_attention", "sliding_attention"}
+    if other:  # chunked, linear or convolutional layers: no mask of positions says what they see
+        raise ValueError(f"its {', '.join(sorted(other))} layers take no packed mask")
     size = window_size(config)
     if len(types) <= 1 or size is None:
         return ()

@@ -255,12 +255,18 @@ def pack_if_checked(
     if similarity < required_similarity(dtype):
         return f"a packed row's outputs differ from its sequences' alone (cosine {similarity:.5f})"
     module.packing, module.sequence_head = packing, head
-    if head is not None:
+    if head is None:
+        return None
+    why = None
+    try:
         difference = _scores_packed_against_alone(module, device)
         if difference > required_score_difference(dtype):
-            module.packing = module.sequence_head = None
-            return f"its head applied per sequence gives other logits (by {difference:.2g})"
-    return None
+            why = f"its head applied per sequence gives other logits (by {difference:.2g})"
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
+        why = f"its head fails on a packed row ({type(error).__name__}: {error})"
+    if why is not None:
+        module.packing = module.sequence_head = None
+    return why
 
 
 def _scores_packed_against_alone(module: PoolingModule, device: torch.device) -> float:

@@ -56,7 +56,8 @@ class SequenceHead:
         rightmost = torch.full_like(last, -1).scatter_reduce(
             0, segments.reshape(-1).clamp(min=0), candidates, reduce="amax", include_self=True
         )
-        return torch.where(rightmost >= 0, rightmost, last)
+        # An input of padding alone: transformers' argmax over no real token reads the first.
+        return torch.where(rightmost >= 0, rightmost, first)
 
     def __call__(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """float32 [segments, labels] from packed hidden states [rows, length, hidden]."""
