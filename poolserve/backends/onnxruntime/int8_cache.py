@@ -22,12 +22,12 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from poolserve.backends import quality_gate
 from poolserve.backends.onnxruntime.onnx_export import (
     MODEL_FILE,
+    Feeds,
     cached_or_built,
     entry_of,
     graph_inputs,
@@ -48,7 +48,6 @@ INT8_FORMAT = 1
 
 # The gate's figures of a graph of a target, over its probe batches.
 Measure = Callable[[AotTarget, Path], dict[str, float]]
-Feeds = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import logging
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ FORMAT = 1
 MODEL_FILE = "model.onnx"
 # Loggers of the exporter's libraries that log its passes at INFO.
 _CHATTY = ("onnx_ir", "onnxscript", "torch.onnx")
+# A graph's inputs by name, as a runtime takes them.
+Feeds = Mapping[str, np.ndarray]
 # Graphs above this size keep their weights in a file beside the graph (protobuf's 2 GiB limit).
 EXTERNAL_DATA_BYTES = 1 << 30
 

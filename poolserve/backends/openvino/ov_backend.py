@@ -77,7 +77,8 @@ class OvRun:
         }
         self._compiled = core.compile_model(str(graph), "CPU", config)
         takes = {name for port in self._compiled.inputs for name in port.get_names()}
-        self._names = [name for name in input_names(target) if name in takes]
+        self._names = input_names(target)
+        self._fed = [name for name in self._names if name in takes]
         self._target = target
         self._requests = threading.local()
 
@@ -85,9 +86,8 @@ class OvRun:
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self._compiled.create_infer_request()
-        names = input_names(self._target)
-        arrays = dict(zip(names, graph_inputs(batch, self._target), strict=True))
-        result = request.infer({name: arrays[name] for name in self._names})
+        arrays = dict(zip(self._names, graph_inputs(batch, self._target), strict=True))
+        result = request.infer({name: arrays[name] for name in self._fed})
         return torch.from_numpy(result[0])
 
 
