@@ -133,15 +133,13 @@ class AotLoad:
 
 def load_or_build(
     root: Path,
-    module: torch.nn.Module,
+    module: torch.nn.Module | None,
     spec: ModelSpec,
     targets: Iterable[AotTarget],
     instances: int,
-    *,
-    build_missing: bool = True,
 ) -> AotLoad:
-    """Each target's library from the cache, compiled first where it is missing or invalid
-    (NotInCacheError instead, without `build_missing`)."""
+    """Each target's library from the cache, compiled from `module` first where it is missing
+    or invalid (without a module, NotInCacheError instead)."""
     started = time.perf_counter()
     runs: dict[int, AotModel] = {}
     built = loaded = 0
@@ -152,7 +150,7 @@ def load_or_build(
                 library = valid_library(entry)
                 if library is not None:
                     loaded += 1
-                elif not build_missing:
+                elif module is None:
                     raise NotInCacheError(f"not in the compiled cache ({entry.directory})")
                 else:
                     library = _rebuild(entry, parts, module, spec, target)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -16,6 +17,7 @@ from poolserve.backends.torch import aot, compile_gain, precision, warm_up
 from poolserve.backends.torch.aot import AotRun
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotUnavailableError
+from poolserve.backends.torch.deferred_module import DeferredModule
 from poolserve.backends.torch.device import place
 from poolserve.backends.torch.executor import (
     CompiledForward,
@@ -37,7 +39,7 @@ from poolserve.engine.model_backend import (
     QuantizationReport,
 )
 from poolserve.engine.runner_layout import runner_layout
-from poolserve.errors import SettingError
+from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -134,6 +136,10 @@ class TorchBackend:
         return bool(self._compiled)
 
     @property
+    def compiled_heads(self) -> tuple[Head, ...]:
+        return tuple(each.head for each in self._compiled)
+
+    @property
     def compiled_threads(self) -> tuple[int, ...]:
         """The intra-op thread counts the main head runs compiled at (others run eagerly)."""
         return tuple(sorted({count for each in self._compiled for count in each.runs}))
@@ -144,10 +150,93 @@ class TorchBackend:
 
     def load(self) -> None:
         self._own_threads()
+        if self._restart_from_the_cache():
+            return
         module = self._load_module()
         self._module = module
         self._choose_packing(module)
         self._speed_up(module)
+
+    def _restart_from_the_cache(self) -> bool:
+        """Serve the main head from its compiled libraries alone where the caches hold all that
+        a start decides for it: the precision, the batch layout (a packed library is built only
+        once packing was checked), every thread count's library and, but with `--compile on`,
+        that each pays. The eager module is built at its first call (deferred_module.py)."""
+        spec = self._spec
+        if not self._compiles or spec.device != "cpu" or spec.layout.vision is not None:
+            return False
+        root = cache_dir()
+        chosen = None
+        if spec.dtype == "auto":
+            chosen = precision.cached_choice(precision.cache_file(root, spec, self._threads))
+            if chosen is None:
+                return False
+            spec = replace(spec, dtype=chosen.dtype)
+        started = time.perf_counter()
+        head = spec.heads[0]
+        counts = sorted({1, self._threads, self._threads * self._runners})
+        for with_types in (True, False) if spec.kind == "cross_encoder" else (False,):
+            targets = [
+                AotTarget(head, count, with_types, self._max_batch_size, self._packing != "off")
+                for count in counts
+            ]
+            gains = {
+                target.threads: compile_gain.cached_gain(compile_gain.gain_file(root, spec, target))
+                for target in targets
+            }
+            known = {count: gain for count, gain in gains.items() if gain is not None}
+            if self._compile != "on" and not (
+                len(known) == len(counts) and all(gain.pays for gain in known.values())
+            ):
+                continue
+            try:
+                loaded = aot.load_or_build(root, None, spec, targets, self._runners)
+            except aot.NotInCacheError:
+                continue
+            break
+        else:
+            return False
+        self._spec, self.precision, self._known_gains = spec, chosen, known
+        if chosen is not None:
+            logger.info(precision.describe(spec.name, chosen))
+        packed = targets[0].packed
+        self.packed_heads = frozenset(spec.heads if packed else ())
+        if packed:
+            self._log_packed()
+        self._module = DeferredModule(spec.name, partial(self._deferred_module, spec))
+        self._compiled = (
+            CompiledForward(
+                {count: AotRun(model, with_types) for count, model in loaded.runs.items()},
+                head,
+                packed,
+            ),
+        )
+        self.report = CompileReport("cached", gains=self._gain_ratios())
+        self._warm_up(self._new_executor(), heads=(head,))
+        self.report = replace(self.report, seconds=time.perf_counter() - started)
+        self._log_compiled()
+        logger.info(
+            "%s: the weights are in the compiled libraries; the eager module loads at its "
+            "first use (%s, or a batch they do not run)",
+            spec.name,
+            ", ".join(spec.heads[1:]) or "none other",
+        )
+        return True
+
+    def _deferred_module(self, spec: ModelSpec) -> PoolingModule:
+        """The eager module of a restart served from the cache, its packing checked again as
+        at the start that built the libraries."""
+        module = load_module(spec)
+        assert isinstance(module, PoolingModule)  # an image-text model is not compiled
+        if self._packing != "off":
+            why = enable_packing(module, spec)
+            if frozenset(head for head in spec.heads if module.packs(head)) != self.packed_heads:
+                raise ModelLoadError(
+                    f"{spec.name}: its packed batches passed their check when the compiled "
+                    f"libraries were built, and fail it now ({why}); delete the compile cache "
+                    "(POOLSERVE_CACHE_DIR) and restart"
+                )
+        return module
 
     def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
         """Compile the main head where `compile` asks for it and (auto, cached) where it is
@@ -297,6 +386,9 @@ class TorchBackend:
                 why,
             )
             return
+        self._log_packed()
+
+    def _log_packed(self) -> None:
         padded = sorted(set(self._spec.heads) - self.packed_heads)
         logger.info(
             "%s: packed batches (several inputs to a row, no padding to the longest)%s",
@@ -312,11 +404,10 @@ class TorchBackend:
         targets = self._targets(head, counts)
         loaded = aot.load_or_build(
             cache_dir(),
-            module,
+            module if self._compile != "cached" else None,
             self._spec,
             targets,
             self._runners,
-            build_missing=self._compile != "cached",
         )
         self.report = CompileReport("built" if loaded.built else "cached")
         with_types = targets[0].with_token_types
@@ -348,7 +439,11 @@ class TorchBackend:
         self._own_threads()
         started = time.perf_counter()
         executor = self._new_executor()
-        self._warm_up(executor, heads=self._spec.heads)
+        deferred = isinstance(self._module, DeferredModule) and not self._module.built
+        # A restart served from the cache warms what the compiled libraries run, not the eager
+        # module it has not loaded.
+        heads = self.compiled_heads if deferred else self._spec.heads
+        self._warm_up(executor, heads=heads)
         logger.info(
             "%s: a runner warmed up in %.1f s (%s)",
             self._spec.name,

@@ -1,12 +1,13 @@
 """`--compile`: the forward compiled ahead of time matches eager on varied lengths and batch
 sizes, packed (an embedding model; a cross-encoder's pairs with token type ids, against its
-own head on padded pairs) and padded (the pairs with `--packing off`),
-and serves without running eagerly; a restart loads it from the cache
-without compiling, a changed model file, dtype or thread count misses the cache, a truncated
-entry is rebuilt, and serving never compiles. Where compiling cannot work, `on` refuses to
-start and `auto` serves eagerly; a padded model that does not export falls back to torch.compile
-(one runner) or eager (several), a packed one to packed eager batches, and a failing compile is
-served eagerly with one log line. `cached` loads what the cache holds and never compiles."""
+own head on padded pairs) and padded (the pairs with `--packing off`), and serves without
+running eagerly; a restart loads it from the cache without compiling (nor loading the eager
+module before a batch needs it), a changed model file, dtype or thread count misses the cache,
+a truncated entry is rebuilt, and serving never compiles. Where compiling cannot work, `on`
+refuses to start and `auto` serves eagerly; a padded model that does not export falls back to
+torch.compile (one runner) or eager (several), a packed one to packed eager batches, and a
+failing compile is served eagerly with one log line. `cached` loads what the cache holds and
+never compiles."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from poolserve import commands
 from poolserve.backends.torch import aot, aot_cache, compile_gain
 from poolserve.backends.torch import executor as executor_module
 from poolserve.backends.torch import torch_backend as backend_module
+from poolserve.backends.torch.deferred_module import DeferredModule
 from poolserve.backends.torch.executor import use_threads
 from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.config import ModelConfig
@@ -156,7 +158,10 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
         assert_close_vectors(
             np.stack(forward(lent, 2)), np.stack(eager_forward(lent, 1)), FP32_COSINE
         )
-        # The other head (token_embed) stays eager and still works.
+        # The weights came in the library: the eager module is built at the first batch the
+        # library does not run (the other head, token_embed), which then answers as eager does.
+        deferred = restarted._module
+        assert isinstance(deferred, DeferredModule) and not deferred.built
         batch = collate(batch_of(2, 12, 99), pad_token_id=0)
         token_batch = collate(
             [
@@ -166,7 +171,10 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
             pad_token_id=0,
         )
         rows = forward(token_batch, 1)
+        assert deferred.built
         assert [row.shape[0] for row in rows] == [item.cost for item in batch.items]
+        for row, expected_row in zip(rows, eager_forward(token_batch, 1), strict=True):
+            assert_close_vectors(row, expected_row, FP32_COSINE)
         restarted.close()
 
     # A truncated library is never run: the entry is rebuilt, with one warning. (Truncated as
