@@ -32,6 +32,12 @@ class InvalidRequestError(PoolserveError, ValueError):
     error_type = "invalid_request_error"
 
 
+# How an embedding request has a long input embedded whole, in chunks: in poolserve's own field,
+# and (on another family's route, which has no such field) by the server's flag.
+CHUNK_IN_THE_REQUEST = '`long_input: "chunk"` (or start the server with --long-input chunk)'
+CHUNK_ON_THE_SERVER = "--long-input chunk to the server"
+
+
 class InputTooLongError(InvalidRequestError):
     """An input has more tokens than the model accepts and truncation was not asked for.
 
@@ -47,18 +53,42 @@ class InputTooLongError(InvalidRequestError):
         cut_with: str = "`truncate_prompt_tokens` (-1 for the model's maximum)",
         param: str | None = None,
         index: int | None = None,
+        chunk_with: str | None = None,
     ) -> None:
-        super().__init__(f"{where} {detail}; shorten it, or pass {cut_with} to cut it", param=param)
+        chunk = "" if chunk_with is None else f", or pass {chunk_with} to embed it in chunks"
+        super().__init__(
+            f"{where} {detail}; shorten it, or pass {cut_with} to cut it{chunk}", param=param
+        )
         self.where = where
         self.detail = detail
+        self.cut_with = cut_with
         # The input's position in its request's list of inputs, where there is one.
         self.index = index
+        # How the request could have it embedded whole, in chunks (an embedding's input).
+        self.chunk_with = chunk_with
 
     def reworded(self, field: str, cut_with: str) -> InputTooLongError:
-        """The same error as a route names it: its input as `field[index]`, how to cut it."""
+        """The same error as a route names it: its input as `field[index]`, how to cut it (and,
+        where the request could chunk it, the server's flag that does for this route)."""
         where = self.where if self.index is None else f"{field}[{self.index}]"
         return InputTooLongError(
-            where, self.detail, cut_with=cut_with, param=field, index=self.index
+            where,
+            self.detail,
+            cut_with=cut_with,
+            param=field,
+            index=self.index,
+            chunk_with=None if self.chunk_with is None else CHUNK_ON_THE_SERVER,
+        )
+
+    def chunkable(self, chunk_with: str = CHUNK_IN_THE_REQUEST) -> InputTooLongError:
+        """The same error, saying how to embed the input whole in chunks instead."""
+        return InputTooLongError(
+            self.where,
+            self.detail,
+            cut_with=self.cut_with,
+            param=self.param,
+            index=self.index,
+            chunk_with=chunk_with,
         )
 
 

@@ -1,6 +1,7 @@
-"""Progress lines for start-up work that takes a while (exporting, quantizing, compiling,
-measuring): one line when it starts, one every `EVERY` seconds while it runs, saying what, for
-which model and thread count, and for how long so far, so that a first start is never silent."""
+"""Progress lines for start-up work that takes a while (loading weights, exporting, quantizing,
+compiling, measuring): one line when it starts, one every `EVERY` seconds while it runs, saying
+what, for which model and thread count, and for how long so far, so that a first start is never
+silent."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ EVERY = 10.0
 
 
 @contextmanager
-def progress(logger: logging.Logger, what: str, every: float = EVERY) -> Iterator[None]:
-    """Log `what` now and every `every` seconds until the block ends."""
+def progress(
+    logger: logging.Logger, what: str, every: float = EVERY, *, announce: bool = True
+) -> Iterator[None]:
+    """Log `what` now (unless not to `announce` it: work that is usually quick, whose own line
+    says when it ends) and every `every` seconds until the block ends."""
     started = time.perf_counter()
     done = threading.Event()
-    logger.info("%s ...", what)
+    if announce:
+        logger.info("%s ...", what)
 
     def report() -> None:
         # A timed wait on the event: it wakes at once when the work ends.

@@ -2,12 +2,13 @@
 images: a folder of image files, or a field of image paths (`--image-field`).
 
 Every record becomes a `Row` (its text, or its image's path) or a `BadRow` (why it cannot be
-embedded: a missing field, a value that is not text, a blank text, a line that is not JSON),
-each numbered by its place in the input (`position`: the line in a text file, the row in a
-Parquet file, the file in a folder) so that a report can point at it. Records are numbered
-0, 1, 2... in input order (`index`), which is the default id and what a resumed job counts to
-skip what it has done. A folder's files are read in the order of their paths, each one's id its
-path under the folder; an image path in a field is read relative to the input file's folder.
+embedded: a missing field, a value that is not text, a blank text, a line that is not JSON), each
+numbered by its place in the input (`position`: the line in a text file, the row in a Parquet file,
+the file in a folder) so that a report can point at it. Records are numbered 0, 1, 2... in input
+order (`index`), which is what a resumed job counts to skip what it has done, and the id of a record
+with no `id` field (or `--id-field`). A folder's files are read in the order of their paths, each
+one's id its path under the folder; an image path in a field is read relative to the input file's
+folder.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +38,10 @@ _EXTENSIONS: dict[str, Format] = {
     ".parquet": "parquet",
     ".txt": "text",
 }
+
+
+# The field a record's id is read from where `--id-field` names none (its number without it).
+DEFAULT_ID_FIELD = "id"
 
 
 class InputError(ValueError):
@@ -164,9 +169,18 @@ def _open_text(path: str) -> io.TextIOBase:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def _record_id(spec: InputSpec, index: int, record: Any) -> Any:
+    """The record's `--id-field`, or without one its `id` field where it has one, else its
+    number."""
+    if spec.id_field is not None:
+        return record.get(spec.id_field)
+    value = record.get(DEFAULT_ID_FIELD)
+    return index if value is None or value == "" else value
+
+
 def _judge(spec: InputSpec, index: int, position: int, record: Any) -> Record:
     """A Row, or a BadRow that says why; blank texts follow the server's one rule."""
-    record_id = index if spec.id_field is None else record.get(spec.id_field)
+    record_id = _record_id(spec, index, record)
     field = spec.field
     if spec.id_field is not None and record_id is None:
         return BadRow(index, position, index, f"no {spec.id_field!r} field")
@@ -207,7 +221,8 @@ def _jsonl_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            yield BadRow(index, line_number, index, f"not JSON: {exc}")
+            where = f"column {exc.colno}" if exc.colno else "the start"
+            yield BadRow(index, line_number, index, f"not JSON ({exc.msg.lower()} at {where})")
         else:
             if isinstance(record, dict):
                 yield _judge(spec, index, line_number, record)
@@ -216,14 +231,32 @@ def _jsonl_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
         index += 1
 
 
-def _csv_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
-    reader = csv.DictReader(stream)
-    columns = reader.fieldnames or []
+def check_columns(spec: InputSpec) -> None:
+    """Refuse a CSV or Parquet file without the columns the job reads (InputError, one line),
+    from its header or schema alone; other inputs are judged record by record."""
+    if spec.path == "-" or spec.format not in ("csv", "parquet"):
+        return
+    if spec.format == "parquet":
+        _parquet_file(spec)
+        return
+    stream = _open_text(spec.path)
+    try:
+        _check_csv_header(spec, csv.DictReader(stream).fieldnames or [])
+    finally:
+        stream.close()
+
+
+def _check_csv_header(spec: InputSpec, columns: Sequence[str]) -> None:
     for needed in (spec.field, spec.id_field):
         if needed is not None and needed not in columns:
             raise InputError(
                 f"{spec.path} has no column {needed!r} (its columns: {', '.join(columns)})"
             )
+
+
+def _csv_records(spec: InputSpec, stream: io.TextIOBase) -> Iterator[Record]:
+    reader = csv.DictReader(stream)
+    _check_csv_header(spec, reader.fieldnames or [])
     for index, record in enumerate(reader):
         yield _judge(spec, index, reader.line_num, record)
 
@@ -237,20 +270,27 @@ def _text_records(stream: io.TextIOBase) -> Iterator[Record]:
             yield BadRow(index, index + 1, index, "blank line")
 
 
-def _parquet_records(spec: InputSpec) -> Iterator[Record]:
+def _parquet_file(spec: InputSpec) -> tuple[Any, list[str]]:
+    """The Parquet file and the columns the job reads of it (InputError where one is missing)."""
     import pyarrow.parquet as pq
 
     try:
         file = pq.ParquetFile(spec.path)
-    except OSError as exc:
-        raise InputError(f"cannot read {spec.path}: {exc}") from None
-    columns = [spec.field] + ([spec.id_field] if spec.id_field else [])
-    missing = [name for name in columns if name not in file.schema_arrow.names]
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(f"cannot read {spec.path} as Parquet: {exc}") from None
+    names = file.schema_arrow.names
+    id_column = spec.id_field or (DEFAULT_ID_FIELD if DEFAULT_ID_FIELD in names else None)
+    columns = [spec.field] + ([id_column] if id_column and id_column != spec.field else [])
+    missing = [name for name in columns if name not in names]
     if missing:
         raise InputError(
-            f"{spec.path} has no column {missing[0]!r} (its columns: "
-            f"{', '.join(file.schema_arrow.names)})"
+            f"{spec.path} has no column {missing[0]!r} (its columns: {', '.join(names)})"
         )
+    return file, columns
+
+
+def _parquet_records(spec: InputSpec) -> Iterator[Record]:
+    file, columns = _parquet_file(spec)
     index = 0
     for batch in file.iter_batches(batch_size=8192, columns=columns):
         for record in batch.to_pylist():

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shutil
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from poolserve.bulk.corpus import (
     InputSpec,
     Record,
     Row,
+    check_columns,
     count_records,
     read_records,
 )
@@ -46,6 +49,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PARTS_IN_FLIGHT = 3
+# A part goes to the engine in calls of at most this many records (length-sorted runs of it),
+# each counted as done when it returns: progress moves within a part, not a part at a time.
+CALL_ROWS = 256
 OutputKind = Literal["parquet", "npy", "jsonl"]
 
 
@@ -112,6 +118,8 @@ def check_job(spec: InputSpec, output: Path, options: JobOptions) -> None:
             raise InputError(f"{spec.path}: no such folder")
     elif spec.path != "-" and not Path(spec.path).is_file():
         raise InputError(f"{spec.path}: no such file")
+    check_columns(spec)
+    _check_writable(output)
     kind = output_kind(output)
     if kind != "parquet" and output.exists() and not options.overwrite:
         raise JobStateError(f"{output} exists; pass --overwrite to embed again")
@@ -124,6 +132,18 @@ def check_job(spec: InputSpec, output: Path, options: JobOptions) -> None:
         )
 
 
+def _check_writable(output: Path) -> None:
+    """Refuse an output whose folder cannot be made or written (JobStateError, one line)."""
+    folder = output.parent.absolute()
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir():
+        raise JobStateError(
+            f"cannot write {output}: {existing} is a file, not a folder; name an output in a folder"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise JobStateError(f"cannot write {output}: {existing} is not writable here")
+
+
 @dataclass
 class _Part:
     index: int
@@ -131,7 +151,8 @@ class _Part:
     bad: list[BadRow]
     # The rows' order by text length, as sent to the engine.
     order: list[int]
-    future: Future[CountedEmbeddings] | None
+    # The engine's calls over `order`, in turn (CALL_ROWS rows each).
+    calls: list[Future[CountedEmbeddings]]
 
 
 def run_job(
@@ -168,7 +189,7 @@ def run_job(
             chunk = list(itertools.islice(records, options.part_rows))
             if not chunk:
                 break
-            in_flight.append(_start(engine, index, chunk, options, spec.images))
+            in_flight.append(_start(engine, index, chunk, options, spec.images, progress))
             if len(in_flight) >= parts_in_flight:
                 _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
         while in_flight:
@@ -202,29 +223,38 @@ def _fingerprint(spec: InputSpec) -> dict[str, Any]:
 
 
 def _start(
-    engine: PartEmbedder, index: int, chunk: list[Record], options: JobOptions, images: bool
+    engine: PartEmbedder,
+    index: int,
+    chunk: list[Record],
+    options: JobOptions,
+    images: bool,
+    progress: _Progress,
 ) -> _Part:
     rows = [record for record in chunk if isinstance(record, Row)]
     bad = [record for record in chunk if isinstance(record, BadRow)]
-    part = _Part(index, rows, bad, [], None)
-    _submit(engine, part, options, images)
+    part = _Part(index, rows, bad, [], [])
+    progress.advance(len(bad))  # read, and done with
+    _submit(engine, part, options, images, progress)
     return part
 
 
-def _submit(engine: PartEmbedder, part: _Part, options: JobOptions, images: bool) -> None:
+def _submit(
+    engine: PartEmbedder, part: _Part, options: JobOptions, images: bool, progress: _Progress
+) -> None:
     part.order = sorted(range(len(part.rows)), key=lambda i: len(part.rows[i].text))
-    if not part.rows:
-        part.future = None
-        return
     extra: dict[str, Any] = {"images": True} if images else {}
-    part.future = engine.embed_counted_later(
-        [part.rows[i].text for i in part.order],
-        normalize=options.normalize,
-        dimensions=options.dimensions,
-        truncate_prompt_tokens=-1 if options.truncate else None,
-        skip_too_long=True,
-        **extra,
-    )
+    for start in range(0, len(part.order), CALL_ROWS):
+        run = part.order[start : start + CALL_ROWS]
+        call = engine.embed_counted_later(
+            [part.rows[i].text for i in run],
+            normalize=options.normalize,
+            dimensions=options.dimensions,
+            truncate_prompt_tokens=-1 if options.truncate else None,
+            skip_too_long=True,
+            **extra,
+        )
+        call.add_done_callback(progress.on_done(len(run)))
+        part.calls.append(call)
 
 
 def _finish(
@@ -246,7 +276,6 @@ def _finish(
     store.write(part.index, [row.id for row in part.rows], vectors, tokens, part.bad, spec.unit)
     logger.debug("wrote part %d (%d records, %d bad)", part.index, len(part.rows), len(part.bad))
     report.embedded += len(part.rows)
-    progress.advance(len(part.rows) + len(part.bad))
 
 
 def _results(
@@ -254,10 +283,10 @@ def _results(
 ) -> tuple[np.ndarray, list[int]]:
     """The part's vectors and token counts, in input order; a text too long for the model
     becomes a bad row (left out by the engine, the others embedded once)."""
-    if part.future is None:
+    if not part.calls:
         width = options.dimensions or engine.embedding_dim
         return np.zeros((0, width), np.float32), []
-    counted = part.future.result()
+    counted = _joined([call.result() for call in part.calls])
     sent = part.order  # the rows' indices in the order the engine got them
     for index, detail in counted.too_long.items():
         row = part.rows[sent[index]]
@@ -273,6 +302,26 @@ def _results(
     restore = np.argsort(np.asarray(embedded, dtype=np.int64), kind="stable")
     part.rows = [part.rows[embedded[i]] for i in restore]
     return counted.vectors[restore], [counted.tokens[i] for i in restore]
+
+
+def _joined(calls: Sequence[CountedEmbeddings]) -> CountedEmbeddings:
+    """The results of consecutive calls as one call's (indices counted across them)."""
+    from poolserve.bulk.counted_embed import CountedEmbeddings
+
+    too_long: dict[int, str] = {}
+    unreadable: dict[int, str] = {}
+    at = 0
+    for call in calls:
+        sent = len(call.tokens) + len(call.too_long) + len(call.unreadable)
+        too_long.update({at + index: detail for index, detail in call.too_long.items()})
+        unreadable.update({at + index: detail for index, detail in call.unreadable.items()})
+        at += sent
+    return CountedEmbeddings(
+        np.concatenate([call.vectors for call in calls]),
+        [tokens for call in calls for tokens in call.tokens],
+        too_long,
+        unreadable,
+    )
 
 
 def _assemble(store: PartStore, output: Path, kind: OutputKind) -> None:
@@ -318,38 +367,58 @@ def _collect_errors(store: PartStore, errors: Path) -> int:
 
 
 class _Progress:
-    """A tqdm bar (rate, ETA) on a terminal; a log line every few seconds otherwise."""
+    """Records done (embedded, or found bad), as the engine's calls return: a tqdm bar (rate,
+    ETA) on a terminal, else a log line every `LOG_EVERY` seconds while the job runs."""
 
     LOG_EVERY = 10.0
 
     def __init__(self, total: int | None, done: int) -> None:
         self._bar: Any = None
+        self._lock = threading.Lock()
         self._done = done
         self._total = total
         self._started = time.perf_counter()
         self._first = done
-        self._logged = self._started
+        self._closed = threading.Event()
+        self._reporter: threading.Thread | None = None
         if sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, initial=done, unit=" records", dynamic_ncols=True)
+        else:
+            self._reporter = threading.Thread(
+                target=self._report, name="poolserve-embed-progress", daemon=True
+            )
+            self._reporter.start()
 
     def advance(self, count: int) -> None:
-        self._done += count
-        if self._bar is not None:
-            self._bar.update(count)
-            return
-        now = time.perf_counter()
-        if now - self._logged >= self.LOG_EVERY:
-            self._logged = now
-            rate = (self._done - self._first) / (now - self._started)
+        """Count `count` more records done (from any thread)."""
+        with self._lock:
+            self._done += count
+            if self._bar is not None:
+                self._bar.update(count)
+
+    def on_done(self, count: int) -> Callable[[Future[Any]], None]:
+        """A callback for a call of `count` records: counts them when it returns."""
+        return lambda _: self.advance(count)
+
+    def _report(self) -> None:
+        # A timed wait on the event: it wakes at once when the job ends.
+        while not self._closed.wait(self.LOG_EVERY):
+            with self._lock:
+                done = self._done
+            elapsed = time.perf_counter() - self._started
+            rate = (done - self._first) / elapsed
             eta = ""
             if self._total and rate:
-                eta = f", about {(self._total - self._done) / rate:.0f} s left"
+                eta = f", about {max(self._total - done, 0) / rate:.0f} s left"
             of = f" of {self._total}" if self._total else ""
-            logger.info("%d%s records, %.0f records/s%s", self._done, of, rate, eta)
+            logger.info("%d%s records, %.0f records/s%s", done, of, rate, eta)
 
     def close(self) -> None:
+        self._closed.set()
+        if self._reporter is not None:
+            self._reporter.join()
         if self._bar is not None:
             self._bar.close()
 

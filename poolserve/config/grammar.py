@@ -27,11 +27,12 @@ EMBED_DESCRIPTION = """Embed a corpus into a file, resumably.
 
 INPUT is JSONL (one object per line), CSV (with a header), Parquet, or plain text (one document
 per line), told by its extension or --format; - reads standard input. Each record's text is its
---text-field; its id is its --id-field, or its number in the input (0, 1, ...).
+--text-field; its id is its --id-field, else its `id` field where it has one, else its number
+in the input (0, 1, ...).
 
 OUTPUT is by its extension: a .parquet directory of parts (columns id, embedding as a
-fixed-size list of float32, tokens), or one .npy matrix (with the ids beside it in
-OUTPUT.ids.jsonl), or .jsonl lines of {id, embedding, tokens}. Rows keep the input's order.
+fixed-size list of float32, tokens), or one .npy matrix (with the ids beside it: vectors.npy ->
+vectors.ids.jsonl), or .jsonl lines of {id, embedding, tokens}. Rows keep the input's order.
 
 Killed at any point (even with SIGKILL), the same command continues where it stopped, and the
 output holds every record exactly once. A finished output is never overwritten without

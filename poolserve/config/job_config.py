@@ -30,7 +30,9 @@ class JobInput:
         "relative to the input file's folder (a folder as the input: its image files)",
     )
     id_field: str | None = setting(
-        None, help="the field or column of the id (default: record number)"
+        None,
+        help="the field or column of the id (default: `id` where a record has one, else its "
+        "number: 0, 1, ...)",
     )
 
 
@@ -40,7 +42,9 @@ class JobOptions:
         8192, minimum=1, help="records per part file: what a killed job redoes at most"
     )
     on_error: OnError = setting(
-        "skip", help="a bad record: skip it (reported in OUTPUT.errors.jsonl) or stop the job"
+        "skip",
+        help="a bad record: skip (reported in OUTPUT.errors.jsonl, the job goes on) or fail (the "
+        "job stops at the first one, naming it)",
     )
     truncate: bool = setting(
         False, help="cut texts longer than the model takes instead of reporting them as bad"

@@ -102,7 +102,9 @@ class ServerConfig:
     )
     # After SIGTERM/SIGINT, before the server exits.
     shutdown_timeout: int = setting(
-        30, minimum=0, help="seconds that admitted requests get to finish after SIGTERM"
+        30,
+        minimum=0,
+        help="seconds that admitted requests get to finish after SIGTERM or SIGINT (Ctrl-C)",
     )
     # Admission: requests in flight, and tokens waiting for the model, before new requests get
     # 429 with Retry-After.

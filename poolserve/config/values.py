@@ -132,6 +132,8 @@ class Parser(argparse.ArgumentParser):
     as SettingError (for a caller that is not a command line) instead of exiting."""
 
     def __init__(self, *args: Any, raising: bool = False, **kwargs: Any) -> None:
+        # `--max-batch-token 100` must not silently set another flag: no abbreviations.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.raising = raising
 

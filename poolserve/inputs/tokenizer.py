@@ -65,6 +65,7 @@ class TextTokenizer:
         tokenizer.no_padding()
         self._tokenizer = tokenizer
         self.num_special_tokens = tokenizer.num_special_tokens_to_add(False)
+        self.num_pair_special_tokens = tokenizer.num_special_tokens_to_add(True)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._frame: tuple[list[int], list[int]] | None = None
 

@@ -193,6 +193,28 @@ def score(
     `scorer` chooses among BGE-M3's ways (dense, sparse, colbert, m3); other models score
     one way.
     """
+    return _scored(
+        engine,
+        queries,
+        documents,
+        use_activation=use_activation,
+        truncate_prompt_tokens=truncate_prompt_tokens,
+        max_tokens_per_doc=max_tokens_per_doc,
+        scorer=scorer,
+    )
+
+
+def _scored(
+    engine: Engine,
+    queries: str | Sequence[str],
+    documents: str | Sequence[Document],
+    *,
+    use_activation: bool = True,
+    truncate_prompt_tokens: int | None = None,
+    max_tokens_per_doc: int | None = None,
+    scorer: str | None = None,
+    fit_documents: bool = False,
+) -> Prepared[np.ndarray]:
     task = engine.tasks.score
     if task is None:
         raise cannot(engine, "score")
@@ -201,7 +223,9 @@ def score(
         queries=query_list,
         documents=document_list,
         pairs=pair_up(len(query_list), len(document_list)),
+        rerank=fit_documents,
         max_tokens_per_doc=max_tokens_per_doc,
+        fit_documents=fit_documents,
         scorer=scorer,
     )
     params = engine.service.pooling_params(
@@ -220,9 +244,10 @@ def rerank(
 ) -> Prepared[list[tuple[int, float]]]:
     """(document index, score) pairs, best first; the first `top_n` (None: all).
 
-    A document is a string or a mapping with a `text` key."""
+    A document is a string or a mapping with a `text` key; one too long for the model is cut
+    to the room beside the query (as the rerank APIs do)."""
     check_rerank(query, top_n)
-    scores = score(engine, query, documents, scorer=scorer)
+    scores = _scored(engine, query, documents, scorer=scorer, fit_documents=True)
     return Prepared(scores.task, scores.ctx, lambda result: ranked(result, top_n))
 
 

@@ -24,14 +24,54 @@ M = TypeVar("M", bound=BaseModel)
 INLINE_PARSE_BYTES = 16 * 1024
 
 
+def not_json(body: bytes, detail: str) -> InvalidRequestError:
+    """Why `body` is not JSON, in terms of what was sent: text in another encoding than UTF-8,
+    a form, or else the parser's `detail`."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return InvalidRequestError(
+            f"the request body is not UTF-8 (byte {body[exc.start]:#04x} at position "
+            f"{exc.start}); send JSON encoded as UTF-8"
+        )
+    start = body.lstrip()[:2]
+    if start == b"--" and b"content-disposition" in body[:1024].lower():
+        return InvalidRequestError(
+            "the request body is multipart form data; send a JSON object with "
+            "Content-Type: application/json"
+        )
+    if start[:1] not in (b"{", b"[", b'"') and b"=" in body[:256] and b"{" not in body[:256]:
+        return InvalidRequestError(
+            "the request body looks like a form (key=value); send a JSON object with "
+            "Content-Type: application/json"
+        )
+    return InvalidRequestError(f"the request body is not valid JSON: {detail}")
+
+
+def not_an_object(data: Any) -> InvalidRequestError | None:
+    """The error for a body that is valid JSON but not an object (None: it is one)."""
+    if isinstance(data, dict):
+        return None
+    kind = "an array" if isinstance(data, list) else f"a {type(data).__name__} value"
+    if isinstance(data, str):
+        kind = "a string"
+    elif data is None:
+        kind = "null"
+    return InvalidRequestError(
+        f"the request body is {kind}; send a JSON object ({{...}}) with this route's fields"
+    )
+
+
 def validate_body(schema: type[M], body: bytes) -> M:
     try:
         return schema.model_validate_json(body)
     except ValidationError as exc:
         if any(error.get("type") == "json_invalid" for error in exc.errors()):
-            raise InvalidRequestError(
-                f"the request body is not valid JSON: {exc.errors()[0].get('msg')}"
-            ) from None
+            raise not_json(body, str(exc.errors()[0].get("msg"))) from None
+        if any(not error.get("loc") for error in exc.errors()):  # the body itself
+            wrong = not_an_object(orjson.loads(body))
+            if wrong is not None:
+                raise wrong from None
         message, param = validation_message(exc, schema)
         raise InvalidRequestError(message, param=param) from None
 
@@ -45,7 +85,10 @@ def validate_chosen(
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+        raise not_json(body, str(exc)) from None
+    wrong = not_an_object(data)
+    if wrong is not None:
+        raise wrong
     schema = choose(data)
     try:
         return schema, schema.model_validate(data)

@@ -116,11 +116,36 @@ def _path(location: list[str | int]) -> str:
     return text
 
 
+def _last_index(location: list[str | int]) -> int:
+    return location[-1] if location and isinstance(location[-1], int) else -1
+
+
+def _furthest(found: list[tuple[list[str | int], Any]]) -> tuple[list[str | int], Any]:
+    """Of a union's failures, the first failure of the member that read furthest: it names
+    the value at fault. For [101, 1.5, 102], the token ids' member first fails at input[1]; the
+    strings' member fails at every item, first at input[0]."""
+    by_member: dict[str, list[tuple[list[str | int], Any]]] = {}
+    for location, detail in found:
+        tags = [
+            part
+            for part in detail.get("loc", ())
+            if isinstance(part, str) and (part[:1].isupper() or part.startswith(_TYPE_TAGS))
+        ]
+        by_member.setdefault(tags[0] if tags else "", []).append((location, detail))
+    firsts = [
+        min(failures, key=lambda item: (_last_index(item[0]), len(item[0])))
+        for failures in by_member.values()
+    ]
+    return max(firsts, key=lambda item: (len(item[0]), _last_index(item[0])))
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value}, not a whole number"
     if isinstance(value, int | float):
         return "a number"
     if isinstance(value, str):
@@ -158,7 +183,7 @@ def _problem(
         if "extra_forbidden" in kinds:
             return f"{field} must be {described}; {_path(kinds['extra_forbidden'][0])} is unknown"
         present = [item for item in found if item[1].get("type") != "missing"] or found
-        location, detail = max(present, key=lambda item: len(item[0]))
+        location, detail = _furthest(present)
         where = _path(location) or field
         return f"{field} must be {described}; {where} is {_json_type(detail.get('input'))}"
     problems = []
@@ -167,6 +192,9 @@ def _problem(
         if detail.get("type") == "extra_forbidden":
             message = "unknown field"
         where = _path(location)
+        if detail.get("type") == "too_short" and detail.get("input") == [] and where:
+            problems.append(f"{where} is an empty array; send at least one item")
+            continue
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(dict.fromkeys(problems))
 
@@ -252,7 +280,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        if exc.status_code in (404, 405):  # 405: the path, by another method (GET /)
+        allowed = (exc.headers or {}).get("allow", (exc.headers or {}).get("Allow", ""))
+        if exc.status_code == 405 and "POST" in allowed:  # a POST route, by another method
+            return error_response(
+                405,
+                f"{request.method} {request.url.path}: this route takes POST, with a JSON body",
+                headers=exc.headers,
+            )
+        if exc.status_code in (404, 405):
             return error_response(exc.status_code, _no_such_route(request), headers=exc.headers)
         return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 

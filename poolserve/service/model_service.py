@@ -8,7 +8,7 @@ a `ModelService`; neither reaches into the other.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from poolserve.backends import backend_for
 from poolserve.config import EngineConfig, LongInput, ModelConfig
@@ -64,6 +64,10 @@ class ModelService:
         `engine_config.backend` names). No thread starts; `start` loads it. A setting that
         cannot work raises here (SettingError, one line)."""
         spec = prepare_model(model_config, engine_config.max_batch_tokens, weights=False)
+        checkpoint = spec.name
+        if served_names:
+            # Its log lines name it as clients do: two entries of one checkpoint stay apart.
+            spec = replace(spec, name=served_names[0])
         tasks = build_tasks(spec, max_input_tokens=model_config.max_input_tokens)
         core = EngineCore(
             spec,
@@ -74,7 +78,7 @@ class ModelService:
         return cls(
             core=core,
             tasks=tasks,
-            name=spec.name,
+            name=checkpoint,
             kind=spec.kind,
             max_model_len=spec.max_model_len,
             embedding_dim=spec.embedding_dim,

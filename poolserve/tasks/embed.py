@@ -121,17 +121,20 @@ class EmbedTask(InputsTask[EmbedRequest]):
         truncate = ctx.pooling_params.truncate_prompt_tokens
         if truncate is None and request.long_input == "truncate":
             truncate = self.max_model_len
-        tokenized = tokenize_inputs(
-            tokenizer,
-            inputs,
-            start,
-            truncate=truncate,
-            max_model_len=self.max_model_len,
-            head=self.head,
-            prompt=prompt,
-            side=ctx.pooling_params.truncation_side,
-            add_special_tokens=request.add_special_tokens,
-        )
+        try:
+            tokenized = tokenize_inputs(
+                tokenizer,
+                inputs,
+                start,
+                truncate=truncate,
+                max_model_len=self.max_model_len,
+                head=self.head,
+                prompt=prompt,
+                side=ctx.pooling_params.truncation_side,
+                add_special_tokens=request.add_special_tokens,
+            )
+        except InputTooLongError as error:
+            raise error.chunkable() from None
         if prompt and not self.include_prompt and inputs and isinstance(inputs[0], str):
             # As sentence-transformers: the tokenized prompt without its closing [SEP] ([CLS]
             # and the prompt's words) is left out of the mean.

@@ -83,6 +83,7 @@ def tokenize_inputs(
     max_model_len: int,
     head: Head,
     name: Callable[[int], str] = "input {}".format,
+    position: Callable[[int], int | None] | None = None,
     prompt: str | None = None,
     side: Side = "right",
     add_special_tokens: bool = True,
@@ -91,7 +92,13 @@ def tokenize_inputs(
     `prompt` where there is one, or check token-id lists (used as given).
 
     Token-id inputs are cut to their first `truncate` ids; texts keep their special tokens.
+    `name` names input `start + offset` in errors, `position` its index in the list an error
+    points into (default: the same number).
     """
+
+    def index(at: int) -> int | None:
+        return at if position is None else position(at)
+
     if inputs and isinstance(inputs[0], str):
         truncating = truncate is not None
         texts = [
@@ -102,7 +109,7 @@ def tokenize_inputs(
                 name(start + offset),
                 max_model_len,
                 truncating,
-                start + offset,
+                index(start + offset),
                 side,
             )
             for offset, text in enumerate(inputs)
@@ -122,7 +129,7 @@ def tokenize_inputs(
         if truncate is not None:
             id_lists = [ids[-truncate:] if side == "left" else ids[:truncate] for ids in id_lists]
     for offset, ids in enumerate(id_lists):
-        check_length(len(ids), name(start + offset), max_model_len, start + offset)
+        check_length(len(ids), name(start + offset), max_model_len, index(start + offset))
     return [TokenizedText(ids, None, head) for ids in id_lists]
 
 

@@ -37,8 +37,16 @@ class ScoreRequest:
     pairs: list[tuple[int, int]]
     # A rerank (one query, named "query" in errors) rather than a score of pairs.
     rerank: bool = False
-    # Documents are cut to this many tokens before anything else (Cohere's option).
+    # Documents are cut to this many tokens (their own, special tokens not counted) before
+    # anything else (Cohere's option).
     max_tokens_per_doc: int | None = None
+    # A document too long for the model is cut to the room beside its query, not refused: the
+    # rerank APIs' default, as Cohere, Jina and Voyage do.
+    fit_documents: bool = False
+    # How the request names its one query and its documents' field, where not "query" and
+    # "documents" (text-embeddings-inference's `query` and `texts`, `source_sentence` and
+    # `sentences`).
+    names: tuple[str, str] | None = None
     # One of the model's ways of scoring (`Scorer.names`: BGE-M3's dense, sparse, colbert or
     # m3); None: its default.
     scorer: str | None = None
@@ -88,20 +96,50 @@ def text_namer(request: ScoreRequest) -> Callable[[int], str]:
     """Names an index into `_texts(request)` as the request does: "queries[0]" ("query" for a
     rerank), "documents[3]"."""
     queries = len(request.queries)
+    query, documents = request.names or ("query", "documents")
+    one_query = request.rerank or request.names is not None
 
     def name(index: int) -> str:
         if index >= queries:
-            return f"documents[{index - queries}]"
-        return "query" if request.rerank else f"queries[{index}]"
+            return f"{documents}[{index - queries}]"
+        return query if one_query else f"queries[{index}]"
 
     return name
 
 
-def cut_documents(
-    request: ScoreRequest, tokenizer: TextTokenizer, start: int, texts: Sequence[str]
-) -> list[str]:
-    """Apply `max_tokens_per_doc` to the documents among `texts` (which begin at `start`)."""
+def document_position(request: ScoreRequest) -> Callable[[int], int | None]:
+    """An index into `_texts(request)` as the position in the request's list an error names:
+    a document's in `documents`, a query's in `queries` (None for a rerank's one query)."""
+    queries = len(request.queries)
+    one_query = request.rerank or request.names is not None
+
+    def position(index: int) -> int | None:
+        if index >= queries:
+            return index - queries
+        return None if one_query else index
+
+    return position
+
+
+def document_limit(request: ScoreRequest, room: int) -> int | None:
+    """The most tokens of its own a document may keep: `max_tokens_per_doc`, and with
+    `fit_documents` no more than `room`; None: uncut (refused if too long)."""
     limit = request.max_tokens_per_doc
+    if not request.fit_documents:
+        return limit
+    return room if limit is None else min(limit, room)
+
+
+def cut_documents(
+    request: ScoreRequest,
+    tokenizer: TextTokenizer,
+    start: int,
+    texts: Sequence[str],
+    max_model_len: int,
+) -> list[str]:
+    """Cut the documents among `texts` (which begin at `start`) to `document_limit`, each
+    encoded alone (its special tokens beside it)."""
+    limit = document_limit(request, max_model_len - tokenizer.num_special_tokens)
     if limit is None:
         return list(texts)
     queries = len(request.queries)
@@ -129,28 +167,43 @@ class CrossEncoderScorer:
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
-        limit, truncating = request.max_tokens_per_doc, truncate is not None
+        side = ctx.pooling_params.truncation_side
         name, queries = text_namer(request), len(request.queries)
+        # Fitting a document beside its query cuts its end; `truncate_prompt_tokens` (or a
+        # left side) cuts the pair as asked instead.
+        fitting = request.fit_documents and truncate is None and side == "right"
+        cutting = truncate is not None or request.max_tokens_per_doc is not None or fitting
 
         def bounded(index: int) -> str:
             """Query or document `index` of `_texts(request)`, checked as every input is."""
             text = request.queries[index] if index < queries else request.documents[index - queries]
             assert isinstance(text, str)  # ScoreTask refuses images for a text-only scorer
-            cutting = truncating or limit is not None
-            side = ctx.pooling_params.truncation_side
-            return bound_text(tokenizer, text, name(index), self.max_model_len, cutting, side=side)
-
-        texts = [
-            (
-                bounded(query),
-                bounded(queries + doc)
-                if limit is None
-                else tokenizer.cut_text(bounded(queries + doc), limit),
+            # Fitting cuts documents; a query too long for the model is refused.
+            truncating = cutting if index >= queries else cutting and not fitting
+            return bound_text(
+                tokenizer, text, name(index), self.max_model_len, truncating, side=side
             )
-            for query, doc in inputs
-        ]
+
+        texts, query_tokens = [], dict[int, int]()
+        for query_index, doc_index in inputs:
+            query, document = bounded(query_index), bounded(queries + doc_index)
+            room = self.max_model_len - tokenizer.num_pair_special_tokens
+            if fitting:
+                if query_index not in query_tokens:
+                    query_tokens[query_index] = self._query_tokens(
+                        tokenizer, query, name(query_index)
+                    )
+                room -= query_tokens[query_index]
+            limit = document_limit(request, room) if fitting else request.max_tokens_per_doc
+            texts.append(
+                (query, document if limit is None else tokenizer.cut_text(document, limit))
+            )
         encoded = tokenizer.encode_pairs(
-            texts, truncate_to=truncate, side=ctx.pooling_params.truncation_side
+            texts,
+            # Fitted pairs fit; cutting them again to the limit is only a guard at the edge of
+            # a cut, where tokenizing a prefix gives a token more than counted.
+            truncate_to=self.max_model_len if fitting else truncate,
+            side=side,
         )
         for offset, (ids, _) in enumerate(encoded):
             if len(ids) > self.max_model_len:
@@ -163,6 +216,19 @@ class CrossEncoderScorer:
                     index=start + offset,
                 )
         return [TokenizedText(ids, types, "classify") for ids, types in encoded]
+
+    def _query_tokens(self, tokenizer: TextTokenizer, query: str, where: str) -> int:
+        """The query's own tokens, refused where they leave no room for a document."""
+        tokens = len(tokenizer.leading_tokens(query, self.max_model_len).ids)
+        if tokens + tokenizer.num_pair_special_tokens >= self.max_model_len:
+            raise InputTooLongError(
+                where,
+                f"has {tokens} tokens, which leave no room for a document beside it in the "
+                f"{self.max_model_len} the model accepts for the pair",
+                cut_with="`truncate_prompt_tokens` (-1 for the model's maximum)",
+                param=where.split("[")[0],
+            )
+        return tokens
 
     def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
         logits = np.stack(outputs)[:, 0].astype(np.float64)
@@ -217,12 +283,13 @@ class BiEncoderScorer(_EachTextOnce):
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         return tokenize_inputs(
             tokenizer,
-            cut_documents(request, tokenizer, start, inputs),
+            cut_documents(request, tokenizer, start, inputs, self.max_model_len),
             start,
             truncate=truncate,
             max_model_len=self.max_model_len,
             head=head,
             name=text_namer(request),
+            position=document_position(request),
             side=ctx.pooling_params.truncation_side,
         )
 
@@ -268,7 +335,8 @@ class LateInteractionScorer(_EachTextOnce):
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         queries = len(request.queries)
         results = []
-        for offset, text in enumerate(cut_documents(request, tokenizer, start, inputs)):
+        texts = cut_documents(request, tokenizer, start, inputs, self.max_model_len)
+        for offset, text in enumerate(texts):
             index = start + offset
             is_query = index < queries
             marker = self.config.query_marker if is_query else self.config.document_marker
@@ -281,6 +349,7 @@ class LateInteractionScorer(_EachTextOnce):
                 max_model_len=self.max_model_len,
                 head="token_embed",
                 name=text_namer(request),
+                position=document_position(request),
                 side=ctx.pooling_params.truncation_side,
             )
             ids = tokenized.input_ids

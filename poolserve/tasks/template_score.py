@@ -60,12 +60,19 @@ class TemplateScorer:
                 param="truncation_side",
             )
         name, queries = text_namer(request), len(request.queries)
-        cutting = truncate is not None or request.max_tokens_per_doc is not None
+        # The prompt fits by cutting the document's end: as asked (`truncate_prompt_tokens`),
+        # or by default on the rerank APIs (`fit_documents`).
+        fitting = truncate is not None or request.fit_documents
+        cutting = fitting or request.max_tokens_per_doc is not None
         limit = self.max_model_len if truncate is None else truncate
         results = []
         for offset, (query_index, doc_index) in enumerate(inputs):
             query = bound_text(
-                tokenizer, request.queries[query_index], name(query_index), limit, cutting
+                tokenizer,
+                request.queries[query_index],
+                name(query_index),
+                limit,
+                truncate is not None or request.max_tokens_per_doc is not None,
             )
             document = bound_text(
                 tokenizer, request.documents[doc_index], name(queries + doc_index), limit, cutting
@@ -73,7 +80,7 @@ class TemplateScorer:
             if request.max_tokens_per_doc is not None:
                 document = tokenizer.cut_text(document, request.max_tokens_per_doc)
             ids = self.encode(tokenizer, query, document)
-            if truncate is not None:
+            if fitting:
                 ids = self._cut(tokenizer, query, document, ids, limit)
             if len(ids) > limit:
                 raise InputTooLongError(

@@ -56,8 +56,13 @@ class Reference:
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
         self.cut = {doc: cut_text(self.tokenizer, doc, CUT) for doc in DOCUMENTS}
+        # The most of LONG_DOCUMENT that fits beside QUERIES[0] in the model's 512 tokens: the
+        # pair as the HF tokenizer truncates it (only the second text), read back as text.
+        fitted = self.tokenizer(QUERIES[0], LONG_DOCUMENT, truncation="only_second", max_length=512)
+        room = fitted["token_type_ids"].count(1) - 1  # the document's tokens, less its [SEP]
+        self.fitted = cut_text(self.tokenizer, LONG_DOCUMENT, room)
         pairs = [(q, d) for q in QUERIES for d in [*DOCUMENTS, *self.cut.values()]]
-        pairs += [(QUERIES[0], LONG_DOCUMENT), (QUERIES[0], LONG_CUT)]
+        pairs += [(QUERIES[0], LONG_DOCUMENT), (QUERIES[0], LONG_CUT), (QUERIES[0], self.fitted)]
         scores = cross_encoder_reference_scores(directory, pairs)
         raw = cross_encoder_reference_scores(directory, pairs, raw=True)
         self.scores = dict(zip(pairs, scores.tolist(), strict=True))
@@ -222,17 +227,51 @@ async def test_max_model_len_is_the_tiny_models(client: httpx.AsyncClient) -> No
     assert response.json()["data"][0]["max_model_len"] == 512
 
 
-@pytest.mark.parametrize("path", ["/score", "/rerank"])
-async def test_pair_over_the_limit_needs_truncation(client: httpx.AsyncClient, path: str) -> None:
-    documents = [DOCUMENTS[0], LONG_DOCUMENT]
-    body: dict[str, Any] = (
-        {"queries": QUERIES[0], "documents": documents}
-        if path == "/score"
-        else {"query": QUERIES[0], "documents": documents}
-    )
-    error = assert_openai_error(await client.post(path, json=body), 400)
+async def test_pair_over_the_limit_needs_truncation_on_score(client: httpx.AsyncClient) -> None:
+    body = {"queries": QUERIES[0], "documents": [DOCUMENTS[0], LONG_DOCUMENT]}
+    error = assert_openai_error(await client.post("/score", json=body), 400)
     assert "truncate_prompt_tokens" in error["message"]
     assert "512" in error["message"]
+
+
+@pytest.mark.parametrize("path", RERANK_PATHS)
+async def test_rerank_cuts_a_long_document_to_the_room_beside_the_query(
+    client: httpx.AsyncClient, reference: Reference, path: str
+) -> None:
+    """As Cohere, Jina and Voyage do: a document too long for the model is cut, not refused,
+    and scores as its cut text sent by hand; `max_tokens_per_doc` counts the document's own
+    tokens, capped by the room beside the query (the model's 512 fits too)."""
+    query, documents = QUERIES[0], [DOCUMENTS[0], LONG_DOCUMENT]
+    assert len(reference.tokenizer(query, reference.fitted)["input_ids"]) == 512
+    expected = reference([(query, DOCUMENTS[0]), (query, reference.fitted)])
+    short = len(reference.tokenizer(query, DOCUMENTS[0])["input_ids"])
+    for extra in ({}, {"max_tokens_per_doc": 512}, {"max_tokens_per_doc": 4096}):
+        body = await post_ok(client, path, {"query": query, "documents": documents, **extra})
+        check_rerank(body, query, documents, expected)
+        assert body["usage"]["prompt_tokens"] == short + 512
+    # A query that leaves no room for a document is refused, by its name.
+    refused = await client.post(path, json={"query": LONG_DOCUMENT, "documents": ["x"]})
+    message = assert_openai_error(refused, 400)["message"]
+    assert message.startswith("query has") and "no room for a document" in message, message
+
+
+async def test_teis_rerank_cuts_by_default_and_refuses_with_truncate_false(
+    client: httpx.AsyncClient, reference: Reference
+) -> None:
+    query, texts = QUERIES[0], [DOCUMENTS[0], LONG_DOCUMENT]
+    answer = await post_ok(client, "/rerank", {"query": query, "texts": texts})
+    expected = reference([(query, DOCUMENTS[0]), (query, reference.fitted)])
+    assert [item["index"] for item in answer] == np.argsort(-expected).tolist()
+    np.testing.assert_allclose(
+        [item["score"] for item in sorted(answer, key=lambda item: item["index"])],
+        expected,
+        rtol=RTOL,
+    )
+    refused = await client.post("/rerank", json={"query": query, "texts": texts, "truncate": False})
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]
+    # The text by its place in `texts` (the query is not counted among them).
+    assert message.startswith("texts[1] ") and "`truncate: true`" in message, message
 
 
 async def test_pair_over_the_limit_truncated(

@@ -162,7 +162,66 @@ async def test_tokenize_and_detokenize_errors(client: httpx.AsyncClient) -> None
 
 async def test_unknown_route_and_wrong_method(client: httpx.AsyncClient) -> None:
     assert_openai_error(await client.get("/v1/nothing-here"), 404)
-    assert_openai_error(await client.get("/v1/embeddings"), 405)
+    error = assert_openai_error(await client.get("/v1/embeddings"), 405)
+    assert error["message"] == "GET /v1/embeddings: this route takes POST, with a JSON body"
+
+
+JSON = {"content-type": "application/json"}
+SENT_WRONG: list[tuple[str, dict[str, Any], str]] = [
+    # (case id, what httpx sends to POST /v1/embeddings (or the path given), in the message)
+    (
+        "Latin-1 text",
+        {"content": '{"input": "café"}'.encode("latin-1"), "headers": JSON},
+        "the request body is not UTF-8 (byte 0xe9 at position 14); send JSON encoded as UTF-8",
+    ),
+    (
+        "multipart form",
+        {"files": {"input": ("a.txt", b"some text")}},
+        "the request body is multipart form data; send a JSON object",
+    ),
+    ("a JSON array", {"json": ["a sentence"]}, "the request body is an array; send a JSON object"),
+    (
+        "messages with input",
+        {"json": {"input": "x", "messages": [{"role": "user", "content": "y"}]}},
+        "input: a request embeds `input` or `messages` (a conversation), not both",
+    ),
+    (
+        "a fraction among token ids",
+        {"json": {"input": [101, 1.5, 102]}},
+        "; input[1] is 1.5, not a whole number",
+    ),
+    (
+        "no documents",
+        {"json": {"query": "q", "documents": []}, "path": "/rerank"},
+        "documents is an empty array; send at least one item",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("sent", "expected"), [case[1:] for case in SENT_WRONG], ids=[case[0] for case in SENT_WRONG]
+)
+async def test_an_error_says_what_was_sent_and_what_to_send(
+    client: httpx.AsyncClient, sent: dict[str, Any], expected: str
+) -> None:
+    sent = dict(sent)
+    error = assert_openai_error(await client.post(sent.pop("path", "/v1/embeddings"), **sent), 400)
+    assert expected in error["message"], error["message"]
+    assert "Request" not in error["message"]  # no schema class names
+
+
+async def test_a_long_input_is_refused_naming_truncation_and_chunking(
+    client: httpx.AsyncClient, hf_tokenizer: Any
+) -> None:
+    response = await client.post("/v1/embeddings", json={"input": ["a", long_text(hf_tokenizer)]})
+    message = assert_openai_error(response, 400)["message"]
+    assert message.startswith("input 1 has 300 tokens"), message
+    assert "`truncate_prompt_tokens`" in message and '`long_input: "chunk"`' in message
+    # Another family's route names its own way to cut, and the server's flag to chunk.
+    tei = await client.post("/embed", json={"inputs": ["a", long_text(hf_tokenizer)]})
+    assert tei.status_code == 400
+    assert "`truncate: true`" in tei.json()["error"]
+    assert "--long-input chunk" in tei.json()["error"]
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,15 @@ def test_each_model_answers_as_it_does_alone(
         np.testing.assert_allclose(models[name].score(QUERY, TEXTS[:6]), expected, atol=1e-6)
 
 
+def test_a_models_log_lines_name_it_as_clients_do(
+    models: ModelSet, cross_encoder_dir: Path
+) -> None:
+    """Two entries of one checkpoint stay apart in the log: its lines carry the first served
+    name (the spec's), while /v1/models' `root` stays the checkpoint."""
+    assert [service.core.model.name for service in models] == [models.names[0], "reranker"]
+    assert models["ce"].name == cross_encoder_dir.name
+
+
 def test_models_share_one_cpu_pool(models: ModelSet) -> None:
     pools = {id(service.core.cpu) for service in models}
     assert pools == {id(models.cpu)} and models.cpu.workers == 2

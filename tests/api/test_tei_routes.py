@@ -90,6 +90,42 @@ async def test_similarity(client: httpx.AsyncClient, st_model: Any) -> None:
     np.testing.assert_allclose(scores, expected.numpy(), atol=1e-5)
 
 
+async def test_errors_name_the_input_as_tei_does(client: httpx.AsyncClient) -> None:
+    """The query or source sentence is not counted among the texts or sentences."""
+    long_text = " ".join(WORDS * 20)
+    cases = [
+        ("/rerank", {"query": "q", "texts": ["a", "  "]}, "texts[1] is only whitespace"),
+        ("/rerank", {"query": "q", "texts": ["a", long_text], "truncate": False}, "texts[1] has"),
+        ("/rerank", {"query": long_text, "texts": ["a"], "truncate": False}, "query has"),
+        (
+            "/similarity",
+            {"inputs": {"source_sentence": "q", "sentences": ["a", long_text]}},
+            "sentences[1] has",
+        ),
+        (
+            "/similarity",
+            {"inputs": {"source_sentence": " ", "sentences": ["a"]}},
+            "source_sentence is only whitespace",
+        ),
+    ]
+    for path, body, start in cases:
+        message = assert_tei_error(await client.post(path, json=body), 400, "Validation")
+        assert message.startswith(start), (body, message)
+
+
+async def test_a_long_text_on_teis_rerank_is_cut_beside_the_query(
+    client: httpx.AsyncClient, st_model: Any
+) -> None:
+    long_text = " ".join(WORDS * 20)
+    answer = await post_ok(client, "/rerank", {"query": "baking", "texts": ["bread", long_text]})
+    ids = st_model.tokenizer(long_text, add_special_tokens=False, return_offsets_mapping=True)
+    cut = long_text[: ids["offset_mapping"][253][1]]  # 254 tokens and [CLS], [SEP]: 256
+    vectors = st_model.encode(["baking", "bread", cut], normalize_embeddings=True)
+    expected = vectors[1:] @ vectors[0]
+    scores = [item["score"] for item in sorted(answer, key=lambda item: item["index"])]
+    np.testing.assert_allclose(scores, expected, atol=1e-5)
+
+
 async def test_info(client: httpx.AsyncClient, engine: Engine) -> None:
     info = (await client.get("/info")).json()
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}

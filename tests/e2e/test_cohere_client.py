@@ -1,16 +1,19 @@
 """Cohere's own SDK (`ClientV2(base_url=...)`, and the v1 `Client`) against a real server:
-every embedding type it decodes, checked against sentence-transformers."""
+every embedding type it decodes, checked against sentence-transformers; reranking an ordinary
+RAG chunk longer than the model (by the SDK, and by LangChain's `CohereRerank` over it) scores it
+as its text cut by hand to what fits."""
 
 from __future__ import annotations
 
 import base64
+import random
 from typing import Any
 
 import cohere
 import numpy as np
 import pytest
 
-from tests.reference import FP32_COSINE, MODEL_ID, assert_close_vectors
+from tests.reference import FP32_COSINE, MODEL_ID, assert_close_vectors, prose
 
 pytestmark = pytest.mark.slow  # a real server process
 
@@ -56,3 +59,47 @@ def test_a_bad_request_is_the_clients_bad_request_error(server_url: str) -> None
     with pytest.raises(cohere.errors.BadRequestError) as caught:
         client.embed(model=MODEL_ID, input_type="search_query", texts=["  "])
     assert "only whitespace" in str(caught.value.body)
+
+
+QUERY = "how do plants turn light into sugar"
+SHORT = "Photosynthesis makes sugar from light, water and carbon dioxide."
+CHUNK = prose(random.Random(5), 600)  # an ordinary RAG chunk, past the model's 256 tokens
+
+
+def cut_by_hand(st_model: Any, text: str) -> str:
+    """The most of `text` the model takes alone: 254 tokens and its [CLS] and [SEP]."""
+    offsets = st_model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return text[: offsets["offset_mapping"][253][1]]
+
+
+def expected_scores(st_model: Any, documents: list[str]) -> np.ndarray:
+    vectors = st_model.encode([QUERY, *documents], normalize_embeddings=True)
+    similarity: np.ndarray = vectors[1:] @ vectors[0]
+    return similarity
+
+
+def test_client_v2_reranks_a_chunk_longer_than_the_model(server_url: str, st_model: Any) -> None:
+    client = cohere.ClientV2(base_url=server_url, api_key="unused", timeout=120)
+    assert len(st_model.tokenizer(CHUNK)["input_ids"]) > 500
+    cut = cut_by_hand(st_model, CHUNK)
+    expected = expected_scores(st_model, [SHORT, cut])
+    by_hand = client.rerank(model=MODEL_ID, query=QUERY, documents=[SHORT, cut])
+    for extra in ({}, {"max_tokens_per_doc": 4096}, {"max_tokens_per_doc": 256}):
+        response = client.rerank(model=MODEL_ID, query=QUERY, documents=[SHORT, CHUNK], **extra)
+        got = {result.index: result.relevance_score for result in response.results}
+        assert got == {result.index: result.relevance_score for result in by_hand.results}
+        np.testing.assert_allclose([got[0], got[1]], expected, atol=1e-5)
+
+
+def test_langchains_cohere_rerank_reranks_a_long_chunk(server_url: str, st_model: Any) -> None:
+    from langchain_cohere import CohereRerank
+    from langchain_core.documents import Document
+
+    client = cohere.ClientV2(base_url=server_url, api_key="unused", timeout=120)
+    reranker = CohereRerank(client=client, model=MODEL_ID, top_n=2)
+    ranked = reranker.compress_documents(
+        [Document(page_content=SHORT), Document(page_content=CHUNK)], QUERY
+    )
+    expected = expected_scores(st_model, [SHORT, cut_by_hand(st_model, CHUNK)])
+    scores = {doc.page_content: doc.metadata["relevance_score"] for doc in ranked}
+    np.testing.assert_allclose([scores[SHORT], scores[CHUNK]], expected, atol=1e-5)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from poolserve.backends.progress import progress
 from poolserve.backends.torch.dense import build_dense, load_linear_head, load_m3_heads
 from poolserve.backends.torch.device import place, torch_dtype
 from poolserve.backends.torch.image_text import ImageTextModule
@@ -162,7 +163,10 @@ def load_module(spec: ModelSpec) -> PoolingModule | ImageTextModule:
         )
     layout = spec.layout
     started = time.perf_counter()
-    backbone = _from_pretrained(spec)
+    with progress(
+        logger, f"{spec.name}: loading the weights from {layout.directory}", announce=False
+    ):
+        backbone = _from_pretrained(spec)
     if layout.vision is not None:
         image_text = ImageTextModule(backbone, layout.vision, spec.pad_token_id)
         _loaded(spec, started)

@@ -8,7 +8,7 @@ import base64
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from poolserve.engine.context import ServeContext
 from poolserve.inputs.images.sources import ImageInput
@@ -163,6 +163,15 @@ class ChatEmbeddingRequest(EmbeddingRequest):
     chat_template_kwargs: dict[str, Any] | None = Field(
         None, description="more variables for the chat template"
     )
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _not_both(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "a request embeds `input` or `messages` (a conversation), not both; send one"
+            )
+        return None
 
 
 class EmbeddingChunk(Documented):

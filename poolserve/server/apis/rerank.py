@@ -125,6 +125,7 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         pairs=pair_up(1, len(documents)),
         rerank=True,
         max_tokens_per_doc=wire.max_tokens_per_doc,
+        fit_documents=True,
         scorer=wire.scorer,
         media=call.state.media,
     )

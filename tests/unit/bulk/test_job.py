@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from poolserve import commands
+from poolserve.bulk import job as job_module
 from poolserve.bulk.corpus import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, run_job
 from poolserve.bulk.parts import JobStateError
@@ -73,6 +75,77 @@ def test_every_input_format_gives_the_vectors_of_embed(
         list(range(len(TEXTS))) if kind == "text" else [f"k{i}" for i in range(len(TEXTS))]
     )
     assert_close_vectors(vectors, engine.embed(TEXTS), FP32_COSINE)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
+def test_a_records_id_field_is_its_id_without_id_field(
+    engine: Any, tmp_path: Path, kind: str
+) -> None:
+    """`{"id": "doc-0", "text": ...}` keeps its ids (a record without one: its number)."""
+    ids: list[Any] = [f"doc-{i}" for i in range(len(TEXTS))]
+    if kind == "jsonl":
+        path = tmp_path / "in.jsonl"
+        records = [{"id": i, "text": t} for i, t in zip(ids, TEXTS, strict=True)]
+        del records[3]["id"]  # no id: its number
+        ids[3] = 3
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    elif kind == "csv":
+        path = tmp_path / "in.csv"
+        with path.open("w", newline="") as file:
+            csv.writer(file).writerows([["text", "id"], *zip(TEXTS, ids, strict=True)])
+    else:
+        path = tmp_path / "in.parquet"
+        pq.write_table(pa.table({"id": ids, "text": TEXTS}), path)
+    spec = InputSpec(str(path), input_format(str(path), None))
+    run_job(engine, spec, tmp_path / "out.parquet", JobOptions(part_rows=16))
+    got, vectors = parquet_vectors(tmp_path / "out.parquet")
+    # One column holds one type: with a number among them, the ids are text.
+    assert got == ([str(each) for each in ids] if kind == "jsonl" else ids)
+    assert_close_vectors(vectors, engine.embed(TEXTS), FP32_COSINE)
+
+
+def test_progress_counts_records_as_the_engines_calls_return(
+    engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job under one part still moves: its records go in calls of CALL_ROWS, each counted
+    when it returns, before the part is written; without a terminal a line says so every
+    LOG_EVERY seconds."""
+    counted: list[int] = []
+    advance = job_module._Progress.advance
+
+    def record(progress: Any, count: int) -> None:
+        counted.append(count)
+        advance(progress, count)
+
+    monkeypatch.setattr(job_module, "CALL_ROWS", 16)
+    monkeypatch.setattr(job_module._Progress, "advance", record)
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": t}) for t in TEXTS] + ['{"text": "  "}']
+    path.write_text("".join(line + "\n" for line in lines))
+    report = run_job(engine, InputSpec(str(path), "jsonl"), tmp_path / "out.parquet", JobOptions())
+    assert (report.embedded, report.bad) == (len(TEXTS), 1)
+    # The bad record when read, then each call of the one part (40 texts: 16 + 16 + 8).
+    assert counted[0] == 1 and sorted(counted[1:]) == [8, 16, 16], counted
+
+    # The periodic line, waited for by a handler that sees it (no sleep).
+    monkeypatch.setattr(job_module._Progress, "LOG_EVERY", 0.01)
+    seen = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, log: logging.LogRecord) -> None:
+            if "7 of 40 records" in log.getMessage():
+                seen.set()
+
+    watch = Watch()
+    job_module.logger.addHandler(watch)
+    monkeypatch.setattr(job_module.logger, "level", logging.INFO)
+    try:
+        progress = job_module._Progress(40, done=0)
+        progress.advance(7)
+        assert seen.wait(30)
+        progress.close()
+    finally:
+        job_module.logger.removeHandler(watch)
 
 
 def test_npy_and_jsonl_outputs_hold_the_same_rows(engine: Any, tmp_path: Path) -> None:
@@ -193,8 +266,13 @@ def test_poolserve_embed_checks_its_job_before_loading_a_model(
         raise AssertionError("loaded a model for a job that cannot run")
 
     monkeypatch.setattr(offline_engine, "Engine", no_model)
+    table = write_input(tmp_path, "parquet")
+    columns = write_input(tmp_path, "csv")
     cases = [
         ([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a.npy")], "no such file"),
+        ([spec.path, "-o", f"{spec.path}/v.npy"], "in.txt is a file, not a folder"),
+        ([str(table), "-o", str(tmp_path / "b.npy"), "--text-field", "body"], "no column 'body'"),
+        ([str(columns), "-o", str(tmp_path / "c.npy"), "--id-field", "uid"], "no column 'uid'"),
         ([spec.path, "-o", str(tmp_path / "a.csv")], "cannot write a.csv: name the output"),
         ([spec.path, "-o", str(finished)], "holds a finished job; pass --overwrite"),
     ]

@@ -153,6 +153,14 @@ def test_invalid_flags_exit_with_usage(argv: list[str], capsys: pytest.CaptureFi
     assert argv[0] in capsys.readouterr().err
 
 
+def test_an_abbreviated_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--max-batch-token 100` would otherwise set --max-batch-tokens without a word."""
+    with pytest.raises(SystemExit) as caught:
+        configs("--max-batch-token", "100")
+    assert caught.value.code == 2
+    assert "unrecognized arguments: --max-batch-token" in capsys.readouterr().err
+
+
 def test_a_command_is_required() -> None:
     with pytest.raises(SystemExit) as caught:
         build_parser().parse_args([])

@@ -178,7 +178,12 @@ def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
             truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
         )
     )
-    internal = ScoreRequest([wire.inputs.source_sentence], sentences, pair_up(1, len(sentences)))
+    internal = ScoreRequest(
+        [wire.inputs.source_sentence],
+        sentences,
+        pair_up(1, len(sentences)),
+        names=("source_sentence", "sentences"),
+    )
     return Served(task, internal, params, similarity_body, wire.request_timeout)
 
 
@@ -195,7 +200,14 @@ def _rerank(call: Call[TeiRerankRequest]) -> Served:
     wire, service = call.wire, call.service
     task = service.tasks.score
     assert task is not None  # model_for chose a model that serves this route
-    internal = ScoreRequest([wire.query], wire.texts, pair_up(1, len(wire.texts)), rerank=True)
+    internal = ScoreRequest(
+        [wire.query],
+        wire.texts,
+        pair_up(1, len(wire.texts)),
+        rerank=True,
+        fit_documents=wire.truncate is None,
+        names=("query", "texts"),
+    )
     params = service.pooling_params(
         PoolingOptions(
             truncate_prompt_tokens=-1 if wire.truncate else None,

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 from starlette.requests import Request
 
 from poolserve.server.apis.tei.answers import TEI_ERRORS
@@ -40,7 +48,8 @@ class TeiRequest(WireModel):
     truncate: StrictBool | None = Field(
         None,
         description="cut inputs longer than the model takes (false: they are a 400; left out: "
-        "the server's --long-input, which may also chunk them on /embed)",
+        "the server's --long-input, which may also chunk them on /embed; on /rerank, each text "
+        "cut to the room beside the query)",
     )
     truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
         "Right", description="which end truncation cuts"
@@ -57,6 +66,20 @@ class TeiEmbedRequest(TeiRequest):
     normalize: StrictBool = True
     prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_classification(cls, data: Any) -> Any:
+        """The Hugging Face Inference API's text classification (`InferenceClient.
+        text_classification`) sends `parameters`; an embedding model cannot answer it."""
+        parameters = data.get("parameters") if isinstance(data, dict) else None
+        if isinstance(parameters, dict) and {"function_to_apply", "top_k"} & parameters.keys():
+            raise ValueError(
+                "`parameters` asks for text classification, and this model is an embedding "
+                "model: it embeds `inputs` (feature extraction) or compares `source_sentence` "
+                "with `sentences`; classify with a classifier or cross-encoder"
+            )
+        return data
 
 
 class TeiEmbedAllRequest(TeiRequest):
