@@ -17,11 +17,9 @@ import itertools
 import logging
 import os
 import shutil
-import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ from poolserve.bulk.corpus import (
     count_records,
     read_records,
 )
+from poolserve.bulk.job_progress import Progress
 from poolserve.bulk.parts import JobStateError, PartStore
 from poolserve.config.job_config import JobOptions
 
@@ -182,7 +181,7 @@ def run_job(
     if first:
         logger.info("resuming after %d records already embedded (%d parts)", skipped, first)
     total = count_records(spec)
-    progress = _Progress(total, done=skipped)
+    progress = Progress(total, done=skipped)
     try:
         in_flight: deque[_Part] = deque()
         for index in itertools.count(first):
@@ -228,7 +227,7 @@ def _start(
     chunk: list[Record],
     options: JobOptions,
     images: bool,
-    progress: _Progress,
+    progress: Progress,
 ) -> _Part:
     rows = [record for record in chunk if isinstance(record, Row)]
     bad = [record for record in chunk if isinstance(record, BadRow)]
@@ -239,7 +238,7 @@ def _start(
 
 
 def _submit(
-    engine: PartEmbedder, part: _Part, options: JobOptions, images: bool, progress: _Progress
+    engine: PartEmbedder, part: _Part, options: JobOptions, images: bool, progress: Progress
 ) -> None:
     part.order = sorted(range(len(part.rows)), key=lambda i: len(part.rows[i].text))
     extra: dict[str, Any] = {"images": True} if images else {}
@@ -264,7 +263,7 @@ def _finish(
     spec: InputSpec,
     options: JobOptions,
     report: JobReport,
-    progress: _Progress,
+    progress: Progress,
 ) -> None:
     vectors, tokens = _results(engine, part, options)
     if part.bad and options.on_error == "fail":
@@ -364,63 +363,6 @@ def _collect_errors(store: PartStore, errors: Path) -> int:
     elif errors.exists():
         errors.unlink()
     return len(lines)
-
-
-class _Progress:
-    """Records done (embedded, or found bad), as the engine's calls return: a tqdm bar (rate,
-    ETA) on a terminal, else a log line every `LOG_EVERY` seconds while the job runs."""
-
-    LOG_EVERY = 10.0
-
-    def __init__(self, total: int | None, done: int) -> None:
-        self._bar: Any = None
-        self._lock = threading.Lock()
-        self._done = done
-        self._total = total
-        self._started = time.perf_counter()
-        self._first = done
-        self._closed = threading.Event()
-        self._reporter: threading.Thread | None = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=done, unit=" records", dynamic_ncols=True)
-        else:
-            self._reporter = threading.Thread(
-                target=self._report, name="poolserve-embed-progress", daemon=True
-            )
-            self._reporter.start()
-
-    def advance(self, count: int) -> None:
-        """Count `count` more records done (from any thread)."""
-        with self._lock:
-            self._done += count
-            if self._bar is not None:
-                self._bar.update(count)
-
-    def on_done(self, count: int) -> Callable[[Future[Any]], None]:
-        """A callback for a call of `count` records: counts them when it returns."""
-        return lambda _: self.advance(count)
-
-    def _report(self) -> None:
-        # A timed wait on the event: it wakes at once when the job ends.
-        while not self._closed.wait(self.LOG_EVERY):
-            with self._lock:
-                done = self._done
-            elapsed = time.perf_counter() - self._started
-            rate = (done - self._first) / elapsed
-            eta = ""
-            if self._total and rate:
-                eta = f", about {max(self._total - done, 0) / rate:.0f} s left"
-            of = f" of {self._total}" if self._total else ""
-            logger.info("%d%s records, %.0f records/s%s", done, of, rate, eta)
-
-    def close(self) -> None:
-        self._closed.set()
-        if self._reporter is not None:
-            self._reporter.join()
-        if self._bar is not None:
-            self._bar.close()
 
 
 def summary_lines(report: JobReport) -> Iterator[str]:

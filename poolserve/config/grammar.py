@@ -99,7 +99,7 @@ class _EmbedHelpFormatter(argparse.RawDescriptionHelpFormatter, _DefaultsHelpFor
     """The description as written (paragraphs), the flags with their defaults."""
 
 
-def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
+def build_parser(*, raising: bool = False) -> Parser:
     """The commands' parser; `raising`: a bad flag raises SettingError instead of exiting."""
     kind = RaisingParser if raising else Parser
     parser = kind(prog="poolserve", description=DESCRIPTION)
@@ -111,6 +111,7 @@ def build_parser(*, raising: bool = False) -> argparse.ArgumentParser:
         subparser = commands.add_parser(
             command, help=summary, description=description, formatter_class=formatter
         )
+        parser.commands[command] = subparser
         for config_type, which in settings:
             into = subparser.add_argument_group(RAY_GROUP) if config_type is RayConfig else None
             add_flags(into or subparser, config_type, **which)
@@ -127,6 +128,8 @@ def parse_args(argv: Sequence[str] | None = None, *, raising: bool = False) -> a
     SettingError (its message the command line's) instead of exiting."""
     parser = build_parser(raising=raising)
     args = parser.parse_args(argv)
+    # A bad value (a variable's too) is the command's: "(see poolserve serve --help)".
+    parser = parser.commands[args.command]
     finish_flags(args, command_settings(args.command), parser)
     try:
         if hasattr(args, "ray"):

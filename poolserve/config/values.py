@@ -136,6 +136,8 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.raising = raising
+        # Its commands' parsers, by name (an error about a command's flag points at its help).
+        self.commands: dict[str, Parser] = {}
 
     def error(self, message: str) -> Any:
         if self.raising:

@@ -1,7 +1,7 @@
 """Scoring text pairs, and reranking documents for a query, with whatever kind of model is loaded.
 
-- cross-encoder: each (query, document) pair is one input; score = the model's activation
-  (sigmoid) of its logit, or the raw logit with `use_activation: false`;
+- cross-encoder (cross_encoder_score.py): each (query, document) pair is one input; score = the
+  model's activation (sigmoid) of its logit, or the raw logit with `use_activation: false`;
 - embedding model (bi-encoder): every text is embedded once; score = cosine similarity;
 - late interaction (ColBERT): every text is encoded once into token vectors; score = MaxSim
   (for each query token its best document token, summed).
@@ -18,14 +18,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from poolserve.engine.context import ServeContext
-from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
+from poolserve.errors import InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
-from poolserve.tasks.classify import ClassifierHead
 from poolserve.tasks.image_inputs import has_images, with_images
-from poolserve.tasks.input_steps import bound_text, l2_normalize, tokenize_inputs
+from poolserve.tasks.input_steps import l2_normalize, tokenize_inputs
 
 
 @dataclass(frozen=True)
@@ -147,94 +146,6 @@ def cut_documents(
         text if start + offset < queries else tokenizer.cut_text(text, limit)
         for offset, text in enumerate(texts)
     ]
-
-
-class CrossEncoderScorer:
-    names: tuple[str, ...] = ()
-
-    def __init__(self, *, max_model_len: int, classifier: ClassifierHead) -> None:
-        self.max_model_len = max_model_len
-        self.classifier = classifier
-
-    def inputs(self, request: ScoreRequest) -> Sequence[Any]:
-        return request.pairs
-
-    def preprocess(
-        self,
-        ctx: ServeContext[ScoreRequest],
-        tokenizer: TextTokenizer,
-        start: int,
-        inputs: Sequence[Any],
-    ) -> list[TokenizedText]:
-        request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
-        side = ctx.pooling_params.truncation_side
-        name, queries = text_namer(request), len(request.queries)
-        # Fitting a document beside its query cuts its end; `truncate_prompt_tokens` (or a
-        # left side) cuts the pair as asked instead.
-        fitting = request.fit_documents and truncate is None and side == "right"
-        cutting = truncate is not None or request.max_tokens_per_doc is not None or fitting
-
-        def bounded(index: int) -> str:
-            """Query or document `index` of `_texts(request)`, checked as every input is."""
-            text = request.queries[index] if index < queries else request.documents[index - queries]
-            assert isinstance(text, str)  # ScoreTask refuses images for a text-only scorer
-            # Fitting cuts documents; a query too long for the model is refused.
-            truncating = cutting if index >= queries else cutting and not fitting
-            return bound_text(
-                tokenizer, text, name(index), self.max_model_len, truncating, side=side
-            )
-
-        texts, query_tokens = [], dict[int, int]()
-        for query_index, doc_index in inputs:
-            query, document = bounded(query_index), bounded(queries + doc_index)
-            room = self.max_model_len - tokenizer.num_pair_special_tokens
-            if fitting:
-                if query_index not in query_tokens:
-                    query_tokens[query_index] = self._query_tokens(
-                        tokenizer, query, name(query_index)
-                    )
-                room -= query_tokens[query_index]
-            limit = document_limit(request, room) if fitting else request.max_tokens_per_doc
-            texts.append(
-                (query, document if limit is None else tokenizer.cut_text(document, limit))
-            )
-        encoded = tokenizer.encode_pairs(
-            texts,
-            # Fitted pairs fit; cutting them again to the limit is only a guard at the edge of
-            # a cut, where tokenizing a prefix gives a token more than counted.
-            truncate_to=self.max_model_len if fitting else truncate,
-            side=side,
-        )
-        for offset, (ids, _) in enumerate(encoded):
-            if len(ids) > self.max_model_len:
-                raise InputTooLongError(
-                    f"pair {start + offset} (query and document together)",
-                    f"has {len(ids)} tokens, but the model accepts at most {self.max_model_len}",
-                    cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
-                    "`max_tokens_per_doc`",
-                    param="documents",
-                    index=start + offset,
-                )
-        return [TokenizedText(ids, types, "classify") for ids, types in encoded]
-
-    def _query_tokens(self, tokenizer: TextTokenizer, query: str, where: str) -> int:
-        """The query's own tokens, refused where they leave no room for a document."""
-        tokens = len(tokenizer.leading_tokens(query, self.max_model_len).ids)
-        if tokens + tokenizer.num_pair_special_tokens >= self.max_model_len:
-            raise InputTooLongError(
-                where,
-                f"has {tokens} tokens, which leave no room for a document beside it in the "
-                f"{self.max_model_len} the model accepts for the pair",
-                cut_with="`truncate_prompt_tokens` (-1 for the model's maximum)",
-                param=where.split("[")[0],
-            )
-        return tokens
-
-    def scores(self, ctx: ServeContext[ScoreRequest], outputs: list[np.ndarray]) -> np.ndarray:
-        logits = np.stack(outputs)[:, 0].astype(np.float64)
-        if ctx.pooling_params.use_activation:
-            return self.classifier.activate(logits)
-        return logits
 
 
 class _EachTextOnce:

@@ -11,13 +11,13 @@ from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 from poolserve.tasks.chat import ChatTemplate
 from poolserve.tasks.classify import Activation, ClassifierHead, ClassifyTask
+from poolserve.tasks.cross_encoder_score import CrossEncoderScorer
 from poolserve.tasks.embed import ChunkedEmbedTask, EmbedTask
 from poolserve.tasks.m3_score import M3Scorer
 from poolserve.tasks.pooling import PoolingTask
 from poolserve.tasks.prompts import Prompts, read_prompts
 from poolserve.tasks.score import (
     BiEncoderScorer,
-    CrossEncoderScorer,
     LateInteractionConfig,
     LateInteractionScorer,
     Scorer,

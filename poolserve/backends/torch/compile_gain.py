@@ -29,7 +29,7 @@ from poolserve.backends.torch import precision
 from poolserve.backends.torch.aot_cache import AotTarget, entry_for
 from poolserve.backends.torch.executor import CompiledForward, ModelExecutor
 from poolserve.engine.collate import Batch
-from poolserve.engine.model_backend import Collate, Forward
+from poolserve.engine.model_backend import Collate, CompileReport, Forward
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -170,3 +170,14 @@ def paying(compiled: CompiledForward, gains: Mapping[int, Gain]) -> CompiledForw
         if count not in kept and (close := getattr(run, "close", None)) is not None:
             close()
     return replace(compiled, runs=kept) if kept else None
+
+
+def compiled_line(name: str, report: CompileReport, threads: Sequence[int]) -> str:
+    """The log line of a compiled forward: how it was obtained, in how long, at which counts."""
+    how = {
+        "built": "compiled ahead of time",
+        "cached": "compiled forward loaded from the cache",
+        "jit": "compiled with torch.compile",
+    }[report.source]
+    counts = ", ".join(map(str, threads))
+    return f"{name}: {how} and warmed up in {report.seconds:.1f} s (thread counts {counts})"

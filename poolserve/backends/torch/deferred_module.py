@@ -13,7 +13,12 @@ from typing import Any
 
 import torch
 
+from poolserve.backends.torch.loader import enable_packing, load_module
 from poolserve.backends.torch.module import PoolingModule
+from poolserve.config.model_config import PackingMode
+from poolserve.errors import ModelLoadError
+from poolserve.models.kinds import Head
+from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -50,3 +55,31 @@ class DeferredModule:
 
     def forward_packed(self, *args: Any) -> torch.Tensor:
         return self.module().forward_packed(*args)
+
+
+def deferred_module(
+    spec: ModelSpec, packing: PackingMode, packed_heads: frozenset[Head]
+) -> DeferredModule:
+    """The eager module of a restart served from the cache, built at its first call with its
+    packing checked again: the heads packed must be those the libraries were built for."""
+
+    def build() -> PoolingModule:
+        module = load_module(spec)
+        assert isinstance(module, PoolingModule)  # an image-text model is not compiled
+        if packing != "off":
+            why = enable_packing(module, spec)
+            if frozenset(head for head in spec.heads if module.packs(head)) != packed_heads:
+                raise ModelLoadError(
+                    f"{spec.name}: its packed batches passed their check when the compiled "
+                    f"libraries were built, and fail it now ({why}); delete the compile cache "
+                    "(POOLSERVE_CACHE_DIR) and restart"
+                )
+        return module
+
+    logger.info(
+        "%s: the weights are in the compiled libraries; the eager module loads at its first use "
+        "(%s, or a batch they do not run)",
+        spec.name,
+        ", ".join(spec.heads[1:]) or "none other",
+    )
+    return DeferredModule(spec.name, build)

@@ -24,6 +24,7 @@ from poolserve.backends.torch.packing import (
     why_not_packable,
 )
 from poolserve.backends.torch.sequence_head import SequenceHead, base_model
+from poolserve.config.model_config import PackingMode
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Head, Kind, describe
 from poolserve.models.layout import TRUST_REMOTE_CODE
@@ -208,6 +209,36 @@ def _loaded(spec: ModelSpec, started: float) -> None:
         spec.dtype,
         spec.device,
         spec.layout.max_model_len,
+    )
+
+
+def choose_packing(
+    module: PoolingModule | ImageTextModule, spec: ModelSpec, packing: PackingMode
+) -> frozenset[Head]:
+    """The heads that run packed batches (`enable_packing` unless `packing` is off), said in
+    one log line."""
+    if packing == "off":
+        logger.info("%s: padded batches in length buckets (--packing off)", spec.name)
+        return frozenset()
+    why = enable_packing(module, spec)
+    packed = frozenset(head for head in spec.heads if module.packs(head))
+    if why is not None:
+        logger.info(
+            "%s: padded batches in length buckets: it cannot run packed batches (%s)",
+            spec.name,
+            why,
+        )
+    else:
+        log_packed(spec, packed)
+    return packed
+
+
+def log_packed(spec: ModelSpec, packed: frozenset[Head]) -> None:
+    padded = sorted(set(spec.heads) - packed)
+    logger.info(
+        "%s: packed batches (several inputs to a row, no padding to the longest)%s",
+        spec.name,
+        f"; {', '.join(padded)} in padded length buckets" if padded else "",
     )
 
 

@@ -21,7 +21,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -210,3 +210,15 @@ def from_cache_or_measure(
         save_choice(path, report)
     logger.info(describe(spec.name, report))
     return module, report
+
+
+def load_in_precision(
+    root: Path, spec: ModelSpec, load: Callable[[ModelSpec], M], collate: Collate, threads: int
+) -> tuple[M, PrecisionReport | None]:
+    """The module in the spec's dtype, or for `auto` in the one chosen (`from_cache_or_measure`)
+    and how it was chosen."""
+    if spec.dtype != "auto":
+        return load(spec), None
+    return from_cache_or_measure(
+        root, spec, lambda dtype: load(replace(spec, dtype=dtype)), collate, threads
+    )

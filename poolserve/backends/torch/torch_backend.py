@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
 
 import torch
 
@@ -17,7 +16,8 @@ from poolserve.backends.torch import aot, compile_gain, precision, warm_up
 from poolserve.backends.torch.aot import AotRun
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotUnavailableError
-from poolserve.backends.torch.deferred_module import DeferredModule
+from poolserve.backends.torch.cached_start import StartSettings, cached_start
+from poolserve.backends.torch.deferred_module import DeferredModule, deferred_module
 from poolserve.backends.torch.device import place
 from poolserve.backends.torch.executor import (
     CompiledForward,
@@ -26,7 +26,7 @@ from poolserve.backends.torch.executor import (
 )
 from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.jit import can_compile, just_in_time
-from poolserve.backends.torch.loader import enable_packing, load_module
+from poolserve.backends.torch.loader import choose_packing, load_module, log_packed
 from poolserve.backends.torch.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
 from poolserve.config.model_config import PackingMode
@@ -39,7 +39,7 @@ from poolserve.engine.model_backend import (
     QuantizationReport,
 )
 from poolserve.engine.runner_layout import runner_layout
-from poolserve.errors import ModelLoadError, SettingError
+from poolserve.errors import SettingError
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -158,85 +158,33 @@ class TorchBackend:
         self._speed_up(module)
 
     def _restart_from_the_cache(self) -> bool:
-        """Serve the main head from its compiled libraries alone where the caches hold all that
-        a start decides for it: the precision, the batch layout (a packed library is built only
-        once packing was checked), every thread count's library and, but with `--compile on`,
-        that each pays. The eager module is built at its first call (deferred_module.py)."""
+        """Serve the main head from the compiled libraries alone where the caches hold all
+        that a start decides for it (cached_start.py); its eager module is built at its first
+        call (deferred_module.py)."""
         spec = self._spec
         if not self._compiles or spec.device != "cpu" or spec.layout.vision is not None:
             return False
-        root = cache_dir()
-        chosen = None
-        if spec.dtype == "auto":
-            chosen = precision.cached_choice(precision.cache_file(root, spec, self._threads))
-            if chosen is None:
-                return False
-            spec = replace(spec, dtype=chosen.dtype)
         started = time.perf_counter()
-        head = spec.heads[0]
-        counts = sorted({1, self._threads, self._threads * self._runners})
-        for with_types in (True, False) if spec.kind == "cross_encoder" else (False,):
-            targets = [
-                AotTarget(head, count, with_types, self._max_batch_size, self._packing != "off")
-                for count in counts
-            ]
-            gains = {
-                target.threads: compile_gain.cached_gain(compile_gain.gain_file(root, spec, target))
-                for target in targets
-            }
-            known = {count: gain for count, gain in gains.items() if gain is not None}
-            if self._compile != "on" and not (
-                len(known) == len(counts) and all(gain.pays for gain in known.values())
-            ):
-                continue
-            try:
-                loaded = aot.load_or_build(root, None, spec, targets, self._runners)
-            except aot.NotInCacheError:
-                continue
-            break
-        else:
-            return False
-        self._spec, self.precision, self._known_gains = spec, chosen, known
-        if chosen is not None:
-            logger.info(precision.describe(spec.name, chosen))
-        packed = targets[0].packed
-        self.packed_heads = frozenset(spec.heads if packed else ())
-        if packed:
-            self._log_packed()
-        self._module = DeferredModule(spec.name, partial(self._deferred_module, spec))
-        self._compiled = (
-            CompiledForward(
-                {count: AotRun(model, with_types) for count, model in loaded.runs.items()},
-                head,
-                packed,
-            ),
+        settings = StartSettings(
+            self._threads, self._runners, self._max_batch_size, self._packing, self._compile
         )
+        found = cached_start(cache_dir(), spec, settings)
+        if found is None:
+            return False
+        spec = self._spec = found.spec
+        self.precision, self._known_gains = found.precision, found.gains
+        if found.precision is not None:
+            logger.info(precision.describe(spec.name, found.precision))
+        self.packed_heads = frozenset(spec.heads if found.forward.packed else ())
+        if self.packed_heads:
+            log_packed(spec, self.packed_heads)
+        self._module = deferred_module(spec, self._packing, self.packed_heads)
+        self._compiled = (found.forward,)
         self.report = CompileReport("cached", gains=self._gain_ratios())
-        self._warm_up(self._new_executor(), heads=(head,))
+        self._warm_up(self._new_executor(), heads=(found.forward.head,))
         self.report = replace(self.report, seconds=time.perf_counter() - started)
         self._log_compiled()
-        logger.info(
-            "%s: the weights are in the compiled libraries; the eager module loads at its "
-            "first use (%s, or a batch they do not run)",
-            spec.name,
-            ", ".join(spec.heads[1:]) or "none other",
-        )
         return True
-
-    def _deferred_module(self, spec: ModelSpec) -> PoolingModule:
-        """The eager module of a restart served from the cache, its packing checked again as
-        at the start that built the libraries."""
-        module = load_module(spec)
-        assert isinstance(module, PoolingModule)  # an image-text model is not compiled
-        if self._packing != "off":
-            why = enable_packing(module, spec)
-            if frozenset(head for head in spec.heads if module.packs(head)) != self.packed_heads:
-                raise ModelLoadError(
-                    f"{spec.name}: its packed batches passed their check when the compiled "
-                    f"libraries were built, and fail it now ({why}); delete the compile cache "
-                    "(POOLSERVE_CACHE_DIR) and restart"
-                )
-        return module
 
     def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
         """Compile the main head where `compile` asks for it and (auto, cached) where it is
@@ -298,17 +246,7 @@ class TorchBackend:
         self._log_compiled()
 
     def _log_compiled(self) -> None:
-        logger.info(
-            "%s: %s and warmed up in %.1f s (thread counts %s)",
-            self._spec.name,
-            {
-                "built": "compiled ahead of time",
-                "cached": "compiled forward loaded from the cache",
-                "jit": "compiled with torch.compile",
-            }[self.report.source],
-            self.report.seconds,
-            ", ".join(map(str, self.compiled_threads)),
-        )
+        logger.info(compile_gain.compiled_line(self._spec.name, self.report, self.compiled_threads))
 
     def _gain_ratios(self) -> dict[int, float]:
         return {threads: gain.ratio for threads, gain in self._known_gains.items()}
@@ -360,41 +298,15 @@ class TorchBackend:
     def _load_module(self) -> PoolingModule | ImageTextModule:
         """The module in the precision asked for, or (`auto` on a CPU with several fast
         precisions) in the one measured fastest on this machine, its spec told."""
-        if self._spec.dtype != "auto":
-            return load_module(self._spec)
-        spec = self._spec
-        module, self.precision = precision.from_cache_or_measure(
-            cache_dir(),
-            spec,
-            lambda dtype: load_module(replace(spec, dtype=dtype)),
-            self._collate,
-            self._threads,
+        module, self.precision = precision.load_in_precision(
+            cache_dir(), self._spec, load_module, self._collate, self._threads
         )
-        self._spec = replace(spec, dtype=self.precision.dtype)
+        if self.precision is not None:
+            self._spec = replace(self._spec, dtype=self.precision.dtype)
         return module
 
     def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
-        if self._packing == "off":
-            logger.info("%s: padded batches in length buckets (--packing off)", self._spec.name)
-            return
-        why = enable_packing(module, self._spec)
-        self.packed_heads = frozenset(head for head in self._spec.heads if module.packs(head))
-        if why is not None:
-            logger.info(
-                "%s: padded batches in length buckets: it cannot run packed batches (%s)",
-                self._spec.name,
-                why,
-            )
-            return
-        self._log_packed()
-
-    def _log_packed(self) -> None:
-        padded = sorted(set(self._spec.heads) - self.packed_heads)
-        logger.info(
-            "%s: packed batches (several inputs to a row, no padding to the longest)%s",
-            self._spec.name,
-            f"; {', '.join(padded)} in padded length buckets" if padded else "",
-        )
+        self.packed_heads = choose_packing(module, self._spec, self._packing)
 
     def _compile_ahead_of_time(
         self, module: PoolingModule, head: Head, counts: Sequence[int]
@@ -439,9 +351,8 @@ class TorchBackend:
         self._own_threads()
         started = time.perf_counter()
         executor = self._new_executor()
+        # A restart served from the cache warms what its libraries run, not the eager module.
         deferred = isinstance(self._module, DeferredModule) and not self._module.built
-        # A restart served from the cache warms what the compiled libraries run, not the eager
-        # module it has not loaded.
         heads = self.compiled_heads if deferred else self._spec.heads
         self._warm_up(executor, heads=heads)
         logger.info(
@@ -472,23 +383,17 @@ class TorchBackend:
         self._compiled = ()
 
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
-        counts = sorted({1, self._threads, *self.compiled_threads})
-        for head in heads:
-            if head == "image_embed":
-                warm_up.images(
-                    executor, self._spec, self._collate, self._threads, self._max_batch_size
-                )
-            else:
-                warm_up.texts(
-                    executor,
-                    self._spec,
-                    self._collate,
-                    head,
-                    counts,
-                    packed=head in self.packed_heads,
-                    every_shape=self.report.source == "jit",
-                    max_batch_size=self._max_batch_size,
-                )
+        warm_up.heads(
+            executor,
+            self._spec,
+            self._collate,
+            heads,
+            threads=self._threads,
+            counts=sorted({1, self._threads, *self.compiled_threads}),
+            packed_heads=self.packed_heads,
+            every_shape=self.report.source == "jit",
+            max_batch_size=self._max_batch_size,
+        )
 
 
 # The engine's seam, checked by the type checker: this module's factory builds a `Backend`.

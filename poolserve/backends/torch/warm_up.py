@@ -26,6 +26,36 @@ from poolserve.models.spec import ModelSpec
 LONG_TEXT = "a longer sentence to warm up the model with " * 40
 
 
+def heads(
+    executor: ModelExecutor,
+    spec: ModelSpec,
+    collate: Collate,
+    heads: Sequence[Head],
+    *,
+    threads: int,
+    counts: Sequence[int],
+    packed_heads: frozenset[Head],
+    every_shape: bool,
+    max_batch_size: int,
+) -> None:
+    """Each of `heads` warmed up: a text head at each of `counts` threads, images at one and
+    the runner's `threads`."""
+    for head in heads:
+        if head == "image_embed":
+            images(executor, spec, collate, threads, max_batch_size)
+            continue
+        texts(
+            executor,
+            spec,
+            collate,
+            head,
+            counts,
+            packed=head in packed_heads,
+            every_shape=every_shape,
+            max_batch_size=max_batch_size,
+        )
+
+
 def texts(
     executor: ModelExecutor,
     spec: ModelSpec,

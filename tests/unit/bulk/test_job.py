@@ -21,6 +21,7 @@ import pytest
 
 from poolserve import commands
 from poolserve.bulk import job as job_module
+from poolserve.bulk import job_progress as progress_module
 from poolserve.bulk.corpus import InputError, InputSpec, input_format, read_records
 from poolserve.bulk.job import BadRowsError, run_job
 from poolserve.bulk.parts import JobStateError
@@ -111,14 +112,14 @@ def test_progress_counts_records_as_the_engines_calls_return(
     when it returns, before the part is written; without a terminal a line says so every
     LOG_EVERY seconds."""
     counted: list[int] = []
-    advance = job_module._Progress.advance
+    advance = progress_module.Progress.advance
 
     def record(progress: Any, count: int) -> None:
         counted.append(count)
         advance(progress, count)
 
     monkeypatch.setattr(job_module, "CALL_ROWS", 16)
-    monkeypatch.setattr(job_module._Progress, "advance", record)
+    monkeypatch.setattr(progress_module.Progress, "advance", record)
     path = tmp_path / "in.jsonl"
     lines = [json.dumps({"text": t}) for t in TEXTS] + ['{"text": "  "}']
     path.write_text("".join(line + "\n" for line in lines))
@@ -128,7 +129,7 @@ def test_progress_counts_records_as_the_engines_calls_return(
     assert counted[0] == 1 and sorted(counted[1:]) == [8, 16, 16], counted
 
     # The periodic line, waited for by a handler that sees it (no sleep).
-    monkeypatch.setattr(job_module._Progress, "LOG_EVERY", 0.01)
+    monkeypatch.setattr(progress_module.Progress, "LOG_EVERY", 0.01)
     seen = threading.Event()
 
     class Watch(logging.Handler):
@@ -137,15 +138,15 @@ def test_progress_counts_records_as_the_engines_calls_return(
                 seen.set()
 
     watch = Watch()
-    job_module.logger.addHandler(watch)
-    monkeypatch.setattr(job_module.logger, "level", logging.INFO)
+    progress_module.logger.addHandler(watch)
+    monkeypatch.setattr(progress_module.logger, "level", logging.INFO)
     try:
-        progress = job_module._Progress(40, done=0)
+        progress = progress_module.Progress(40, done=0)
         progress.advance(7)
         assert seen.wait(30)
         progress.close()
     finally:
-        job_module.logger.removeHandler(watch)
+        progress_module.logger.removeHandler(watch)
 
 
 def test_npy_and_jsonl_outputs_hold_the_same_rows(engine: Any, tmp_path: Path) -> None:

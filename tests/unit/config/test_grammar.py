@@ -238,6 +238,7 @@ def test_a_bad_variable_is_named_and_a_flag_overrides_it(
         configs()
     error = capsys.readouterr().err
     assert "POOLSERVE_PORT='99999' is not an integer from 1 to 65535" in error, error
+    assert error.rstrip().endswith("(see poolserve serve --help)"), error  # the command's help
     model, _, server = configs("--port", "9000", "--dtype", "float32")
     assert (server.port, model.dtype) == (9000, "float32")
     with pytest.raises(SystemExit) as caught:  # --version never reads the variables
