@@ -52,11 +52,17 @@ def not_an_object(data: Any) -> InvalidRequestError | None:
     """The error for a body that is valid JSON but not an object (None: it is one)."""
     if isinstance(data, dict):
         return None
-    kind = "an array" if isinstance(data, list) else f"a {type(data).__name__} value"
-    if isinstance(data, str):
-        kind = "a string"
-    elif data is None:
-        kind = "null"
+    kind = (
+        "null"
+        if data is None
+        else "a boolean"
+        if isinstance(data, bool)
+        else "a number"
+        if isinstance(data, int | float)
+        else "a string"
+        if isinstance(data, str)
+        else "an array"
+    )
     return InvalidRequestError(
         f"the request body is {kind}; send a JSON object ({{...}}) with this route's fields"
     )

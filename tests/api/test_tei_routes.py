@@ -113,6 +113,16 @@ async def test_errors_name_the_input_as_tei_does(client: httpx.AsyncClient) -> N
         assert message.startswith(start), (body, message)
 
 
+async def test_text_classification_on_an_embedder_says_what_the_model_is(
+    client: httpx.AsyncClient,
+) -> None:
+    """`InferenceClient.text_classification` posts `parameters` to POST /: not an unknown
+    field, but a model that cannot classify."""
+    body = {"inputs": "I like you", "parameters": {"function_to_apply": "sigmoid", "top_k": 1}}
+    message = assert_tei_error(await client.post("/", json=body), 400, "Validation")
+    assert "asks for text classification, and this model is an embedding model" in message
+
+
 async def test_a_long_text_on_teis_rerank_is_cut_beside_the_query(
     client: httpx.AsyncClient, st_model: Any
 ) -> None:
