@@ -178,15 +178,26 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
         restarted.close()
 
     # A truncated library is never run: the entry is rebuilt, with one warning. (Truncated as
-    # a new file: this process still maps the old one, which a write in place would corrupt.)
+    # a new file: this process still maps the old one, which a write in place would corrupt.
+    # The rebuild puts back a copy of the entry instead of compiling the same library again.)
     (library,) = cache.glob("aot/*/*.so")
+    good = cache.parent / "good-entry"
+    shutil.copytree(library.parent, good)
     truncated = library.with_suffix(".part")
     truncated.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
     truncated.replace(library)
+    rebuilt_entries: list[Path] = []
+
+    def rebuild_from_the_copy(entry: aot_cache.CacheEntry, *args: Any) -> None:
+        rebuilt_entries.append(entry.directory)
+        shutil.rmtree(entry.directory)
+        shutil.copytree(good, entry.directory)
+
+    monkeypatch.setattr(aot, "build", rebuild_from_the_copy)
     with caplog.at_level(logging.WARNING, logger="poolserve.backends.torch.aot"):
         rebuilt = make_backend(spec, "on")
         rebuilt.load()
-    assert rebuilt.report.source == "built"
+    assert rebuilt.report.source == "built" and rebuilt_entries == [library.parent]
     assert any("stale or corrupt" in record.getMessage() for record in caplog.records)
     batch = packed_batch(batch_of(3, 40, 5))
     assert_close_vectors(
