@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 
 from poolserve.bulk.corpus import (
+    DEFAULT_ID_FIELD,
     BadRow,
     InputError,
     InputSpec,
@@ -193,6 +194,11 @@ def run_job(
                 _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
         while in_flight:
             _finish(engine, store, in_flight.popleft(), spec, options, report, progress)
+    except BaseException:
+        for part in in_flight:  # the engine drops what it has not started
+            for call in part.calls:
+                call.cancel()
+        raise
     finally:
         progress.close()
     if kind != "parquet":
@@ -214,6 +220,9 @@ def _fingerprint(spec: InputSpec) -> dict[str, Any]:
         "text_field": spec.text_field,
         "image_field": spec.image_field,
         "id_field": spec.id_field,
+        # Without --id-field a record's `id` field is its id; a job started when its number
+        # was its id does not resume under this rule.
+        "id_default": DEFAULT_ID_FIELD if spec.id_field is None else None,
     }
     if spec.path != "-":
         stat = Path(spec.path).stat()

@@ -43,7 +43,7 @@ class Progress:
         """Count `count` more records done (from any thread)."""
         with self._lock:
             self._done += count
-            if self._bar is not None:
+            if self._bar is not None and not self._closed.is_set():
                 self._bar.update(count)
 
     def on_done(self, count: int) -> Callable[[Future[Any]], None]:

@@ -87,6 +87,8 @@ class RayEmbedder:
         def settle(done: Future[Any]) -> None:
             with self._lock:
                 self._outstanding[which] -= 1
+            if result.done():  # cancelled by the job meanwhile
+                return
             if done.cancelled():
                 result.cancel()
             elif (error := done.exception()) is not None:

@@ -74,10 +74,9 @@ def validate_body(schema: type[M], body: bytes) -> M:
     except ValidationError as exc:
         if any(error.get("type") == "json_invalid" for error in exc.errors()):
             raise not_json(body, str(exc.errors()[0].get("msg"))) from None
-        if any(not error.get("loc") for error in exc.errors()):  # the body itself
-            wrong = not_an_object(orjson.loads(body))
-            if wrong is not None:
-                raise wrong from None
+        whole = [error for error in exc.errors() if not error.get("loc")]  # the body itself
+        if whole and (wrong := not_an_object(whole[0].get("input"))) is not None:
+            raise wrong from None
         message, param = validation_message(exc, schema)
         raise InvalidRequestError(message, param=param) from None
 

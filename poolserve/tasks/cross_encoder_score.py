@@ -38,9 +38,9 @@ class CrossEncoderScorer:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
         side = ctx.pooling_params.truncation_side
         name, queries = text_namer(request), len(request.queries)
-        # Fitting a document beside its query cuts its end; `truncate_prompt_tokens` (or a
-        # left side) cuts the pair as asked instead.
-        fitting = request.fit_documents and truncate is None and side == "right"
+        # Fitting a document beside its query cuts its end (its start, on the left side: then
+        # the tokenizer's cut of the pair does it); `truncate_prompt_tokens` cuts as asked.
+        fitting = request.fit_documents and truncate is None
         cutting = truncate is not None or request.max_tokens_per_doc is not None or fitting
 
         def bounded(index: int) -> str:
@@ -64,6 +64,8 @@ class CrossEncoderScorer:
                     )
                 room -= query_tokens[query_index]
             limit = document_limit(request, room) if fitting else request.max_tokens_per_doc
+            if fitting and side == "left":
+                limit = request.max_tokens_per_doc
             texts.append(
                 (query, document if limit is None else tokenizer.cut_text(document, limit))
             )

@@ -192,6 +192,10 @@ class BiEncoderScorer(_EachTextOnce):
     ) -> list[TokenizedText]:
         """Each text of the chunk, for `head`."""
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
+        if truncate is None and request.fit_documents:
+            # Documents were cut to fit; this guards the edge of a cut, where tokenizing a
+            # prefix can give a token more than counted.
+            truncate = self.max_model_len
         return tokenize_inputs(
             tokenizer,
             cut_documents(request, tokenizer, start, inputs, self.max_model_len),
@@ -244,6 +248,8 @@ class LateInteractionScorer(_EachTextOnce):
         inputs: Sequence[Any],
     ) -> list[TokenizedText]:
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
+        if truncate is None and request.fit_documents:
+            truncate = self.max_model_len  # the guard at a cut's edge, as BiEncoderScorer's
         queries = len(request.queries)
         results = []
         texts = cut_documents(request, tokenizer, start, inputs, self.max_model_len)

@@ -249,6 +249,9 @@ async def test_rerank_cuts_a_long_document_to_the_room_beside_the_query(
         body = await post_ok(client, path, {"query": query, "documents": documents, **extra})
         check_rerank(body, query, documents, expected)
         assert body["usage"]["prompt_tokens"] == short + 512
+    # Cut from the left side as asked, it fits as well (the tokenizer's cut of the pair).
+    body = {"query": query, "documents": documents, "truncation_side": "left"}
+    assert len((await post_ok(client, path, body))["results"]) == 2
     # A query that leaves no room for a document is refused, by its name.
     refused = await client.post(path, json={"query": LONG_DOCUMENT, "documents": ["x"]})
     message = assert_openai_error(refused, 400)["message"]

@@ -180,6 +180,8 @@ SENT_WRONG: list[tuple[str, dict[str, Any], str]] = [
         "the request body is multipart form data; send a JSON object",
     ),
     ("a JSON array", {"json": ["a sentence"]}, "the request body is an array; send a JSON object"),
+    # NaN is JSON to pydantic's parser, not to orjson's: a 400 either way, never a 500.
+    ("an array with NaN", {"content": b"[NaN]", "headers": JSON}, "the request body is "),
     (
         "messages with input",
         {"json": {"input": "x", "messages": [{"role": "user", "content": "y"}]}},
@@ -208,6 +210,17 @@ async def test_an_error_says_what_was_sent_and_what_to_send(
     error = assert_openai_error(await client.post(sent.pop("path", "/v1/embeddings"), **sent), 400)
     assert expected in error["message"], error["message"]
     assert "Request" not in error["message"]  # no schema class names
+
+
+def test_a_body_only_pydantic_reads_is_named_without_parsing_it_again() -> None:
+    """A route that validates with pydantic alone (TEI's shapes) reads `[NaN]` as an array."""
+    from poolserve.errors import InvalidRequestError
+    from poolserve.server.apis.tei.requests import TeiEmbedRequest
+    from poolserve.server.body import validate_body
+
+    for body in (b"[NaN]", b"[1e999]"):
+        with pytest.raises(InvalidRequestError, match="the request body is an array"):
+            validate_body(TeiEmbedRequest, body)
 
 
 async def test_a_long_input_is_refused_naming_truncation_and_chunking(
