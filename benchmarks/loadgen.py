@@ -30,10 +30,13 @@ class LoadResult:
         return float(np.percentile(self.latencies, q) * 1000) if self.latencies else float("nan")
 
 
-def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
+def build_request(
+    host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: keep-alive\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: keep-alive\r\n\r\n"
     )
     return head.encode("ascii") + body
 

@@ -106,6 +106,14 @@ class UnsupportedMediaTypeError(PoolserveError):
     error_type = "invalid_request_error"
 
 
+class ConflictError(PoolserveError):
+    """The request expects something of the server that is not so (409): its
+    `x-expect-embedding-space` names another space than its vectors would be in."""
+
+    status = 409
+    error_type = "invalid_request_error"
+
+
 class OverloadedError(PoolserveError):
     """The server holds as much work as it may; the client should retry later (429)."""
 

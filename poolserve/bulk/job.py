@@ -23,10 +23,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import orjson
 
 from poolserve.bulk.corpus import (
     DEFAULT_ID_FIELD,
@@ -40,8 +39,10 @@ from poolserve.bulk.corpus import (
     read_records,
 )
 from poolserve.bulk.job_progress import Progress
+from poolserve.bulk.outputs import OutputKind, assemble, collect_errors, write_space
 from poolserve.bulk.parts import JobStateError, PartStore
 from poolserve.config.job_config import JobOptions
+from poolserve.engine.lanes import LOWEST_PRIORITY
 
 if TYPE_CHECKING:
     from poolserve.bulk.counted_embed import CountedEmbeddings
@@ -52,7 +53,6 @@ PARTS_IN_FLIGHT = 3
 # A part goes to the engine in calls of at most this many records (length-sorted runs of it),
 # each counted as done when it returns: progress moves within a part, not a part at a time.
 CALL_ROWS = 256
-OutputKind = Literal["parquet", "npy", "jsonl"]
 
 
 class PartEmbedder(Protocol):
@@ -60,6 +60,10 @@ class PartEmbedder(Protocol):
 
     name: str
     embedding_dim: int
+
+    def embedding_space(
+        self, *, normalize: bool | None = None, dimensions: int | None = None
+    ) -> str: ...
 
     def embed_counted_later(
         self,
@@ -70,6 +74,7 @@ class PartEmbedder(Protocol):
         truncate_prompt_tokens: int | None = None,
         skip_too_long: bool = False,
         images: bool = False,
+        priority: int = LOWEST_PRIORITY,
     ) -> Future[CountedEmbeddings]: ...
 
 
@@ -85,6 +90,7 @@ class JobReport:
     seconds: float = 0.0
     output: str = ""
     errors_file: str | None = None
+    embedding_space: str = ""
 
 
 def output_kind(output: Path) -> OutputKind:
@@ -169,13 +175,11 @@ def run_job(
     store = _store(output, kind, options)
     if kind != "parquet" and output.exists() and not options.overwrite:
         raise JobStateError(f"{output} exists; pass --overwrite to embed again")
-    settings = {
-        "input": _fingerprint(spec),
-        "model": engine.name,
-        **{key: value for key, value in asdict(options).items() if key != "overwrite"},
-    }
-    first = store.open(settings, overwrite=options.overwrite)
-    report = JobReport(resumed_from=first * options.part_rows, output=str(output))
+    space = engine.embedding_space(normalize=options.normalize, dimensions=options.dimensions)
+    first = store.open(_settings(engine, spec, options, space), overwrite=options.overwrite)
+    report = JobReport(
+        resumed_from=first * options.part_rows, output=str(output), embedding_space=space
+    )
     started = time.perf_counter()
     records = read_records(spec)
     skipped = sum(1 for _ in itertools.islice(records, first * options.part_rows))
@@ -202,15 +206,34 @@ def run_job(
     finally:
         progress.close()
     if kind != "parquet":
-        _assemble(store, output, kind)
+        assemble(store, output, kind)
+        write_space(output, engine.name, space)
     store.finish()
     errors = output.with_name(output.name + ".errors.jsonl")
-    report.bad = _collect_errors(store, errors)
+    report.bad = collect_errors(store, errors)
     report.errors_file = str(errors) if report.bad else None
     if kind != "parquet":
         shutil.rmtree(store.directory)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _settings(
+    engine: PartEmbedder, spec: InputSpec, options: JobOptions, space: str
+) -> dict[str, Any]:
+    """What a job is, for its job file: a rerun resumes it only if they are the same."""
+    return {
+        "input": _fingerprint(spec),
+        "model": engine.name,
+        # The model's weights and pooling too: a job resumes only into the same space.
+        "embedding_space": space,
+        # Neither changes a vector: a job resumes with another priority or overwrite.
+        **{
+            key: value
+            for key, value in asdict(options).items()
+            if key not in ("overwrite", "priority")
+        },
+    }
 
 
 def _fingerprint(spec: InputSpec) -> dict[str, Any]:
@@ -259,6 +282,7 @@ def _submit(
             dimensions=options.dimensions,
             truncate_prompt_tokens=-1 if options.truncate else None,
             skip_too_long=True,
+            priority=options.priority,
             **extra,
         )
         call.add_done_callback(progress.on_done(len(run)))
@@ -281,7 +305,8 @@ def _finish(
             f"{spec.unit} {first.position} (id {first.id!r}): {first.reason}; "
             "pass --on-error skip to report bad rows and go on"
         )
-    store.write(part.index, [row.id for row in part.rows], vectors, tokens, part.bad, spec.unit)
+    ids = [row.id for row in part.rows]
+    store.write(part.index, ids, vectors, tokens, part.bad, spec.unit, report.embedding_space)
     logger.debug("wrote part %d (%d records, %d bad)", part.index, len(part.rows), len(part.bad))
     report.embedded += len(part.rows)
 
@@ -332,54 +357,13 @@ def _joined(calls: Sequence[CountedEmbeddings]) -> CountedEmbeddings:
     )
 
 
-def _assemble(store: PartStore, output: Path, kind: OutputKind) -> None:
-    """The single-file output from the parts, one part in memory at a time, written under a
-    temporary name then renamed."""
-    import pyarrow.parquet as pq
-
-    temporary = output.with_name(output.name + ".tmp")
-    parts = list(store.parts())
-    if kind == "jsonl":
-        with open(temporary, "wb") as file:
-            for path in parts:
-                for record in pq.read_table(path).to_pylist():
-                    file.write(orjson.dumps(record) + b"\n")
-        temporary.replace(output)
-        return
-    files = [pq.ParquetFile(path) for path in parts]
-    rows = sum(file.metadata.num_rows for file in files)
-    width = files[0].schema_arrow.field("embedding").type.list_size if files else 0
-    matrix = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(rows, width))
-    ids = output.with_name(output.stem + ".ids.jsonl")
-    at = 0
-    with open(ids, "wb") as id_file:
-        for file in files:
-            table = file.read()
-            values = table.column("embedding").combine_chunks().flatten().to_numpy()
-            matrix[at : at + table.num_rows] = values.reshape(table.num_rows, width)
-            at += table.num_rows
-            for value in table.column("id").to_pylist():
-                id_file.write(orjson.dumps(value) + b"\n")
-    matrix.flush()
-    del matrix
-    temporary.replace(output)
-
-
-def _collect_errors(store: PartStore, errors: Path) -> int:
-    lines = list(store.errors())
-    if lines:
-        errors.write_bytes(b"".join(line + b"\n" for line in lines))
-    elif errors.exists():
-        errors.unlink()
-    return len(lines)
-
-
 def summary_lines(report: JobReport) -> Iterator[str]:
     """The report as lines for the terminal."""
     yield (
         f"embedded {report.embedded} records into {report.output} in {report.seconds:.1f} s"
         + (f" (resumed after {report.resumed_from})" if report.resumed_from else "")
     )
+    yield f"embedding space {report.embedding_space} (README: the embedding space)"
     if report.bad:
         yield f"{report.bad} bad records skipped, each with its place and reason in " + str(
             report.errors_file

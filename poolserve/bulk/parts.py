@@ -31,6 +31,8 @@ from poolserve.bulk.corpus import BadRow
 # Names starting with "_" or "." are not data to Parquet readers (pyarrow, pandas, Spark, DuckDB),
 # so the directory reads as a dataset of its parts alone.
 JOB_FILE = "_poolserve_job.json"
+# The Parquet metadata key of the vectors' space (models/embedding_space.py).
+SPACE_KEY = "poolserve.embedding_space"
 
 
 class JobStateError(ValueError):
@@ -118,7 +120,10 @@ class PartStore:
         tokens: Sequence[int],
         bad: Sequence[BadRow],
         unit: str,
+        space: str,
     ) -> None:
+        """Part `index`: its rows' ids, vectors and token counts, with the fingerprint of the
+        vectors' space in the Parquet metadata (`poolserve.embedding_space`), and its bad rows."""
         lines = [
             orjson.dumps({"id": row.id, unit: row.position, "reason": row.reason}) for row in bad
         ]
@@ -133,7 +138,7 @@ class PartStore:
                 else pa.array([], pa.list_(pa.float32(), vectors.shape[1])),
                 "tokens": pa.array(tokens, pa.int32()),
             }
-        )
+        ).replace_schema_metadata({SPACE_KEY: space})
         temporary = _temporary(self.part_path(index))
         pq.write_table(table, temporary)
         _sync_and_rename(temporary, self.part_path(index))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from poolserve.config.fields import setting
+from poolserve.engine.lanes import HIGHEST_PRIORITY, LOWEST_PRIORITY
 
 InputFormat = Literal["jsonl", "csv", "parquet", "text"]
 OnError = Literal["skip", "fail"]
@@ -56,3 +57,11 @@ class JobOptions:
     )
     dimensions: int | None = setting(None, minimum=1, help="keep the first N dimensions")
     overwrite: bool = setting(False, help="start again over an existing output")
+    # See engine/lanes.py.
+    priority: int = setting(
+        LOWEST_PRIORITY,
+        minimum=HIGHEST_PRIORITY,
+        maximum=LOWEST_PRIORITY,
+        help="the job's requests' priority, -10 (first) to 10 (last; the default): a job on an "
+        "engine that also serves other requests yields to them",
+    )

@@ -193,6 +193,23 @@ class EngineConfig:
         help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
         "also use the cores of idle runners (0: never one thread)",
     )
+    # See backends/torch/batch_invariant.py.
+    batch_invariant: bool = setting(
+        False,
+        help="a text's outputs are the same bits whatever batch it runs in (alone, beside any "
+        "others, on any runner): linear layers in fixed blocks, attention and pooling per "
+        "sequence, padded and eager batches on a fixed number of threads (see the docs' "
+        "Performance page for what it costs)",
+    )
+    # See engine/lanes.py and engine/scheduler.py.
+    background_slice: float = setting(
+        0.025,
+        number="non_negative",
+        help="while background work (priority above 0) waits and requests of priority 0 or "
+        "above arrive, each batch is cut to what a runner runs in this many seconds (at the "
+        "engine's measured rate): those requests wait about this long at most for a runner, "
+        "however much background work is queued; 0: batches as large as any",
+    )
     backend: str = setting(
         "auto",
         choices=("auto", *BACKENDS),

@@ -3,6 +3,7 @@ also a flag of `serve` (config/fields.py)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -126,12 +127,20 @@ class ServerConfig:
         help="seconds a request that does not fit may wait, unread, for room before its 429 "
         "(refused at once when the measured rate says room will not come in time); 0: no wait",
     )
+    # See engine/lanes.py and server/admission/control.py.
+    background_share: float = setting(
+        0.75,
+        number="positive",
+        help="the share of --max-queued-tokens that background requests (priority above 0) may "
+        "hold in all; the rest is kept for the default priority and above (at most 1)",
+    )
     # None: half of max_queued_tokens.
     max_request_tokens: int | None = setting(
         None,
         minimum=1,
         help="the most one request may cost, in tokens (at least 4 per input); more is a 413 "
-        "(default: half of --max-queued-tokens, the most it may be)",
+        "(default: half of --max-queued-tokens, the most it may be, or --background-share of it "
+        "where less)",
     )
     # A client may ask for a shorter one with the `x-request-timeout` header.
     request_timeout: float | None = setting(
@@ -146,7 +155,7 @@ class ServerConfig:
         """The most one request may cost, in tokens (once `max_queued_tokens` is known)."""
         if self.max_request_tokens:
             return self.max_request_tokens
-        return self.queued_tokens // 2
+        return int(self.queued_tokens * self._request_share)
 
     @property
     def queued_tokens(self) -> int:
@@ -162,7 +171,13 @@ class ServerConfig:
             max_model_len,
             self.max_client_batch_size * MIN_INPUT_TOKENS,
         )
-        return 2 * request
+        return math.ceil(request / self._request_share)
+
+    @property
+    def _request_share(self) -> float:
+        """The share of `max_queued_tokens` one request may cost by default: half, or less
+        where background requests may hold less."""
+        return min(0.5, self.background_share)
 
     def check_limits(self, max_model_len: int | None = None) -> None:
         """Raise ValueError (one line) unless the request limits fit together (docs/production.md,
@@ -173,9 +188,20 @@ class ServerConfig:
         root = self.allowed_local_media_path
         if root is not None and not Path(root).expanduser().is_dir():
             raise SettingError(f"--allowed-local-media-path {root} is not a folder")
+        if self.background_share > 1:
+            raise SettingError(
+                f"--background-share {self.background_share:g} is more than 1: it is the share "
+                "of --max-queued-tokens that background requests may hold"
+            )
         if self.max_queued_tokens is None and self.max_request_tokens is None:
             return  # both sized from memory later, to fit
         request, queued = self.request_tokens, self.max_queued_tokens
+        if queued is not None and request > self.background_share * queued:
+            raise SettingError(
+                f"--background-share {self.background_share:g} of --max-queued-tokens {queued} "
+                f"is less than --max-request-tokens {request}: a background request of the "
+                "largest size could never be admitted; raise the share or lower the request limit"
+            )
         if queued is not None and 2 * request > queued:
             raise SettingError(
                 f"--max-request-tokens {request} is more than half of --max-queued-tokens "

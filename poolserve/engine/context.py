@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.engine.work import Parts, Payload
 from poolserve.inputs.tokenizer import Side
 
@@ -104,6 +105,11 @@ class ServeContext(Generic[RequestT]):
     item_data: dict[int, Any] = field(default_factory=dict)
     # Counts what the request costs as it is tokenized (chunks must then be prepared in order).
     cost_meter: CostMeter | None = None
+    # Its lane (engine/lanes.py): lower runs first, in the CPU pool and on the runners.
+    priority: int = DEFAULT_PRIORITY
+    # The fingerprints of the spaces its vectors live in, by embedding type (float, int8, ...;
+    # models/embedding_space.py); empty where it answers no vectors.
+    embedding_spaces: dict[str, str] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:

@@ -1,8 +1,9 @@
 """The one shared thread pool for CPU work: tokenization, post-processing, response building.
 
-Its size is explicit (`--cpu-workers`). Several models may share it (one server, one pool): each
-of its threads lazily builds its own processor (a tokenizer: fast tokenizers are not re-entrant)
-of each model it prepares inputs for.
+Its size is explicit (`--cpu-workers`). Its queue serves higher priority lanes first, with aging
+(lane_executor.py); a job runs at the default priority unless its caller names one. Several
+models may share it (one server, one pool): each of its threads lazily builds its own processor
+(a tokenizer: fast tokenizers are not re-entrant) of each model it prepares inputs for.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, ParamSpec, TypeVar
 
+from poolserve.engine.lane_executor import LaneExecutor
+from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.errors import EngineUnavailableError
 
 P = ParamSpec("P")
@@ -27,7 +30,7 @@ class CpuPool:
         if workers < 1:
             raise ValueError("cpu_workers must be at least 1")
         self.workers = workers
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="poolserve-cpu")
+        self._executor = LaneExecutor(workers, thread_name_prefix="poolserve-cpu")
         self._local = threading.local()
 
     def processor(self, key: K, build: Callable[[K], T]) -> T:
@@ -43,16 +46,31 @@ class CpuPool:
         return processor
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return self.submit_at(DEFAULT_PRIORITY, fn, *args, **kwargs)
+
+    def submit_at(
+        self, priority: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Future[T]:
+        """`fn(*args, **kwargs)` in the pool, queued in `priority`'s lane."""
         try:
-            return self._executor.submit(fn, *args, **kwargs)
+            future: Future[T] = self._executor.submit(priority, fn, *args, **kwargs)
         except RuntimeError as exc:  # the executor was shut down
             raise EngineUnavailableError("the engine is closed; it takes no more work") from exc
+        return future
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn` in the pool and await it without blocking the event loop."""
         return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
 
-    def then(self, source: Future[A], fn: Callable[[A], T]) -> Future[T]:
+    async def run_at(
+        self, priority: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`run`, queued in `priority`'s lane."""
+        return await asyncio.wrap_future(self.submit_at(priority, fn, *args, **kwargs))
+
+    def then(
+        self, source: Future[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
+    ) -> Future[T]:
         """A future for `fn(source's result)`, run in the pool as soon as `source` succeeds.
 
         The thread that completes `source` (the runner) hands the next stage straight to the
@@ -86,7 +104,7 @@ class CpuPool:
                 copy_outcome(done)
             elif result.set_running_or_notify_cancel():
                 try:
-                    stage = self.submit(next_stage, done.result())
+                    stage = self.submit_at(priority, next_stage, done.result())
                 except EngineUnavailableError as exc:
                     result.set_exception(exc)
                 else:
@@ -103,9 +121,9 @@ class CpuPool:
             self.processor(key, build)
             barrier.wait()
 
-        for future in [self._executor.submit(build_one) for _ in range(self.workers)]:
+        for future in [self.submit(build_one) for _ in range(self.workers)]:
             future.result()
 
     def shutdown(self, wait: bool = True) -> None:
         """Drop the tasks not started; with `wait`, let the running ones finish first."""
-        self._executor.shutdown(wait=wait, cancel_futures=True)
+        self._executor.shutdown(wait=wait)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,7 @@ from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
@@ -54,6 +56,25 @@ def check_engine_settings(model: ModelSpec, config: EngineConfig) -> None:
     check_settings(config)  # what each flag would refuse, given in Python
     if config.cores is not None and config.cores < 1:
         raise SettingError(f"cores must be at least 1, got {config.cores}")
+
+
+def invariant_config(config: EngineConfig) -> EngineConfig:
+    """`config` as a batch-invariant engine runs (backends/torch/batch_invariant.py); a
+    setting that contradicts it is refused in one line."""
+    if not config.batch_invariant:
+        return config
+    conflicts = {
+        "--compile on/cached": config.compile in ("on", "cached"),
+        "--quantize int8": config.quantize != "off",
+        f"--backend {config.backend}": config.backend not in ("auto", "torch"),
+    }
+    for setting, conflicting in conflicts.items():
+        if conflicting:
+            raise SettingError(
+                f"--batch-invariant runs eager torch forwards of its own; {setting} cannot be "
+                "batch-invariant: leave it out"
+            )
+    return replace(config, compile="off", packing="off", single_thread_tokens=0, backend="torch")
 
 
 def processor_key(model: ModelSpec) -> str:
@@ -89,6 +110,7 @@ class EngineCore:
         models (its owner shuts it down), None: the engine's own pool of `config.cpu_workers`
         threads."""
         check_engine_settings(model, config)
+        config = invariant_config(config)
         self.config = config
         self._collate_items = collate_for(model)
         self.backend = backend(model, config, self._collate_items)
@@ -104,6 +126,7 @@ class EngineCore:
             lend_tokens=config.single_thread_tokens if self.model.device == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
             packs=self._packs,
+            background_slice=config.background_slice,
         )
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
@@ -227,8 +250,8 @@ class EngineCore:
 
     # -- work -------------------------------------------------------------------------------
 
-    def open_group(self, size: int) -> RequestGroup:
-        return RequestGroup(size)
+    def open_group(self, size: int, priority: int = DEFAULT_PRIORITY) -> RequestGroup:
+        return RequestGroup(size, priority)
 
     def submit(self, items: Iterable[WorkItem]) -> None:
         """Hand prepared items to the scheduler (those the result cache cannot answer)."""
@@ -253,6 +276,10 @@ class EngineCore:
     @property
     def queued_tokens(self) -> int:
         return self._scheduler.queued_tokens
+
+    def queued_by_lane(self) -> dict[int, int]:
+        """Items waiting for a runner, by lane (priority)."""
+        return self._scheduler.queued_by_lane()
 
     @property
     def tokens_in_work(self) -> int:

@@ -101,7 +101,7 @@ def _open(
     ctx.chunk_tokens = [0] * chunks
     ctx.chunk_seconds = [0.0] * chunks
     ctx.input_tokens = [0] * len(inputs)
-    return inputs, engine.open_group(len(inputs)), chunks
+    return inputs, engine.open_group(len(inputs), ctx.priority), chunks
 
 
 def _prepare_in_turn(
@@ -134,7 +134,7 @@ def _submit_for(
         if stage.cancelled():
             group.fail(EngineUnavailableError("the engine closed before this request ran"))
 
-    engine.cpu.submit(fn, *args).add_done_callback(dropped)
+    engine.cpu.submit_at(group.priority, fn, *args).add_done_callback(dropped)
 
 
 def start(
@@ -154,7 +154,7 @@ def start(
     (one caller with one large input list) every chunk is queued at once.
     """
     inputs, group, chunks = _open(engine, task, ctx)
-    finished = engine.cpu.then(group.future, partial(finish, group))
+    finished = engine.cpu.then(group.future, partial(finish, group), group.priority)
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
         return finished, group

@@ -24,10 +24,22 @@ short inputs), is batch_picking.py's.
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
 
+Priority lanes (engine/lanes.py) come before all of that: the seed is a request of the highest
+lane waiting, and a batch fills with the higher lanes' items first. A request rises one lane for
+every `AGING_BATCHES` batches in a row that pass it over. While background work (below the
+default lane) waits and work of the default lane or above has arrived within `FOREGROUND_MEMORY`
+seconds, every batch is cut to what a runner runs in `background_slice` seconds (at its measured
+rate): a runner is then free again within about that long for whatever higher-lane work arrives,
+however much background work is queued (on a CPU, batches of 8 to 32 sentences run about as
+fast per sentence as larger ones).
+
 No request waits forever: one that this many batches in a row (`MAX_PASSED_OVER`) have passed
-over, none of its items in them, seeds the next batch, however many items it has left (a large
-request under a steady stream of small ones would otherwise never be seeded, and, with the
-batches full of small ones, never filled in either).
+over, none of its items in them, seeds the next batch among those of its lane, however many items
+it has left (a large request under a steady stream of small ones would otherwise never be
+seeded, and, with the batches full of small ones, never filled in either). The bound, under an
+endless stream of higher-lane work: a request `d` lanes below the highest waiting is passed over
+by at most max(`AGING_BATCHES` × d, `MAX_PASSED_OVER`) batches in a row, then seeds the next one
+unless another has been passed over longer.
 
 One condition variable wakes the runners; nothing polls.
 """
@@ -37,7 +49,8 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections import deque
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -48,6 +61,7 @@ from poolserve.engine.batch_picking import (
     length_bucket,
     pick_around,
 )
+from poolserve.engine.lanes import AGING_BATCHES, FOREGROUND_MEMORY, is_background
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import WorkItem
 from poolserve.models.kinds import Head
@@ -94,8 +108,13 @@ class Scheduler:
         lend_tokens: int = 0,
         bucket_padding_tokens: int | None = None,
         packs: Callable[[Head], bool] = lambda head: False,
+        background_slice: float = 0.0,
     ) -> None:
         self._max_batch_tokens = max_batch_tokens
+        # Seconds a batch may run while background work waits (0: no slices), and when the
+        # last item of the default lane or above was submitted.
+        self._background_slice = background_slice
+        self._foreground_at = -math.inf
         # Padding one item may add to a batch before the batch is cut there; None: never cut.
         self._bucket_padding = bucket_padding_tokens
         # Whether a head's batches run packed: then no padding to cut, and a batch's tokens are
@@ -113,6 +132,8 @@ class Scheduler:
         # The waiting items, one queue per request (in order of arrival), and how many in all.
         self._waiting: dict[int, deque[WorkItem]] = {}
         self._waiting_items = 0
+        # Waiting items by lane (priority).
+        self._lane_items: Counter[int] = Counter()
         # Batches formed so far, and by request the count when it last had an item in one (or
         # began to wait): how many batches in a row have passed it over is the difference.
         self._batches_formed = 0
@@ -134,11 +155,14 @@ class Scheduler:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
             for item in items:
+                if not is_background(item.group.priority):
+                    self._foreground_at = time.monotonic()
                 queue = self._waiting.get(id(item.group))
                 if queue is None:
                     queue = self._waiting[id(item.group)] = deque()
                     self._last_served[id(item.group)] = self._batches_formed
                 queue.append(item)
+                self._lane_items[item.group.priority] += 1
                 self._waiting_items += 1
                 self._waiting_tokens += item.cost
                 item.group.submitted += 1
@@ -158,6 +182,7 @@ class Scheduler:
             items = [item for queue in self._waiting.values() for item in queue]
             self._waiting.clear()
             self._last_served.clear()
+            self._lane_items.clear()
             self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
@@ -170,6 +195,11 @@ class Scheduler:
     @property
     def queued_tokens(self) -> int:
         return self._waiting_tokens
+
+    def queued_by_lane(self) -> dict[int, int]:
+        """Waiting items by lane (priority), the lanes with none left out."""
+        with self._condition:
+            return {lane: count for lane, count in sorted(self._lane_items.items()) if count}
 
     @property
     def tokens_in_work(self) -> int:
@@ -263,11 +293,17 @@ class Scheduler:
         # together (measured: 8 requests of 500 sentences sent at once all took 4.4 s or more).
         # Items left count those not yet submitted: a request still being tokenized chunk by
         # chunk is as large as it will be.
-        def turn(queue: deque[WorkItem]) -> tuple[int, int]:
+        # Before all that, the lanes: a request rises one for every AGING_BATCHES batches in a
+        # row that passed it over, up to the highest lane waiting.
+        top = min(queue[0].group.priority for queue in self._waiting.values())
+
+        def turn(queue: deque[WorkItem]) -> tuple[int, int, int]:
             count = self._batches_formed - self._last_served[id(queue[0].group)]
-            return (0, -count) if count >= MAX_PASSED_OVER else (1, items_left(queue))
+            lane = max(top, queue[0].group.priority - count // AGING_BATCHES)
+            return (lane, 0, -count) if count >= MAX_PASSED_OVER else (lane, 1, items_left(queue))
 
         queues = sorted(self._waiting.values(), key=turn)
+        budget = self._budget(queues)
         seed = queues[0][0]
         window: list[list[WorkItem]] = []
         looked_at = 0
@@ -283,18 +319,32 @@ class Scheduler:
                 break
         limit = min(self._max_batch_size, math.ceil(looked_at / share))
         if self._packs(seed.head) and seed.cost <= PACK_FREELY_TOKENS:
-            chosen = fill_packed(seed, window, limit, self._max_batch_tokens)
+            chosen = fill_packed(seed, window, limit, budget)
             self._take(chosen)
             return chosen
         first = sorted(window[0], key=lambda item: item.cost)
-        chosen = pick_around(first, first.index(seed), limit, self._max_batch_tokens)
+        chosen = pick_around(first, first.index(seed), limit, budget)
         for others in window[1:]:
             if len(chosen) >= limit:
                 break
-            chosen += fill_nearest(chosen, others, limit, self._max_batch_tokens)
+            chosen += fill_nearest(chosen, others, limit, budget)
         chosen = length_bucket(seed, chosen, self._bucket_padding)
         self._take(chosen)
         return chosen
+
+    def _budget(self, queues: list[deque[WorkItem]]) -> int:
+        """The batch's token budget: a slice while background work waits and other work is
+        about (see the module)."""
+        if (
+            not self._background_slice
+            or time.monotonic() - self._foreground_at > FOREGROUND_MEMORY
+            or not any(is_background(queue[0].group.priority) for queue in queues)
+        ):
+            return self._max_batch_tokens
+        rate = self._stats.runner_token_rate()
+        if not rate:  # nothing measured yet
+            return self._max_batch_tokens
+        return max(1, min(self._max_batch_tokens, int(rate * self._background_slice)))
 
     def _drop_finished(self) -> None:
         """Forget the waiting items of requests that were cancelled or failed."""
@@ -302,6 +352,7 @@ class Scheduler:
         for key, queue in list(self._waiting.items()):
             if queue[0].group.finished:
                 skipped += len(queue)
+                self._lane_items[queue[0].group.priority] -= len(queue)
                 self._waiting_tokens -= sum(item.cost for item in queue)
                 del self._waiting[key]
                 self._last_served.pop(key, None)
@@ -314,6 +365,8 @@ class Scheduler:
         is one more that passed over every other waiting request."""
         taken = {id(item) for item in chosen}
         self._batches_formed += 1
+        for item in chosen:
+            self._lane_items[item.group.priority] -= 1
         for key in {id(item.group) for item in chosen}:
             queue = self._waiting[key]
             left = deque(item for item in queue if id(item) not in taken)

@@ -187,6 +187,12 @@ class EngineStats:
         """`StatsSnapshot.tokens_per_second` without building a snapshot."""
         return self.work_rate()[0]
 
+    def runner_token_rate(self) -> float:
+        """Padded tokens a second one runner runs (0.0 until one has run a batch)."""
+        with self._lock:
+            rates = [c.token_work / c.busy_seconds for c in self._runners if c.busy_seconds]
+        return sum(rates) / len(rates) if rates else 0.0
+
     def work_rate(self) -> tuple[float, float]:
         """`StatsSnapshot`'s tokens and held bytes per second without building a snapshot
         (admission reads them for every refusal's Retry-After)."""

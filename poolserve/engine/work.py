@@ -19,6 +19,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.models.kinds import Head
 
 
@@ -27,6 +28,8 @@ class RequestGroup:
     """One request's inputs; its future completes with all outputs, in input order."""
 
     size: int
+    # Its lane (engine/lanes.py): lower runs first.
+    priority: int = DEFAULT_PRIORITY
     future: Future[list[Any]] = field(default_factory=Future)
     submitted_at: float = field(default_factory=time.perf_counter)
     # Set by the runner threads: when the first of this group's batches started, the last ended.

@@ -1,6 +1,8 @@
 """Each method of the Python API written once, as the builder of its request: it checks the
 method's arguments and returns what the method runs (`Prepared`: the task, its context, and what
-turns the task's result into the method's). `Engine` makes each method's call styles (blocking,
+turns the task's result into the method's). Every method takes `priority`, the request's lane
+(engine/lanes.py: an integer from -10, first, to 10, last; above 0 is background work), as every
+HTTP route does. `Engine` makes each method's call styles (blocking,
 awaited, a future) from its builder (call_styles.py), so an option is declared once and the three
 cannot drift. The pooling options go to the one resolver (tasks/pooling_options.py)."""
 
@@ -8,14 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from poolserve.config import LongInput
 from poolserve.config.model_config import Kind
-from poolserve.engine.context import PoolingOptions, ServeContext
+from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
 from poolserve.engine.engine_core import EngineCore
+from poolserve.engine.lanes import DEFAULT_PRIORITY, LANES, PRIORITY_RANGE
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput
@@ -29,6 +32,8 @@ from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 from poolserve.tasks.task_set import TaskSet
+
+T = TypeVar("T")
 
 
 class Engine(Protocol):
@@ -67,6 +72,7 @@ def embed(
     prompt: str | None = None,
     long_input: LongInput | None = None,
     chunking: Chunking | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[np.ndarray]:
     """Embed texts; returns a float32 array of shape (len(texts), dim).
 
@@ -78,7 +84,9 @@ def embed(
     `long_input` says what a text longer than the model's length gets ("error", "truncate",
     or "chunk": embedded in chunks, their vectors averaged by tokens; default: the model's
     `ModelConfig.long_input`); `chunking` how (`Chunking(size=, overlap=)`, or late
-    chunking: `Chunking("late", ...)`, see docs/long-inputs.md).
+    chunking: `Chunking("late", ...)`, see docs/long-inputs.md). `priority`: the request's
+    lane, -10 (first) to 10 (last), 0 by default; above 0 is background work, run in time
+    slices after higher lanes (every method takes it).
     """
     ctx = _embed_context(
         engine,
@@ -87,6 +95,7 @@ def embed(
         engine.tasks.prompts.resolve(prompt_name, prompt),
         long_input,
         chunking,
+        priority,
     )
     return Prepared(engine.embed_task, ctx)
 
@@ -100,6 +109,7 @@ def embed_chunks(
     prompt_name: str | None = None,
     prompt: str | None = None,
     chunking: Chunking | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[ChunkedEmbeddings]:
     """`embed` in chunks (`long_input="chunk"`), answering each text's chunks too:
     `.vectors` as `embed` returns them, and for each text `.chunks[i]`: its chunks' vectors
@@ -115,12 +125,18 @@ def embed_chunks(
         engine.tasks.prompts.resolve(prompt_name, prompt),
         "chunk",
         chunking,
+        priority,
     )
     return Prepared(task, ctx)
 
 
 def embed_images(
-    engine: Engine, images: Any, *, normalize: bool | None = None, dimensions: int | None = None
+    engine: Engine,
+    images: Any,
+    *,
+    normalize: bool | None = None,
+    dimensions: int | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[np.ndarray]:
     """Embed images of an image-text model (CLIP, SigLIP): paths, bytes of image files, or
     PIL images (one, or a sequence); a float32 array (len(images), dim) in the space of
@@ -138,7 +154,7 @@ def embed_images(
     )
     inputs: list[str | ImageInput] = [ImageInput(each) for each in items]
     request = EmbedRequest(inputs, media=MediaPolicy.for_caller())
-    return Prepared(engine.embed_task, ServeContext(request, engine.name, params))
+    return Prepared(engine.embed_task, _context(request, engine, params, priority))
 
 
 def _embed_context(
@@ -148,6 +164,7 @@ def _embed_context(
     prompt: str | None,
     long_input: LongInput | None,
     chunking: Chunking | None,
+    priority: int,
 ) -> ServeContext[EmbedRequest]:
     params = engine.service.pooling_params(options)
     request = EmbedRequest(
@@ -156,7 +173,14 @@ def _embed_context(
         long_input or engine.service.long_input,
         chunking or Chunking(),
     )
-    return ServeContext(request, engine.name, params)
+    return _context(request, engine, params, priority)
+
+
+def _context(request: T, engine: Engine, params: PoolingParams, priority: int) -> ServeContext[T]:
+    """The context of a request of `engine` in lane `priority` (a ValueError names a bad one)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in LANES:
+        raise InvalidRequestError(f"priority must be {PRIORITY_RANGE}; got {priority!r}")
+    return ServeContext(request, engine.name, params, priority=priority)
 
 
 def classify(
@@ -165,6 +189,7 @@ def classify(
     *,
     use_activation: bool = True,
     truncate_prompt_tokens: int | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[np.ndarray]:
     """Class probabilities (raw logits with `use_activation=False`), shape (n, classes)."""
     task = engine.tasks.classify
@@ -173,7 +198,7 @@ def classify(
     params = engine.service.pooling_params(
         PoolingOptions(use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens)
     )
-    ctx = ServeContext(ClassifyRequest(texts_of(texts, "texts")), engine.name, params)
+    ctx = _context(ClassifyRequest(texts_of(texts, "texts")), engine, params, priority)
     return Prepared(task, ctx)
 
 
@@ -186,6 +211,7 @@ def score(
     truncate_prompt_tokens: int | None = None,
     max_tokens_per_doc: int | None = None,
     scorer: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[np.ndarray]:
     """Scores of query-document pairs (1:1, 1:N or N:N), as `/score` computes them.
 
@@ -201,6 +227,7 @@ def score(
         truncate_prompt_tokens=truncate_prompt_tokens,
         max_tokens_per_doc=max_tokens_per_doc,
         scorer=scorer,
+        priority=priority,
     )
 
 
@@ -214,6 +241,7 @@ def _scored(
     max_tokens_per_doc: int | None = None,
     scorer: str | None = None,
     fit_documents: bool = False,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[np.ndarray]:
     task = engine.tasks.score
     if task is None:
@@ -231,7 +259,7 @@ def _scored(
     params = engine.service.pooling_params(
         PoolingOptions(use_activation=use_activation, truncate_prompt_tokens=truncate_prompt_tokens)
     )
-    return Prepared(task, ServeContext(request, engine.name, params))
+    return Prepared(task, _context(request, engine, params, priority))
 
 
 def rerank(
@@ -241,24 +269,35 @@ def rerank(
     *,
     top_n: int | None = None,
     scorer: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[list[tuple[int, float]]]:
     """(document index, score) pairs, best first; the first `top_n` (None: all).
 
     A document is a string or a mapping with a `text` key; one too long for the model is cut
     to the room beside the query (as the rerank APIs do)."""
     check_rerank(query, top_n)
-    scores = _scored(engine, query, documents, scorer=scorer, fit_documents=True)
+    scores = _scored(engine, query, documents, scorer=scorer, fit_documents=True, priority=priority)
     return Prepared(scores.task, scores.ctx, lambda result: ranked(result, top_n))
 
 
 def embed_sparse(
-    engine: Engine, texts: str | Sequence[str], *, truncate_prompt_tokens: int | None = None
+    engine: Engine,
+    texts: str | Sequence[str],
+    *,
+    truncate_prompt_tokens: int | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[list[dict[int, float]]]:
     """A sparse (SPLADE) model's vocabulary weights of each text: {token id: weight}, the
     non-zero ones (`tokenize`'s ids; the tokenizer's vocabulary names them)."""
     if not engine.tasks.sparse:
         raise cannot(engine, "embed_sparse")
-    return pool(engine, texts, task="sparse", truncate_prompt_tokens=truncate_prompt_tokens)
+    return pool(
+        engine,
+        texts,
+        task="sparse",
+        truncate_prompt_tokens=truncate_prompt_tokens,
+        priority=priority,
+    )
 
 
 def pool(
@@ -269,6 +308,7 @@ def pool(
     normalize: bool | None = None,
     use_activation: bool = True,
     truncate_prompt_tokens: int | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> Prepared[list[Any]]:
     """The raw output of one of the model's heads for each text, as `/pooling` returns it:
     a vector (`embed`, `classify`), a matrix of one row per token (`token_embed`,
@@ -289,7 +329,7 @@ def pool(
         )
     )
     request = PoolingRequest(texts_of(texts, "texts"), chosen)
-    return Prepared(engine.pooling_task, ServeContext(request, engine.name, params))
+    return Prepared(engine.pooling_task, _context(request, engine, params, priority))
 
 
 def cannot(engine: Engine, what: str) -> InvalidRequestError:

@@ -18,6 +18,7 @@ import numpy as np
 
 from poolserve.bulk.counted_embed import CountedEmbed, CountedEmbeddings
 from poolserve.config import EngineConfig, ModelConfig
+from poolserve.engine.context import PoolingOptions
 from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.engine.pipeline import submit
@@ -28,6 +29,7 @@ from poolserve.offline.call_styles import awaited, blocking, cancellable, later
 from poolserve.offline.python_pooling import PythonPooling
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.embed import EmbedTask
+from poolserve.tasks.quantize import COMPACT_TYPES
 
 
 class Engine:
@@ -129,6 +131,26 @@ class Engine:
     pool = blocking(builders.pool, "pool")
     apool = awaited(builders.pool, "apool", of="pool")
     pool_later = later(builders.pool, "pool_later", of="pool")
+
+    def embedding_space(
+        self,
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        embedding_type: str = "float",
+    ) -> str:
+        """The fingerprint of the space `embed`'s vectors live in with these options (`embed`'s;
+        `embedding_type`: float, or a compact type: int8, uint8, binary, ubinary), as the
+        server's `x-embedding-space` header carries it: store it beside an index, and compare it
+        before adding vectors from another engine or server (docs/apis.md)."""
+        if self.tasks.embed is None:
+            raise builders.cannot(self, "embed")
+        if embedding_type not in ("float", *COMPACT_TYPES):
+            raise InvalidRequestError(
+                f"embedding_type must be float, {', '.join(COMPACT_TYPES)}; got {embedding_type!r}"
+            )
+        params = self.service.pooling_params(PoolingOptions(normalize, dimensions))
+        return self.service.embedding_space("embed", params, embedding_type)
 
     def embed_counted_later(
         self,

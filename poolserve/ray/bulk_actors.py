@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from poolserve.config import EngineConfig, ModelConfig
+from poolserve.engine.lanes import LOWEST_PRIORITY
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ class _EngineActor:
 
     def describe(self) -> tuple[str, int]:
         return self.engine.name, self.engine.embedding_dim
+
+    def embedding_space(self, options: dict[str, Any]) -> str:
+        return self.engine.embedding_space(**options)
 
     def embed_counted(self, texts: Sequence[str], options: dict[str, Any]) -> CountedEmbeddings:
         return self.engine.embed_counted_later(texts, **options).result()
@@ -59,6 +63,14 @@ class RayEmbedder:
         self.name, self.embedding_dim = described[0]
         self.replicas = replicas
 
+    def embedding_space(
+        self, *, normalize: bool | None = None, dimensions: int | None = None
+    ) -> str:
+        """The fingerprint of the vectors' space (every actor runs the same model)."""
+        options = {"normalize": normalize, "dimensions": dimensions}
+        space: str = ray.get(self._actors[0].embedding_space.remote(options))
+        return space
+
     def embed_counted_later(
         self,
         texts: Sequence[str],
@@ -68,6 +80,7 @@ class RayEmbedder:
         truncate_prompt_tokens: int | None = None,
         skip_too_long: bool = False,
         images: bool = False,
+        priority: int = LOWEST_PRIORITY,
     ) -> Future[CountedEmbeddings]:
         options = {
             "normalize": normalize,
@@ -75,6 +88,7 @@ class RayEmbedder:
             "truncate_prompt_tokens": truncate_prompt_tokens,
             "skip_too_long": skip_too_long,
             "images": images,
+            "priority": priority,
         }
         with self._lock:
             which = min(range(len(self._actors)), key=self._outstanding.__getitem__)

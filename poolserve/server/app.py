@@ -175,6 +175,7 @@ def _admission(config: ServerConfig, models: ServiceRegistry) -> AdmissionContro
         largest_request_tokens=largest_request_tokens(config, models, per_token_bytes),
         # A request past its time limit would get its 504 once admitted: it waits no longer.
         max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
+        background_share=config.background_share,
     )
 
 

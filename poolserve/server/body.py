@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
+from poolserve.server.admission.door import asked_priority
 from poolserve.server.error_responses import validation_message
 
 M = TypeVar("M", bound=BaseModel)
@@ -116,7 +117,9 @@ async def parse_chosen_body(
     if len(body) <= INLINE_PARSE_BYTES:
         schema, result = validate_chosen(choose, body)
     else:
-        schema, result = await cpu.run(validate_chosen, choose, body)
+        schema, result = await cpu.run_at(
+            asked_priority(request.scope), validate_chosen, choose, body
+        )
     chosen(schema)
     if isinstance(result, InvalidRequestError):
         raise result
@@ -158,7 +161,7 @@ async def read_json_body(request: Request, cpu: CpuPool) -> bytes:
             f"Content-Encoding {encoding!r} is not supported; send the body as is or gzipped"
         )
     limit = int(getattr(request.app.state.serving, "max_request_bytes", 0))
-    return await cpu.run(gunzip, body, limit)
+    return await cpu.run_at(asked_priority(request.scope), gunzip, body, limit)
 
 
 async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
@@ -167,7 +170,7 @@ async def parse_body(request: Request, schema: type[M], cpu: CpuPool) -> M:
         raise InvalidRequestError("the request has no body; send a JSON object")
     if len(body) <= INLINE_PARSE_BYTES:
         return validate_body(schema, body)
-    return await cpu.run(validate_body, schema, body)
+    return await cpu.run_at(asked_priority(request.scope), validate_body, schema, body)
 
 
 def json_body_schema(*schemas: type[BaseModel]) -> dict[str, Any]:

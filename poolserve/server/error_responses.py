@@ -35,6 +35,7 @@ _TYPES_BY_STATUS = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     503: "service_unavailable",
@@ -160,7 +161,7 @@ def _problem(
 ) -> str:
     known = sorted(
         (schema.model_fields if schema is not None else {}),
-        key=lambda name: name in IGNORED_FIELDS or name == "request_timeout",
+        key=lambda name: name in IGNORED_FIELDS or name in ("request_timeout", "priority"),
     )
     if found[0][1] is _UNKNOWN:
         unknown = sorted({_path(location) for location, _ in found})

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from poolserve.engine.lanes import HIGHEST_PRIORITY, LOWEST_PRIORITY, PRIORITY_RANGE
 from poolserve.inputs.images.sources import ImageInput
 
 TokenIds = list[StrictInt]
@@ -51,7 +52,6 @@ class StrictModel(BaseModel):
 # Fields clients of other servers send that poolserve accepts and ignores, with why.
 IGNORED_FIELDS = {
     "user": "OpenAI's end-user id, for the provider's abuse monitoring",
-    "priority": "vLLM's scheduling priority; poolserve runs the request with fewest inputs left",
     "request_id": "vLLM's request id; poolserve's is the x-request-id header",
 }
 
@@ -63,8 +63,12 @@ class WireModel(StrictModel):
     # `x-request-timeout` header.
     request_timeout: Annotated[float, Strict(), Field(gt=0)] | None = None
     user: StrictStr | None = Field(default=None, description=IGNORED_FIELDS["user"] + " (ignored)")
-    priority: StrictInt | None = Field(
-        default=None, description=IGNORED_FIELDS["priority"] + " (ignored)"
+    # As the `x-priority` header; see engine/lanes.py.
+    priority: Annotated[StrictInt, Field(ge=HIGHEST_PRIORITY, le=LOWEST_PRIORITY)] | None = Field(
+        default=None,
+        description=f"vLLM's scheduling priority: {PRIORITY_RANGE} (as the x-priority header). "
+        "Above 0 is background work: it runs in time slices and holds at most "
+        "--background-share of the server's queue",
     )
     request_id: StrictStr | None = Field(
         default=None, description=IGNORED_FIELDS["request_id"] + " (ignored)"

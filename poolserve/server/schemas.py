@@ -45,6 +45,11 @@ class ListEnvelope(Documented):
     created: int = Field(description="Unix seconds")
     model: str
     usage: Usage
+    embedding_space: str | None = Field(
+        None,
+        description="the fingerprint of the space its vectors live in, as the x-embedding-space "
+        "header carries it (README: the embedding space); absent where it has no vectors",
+    )
 
 
 class SparseEntry(Documented):
@@ -76,6 +81,10 @@ class ModelCard(Documented):
     routes: list[str] = Field(description="the model-specific routes it serves")
     max_model_len: int
     embedding_dim: int | None = Field(description="its embeddings' size (null: it embeds none)")
+    embedding_space: str | None = Field(
+        description="the fingerprint of the space of its float embeddings at their default "
+        "dimensions and normalization, as x-embedding-space carries it (null: it embeds none)"
+    )
     input_modalities: list[Literal["text", "image"]] = Field(
         description="what its inputs may be: texts, and images for an image-text model"
     )
@@ -145,6 +154,16 @@ class EngineStatsBody(Documented):
     )
 
 
+class LaneStatsBody(Documented):
+    """One priority lane's figures (see the README's "Priority lanes")."""
+
+    requests: int = Field(description="requests answered")
+    queue_seconds: float = Field(description="seconds they waited for a runner, in all")
+    queued_items: int = Field(description="inputs waiting for a runner now")
+    requests_waiting: int = Field(description="requests waiting at the door for room now")
+    refused: int = Field(description="requests refused for want of room (429)")
+
+
 class StatsBody(EngineStatsBody):
     """The engines' and admission's counters since start-up: the first model's engine at the
     top level, every model's under `models`."""
@@ -158,6 +177,15 @@ class StatsBody(EngineStatsBody):
     )
     peak_admitted_tokens: int
     max_queued_tokens: int
+    admitted_background_tokens: int = Field(
+        description="what admitted background requests (priority above 0) cost now"
+    )
+    max_background_tokens: int = Field(
+        description="the most they may cost (--background-share of --max-queued-tokens)"
+    )
+    lanes: dict[str, LaneStatsBody] = Field(
+        description="by priority, the lanes that have had a request, highest first"
+    )
 
 
 class ModelSample(Documented):
@@ -197,6 +225,7 @@ _ERRORS = {
     400: "a malformed request; the message says how to fix it",
     401: "a missing or wrong API key (with --api-key)",
     404: "an unknown model",
+    409: "x-expect-embedding-space names another space than the request's vectors would be in",
     413: "a body, input count or cost over the server's limits",
     429: "the server is at capacity; retry after Retry-After seconds",
     503: "no model runner is alive, or the server is shutting down",

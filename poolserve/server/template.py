@@ -32,8 +32,14 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve.engine.context import Encoder, PoolingParams, ServeContext, Task
+from poolserve.engine.lanes import header_priority, request_priority
 from poolserve.engine.pipeline import serve
-from poolserve.errors import EngineUnavailableError, InvalidRequestError, RequestTimeoutError
+from poolserve.errors import (
+    ConflictError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    RequestTimeoutError,
+)
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.admission.door import ticket_of
@@ -55,6 +61,15 @@ OPENAI_ERRORS = ErrorShape(ErrorBody)
 
 
 @dataclass(frozen=True)
+class Vectors:
+    """The vectors a request answers: of which output (`embed`, `token_embed`, `sparse`), in
+    which embedding types (float, int8, uint8, binary, ubinary), in order."""
+
+    head: str = "embed"
+    types: tuple[str, ...] = ("float",)
+
+
+@dataclass(frozen=True)
 class Served:
     """What one request runs: `internal` through `task` with `params`, answered by `encode`,
     within `timeout` seconds (the body's own limit, if it asks for one)."""
@@ -66,6 +81,8 @@ class Served:
     timeout: float | None = None
     # Its image inputs, each with its name ("input 2"), whose URLs are fetched before it runs.
     images: Sequence[tuple[str, ImageInput]] = ()
+    # What vectors it answers (None: none): their spaces' fingerprints go in the response.
+    vectors: Vectors | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +210,8 @@ async def _serve(
         served.params,
         served.encode,
         timeout=served.timeout,
+        priority=wire.priority,
+        vectors=served.vectors,
     )
 
 
@@ -224,6 +243,54 @@ def _timeout(request: Request, state: ServingState, asked_in_body: float | None)
     return limit
 
 
+def _context(
+    request: Request,
+    service: ModelService,
+    internal: RequestT,
+    params: PoolingParams,
+    priority: int | None,
+    vectors: Vectors | None,
+) -> ServeContext[RequestT]:
+    """The request's context: in the lane its body's `priority` or its `x-priority` header
+    names (engine/lanes.py; its ticket moved there), with the fingerprints of its vectors'
+    spaces (for the `x-embedding-space` header and the family's body; `_spaces`)."""
+    state = state_of(request)
+    ticket = ticket_of(request.scope)
+    lane = request_priority(priority, header_priority(request.headers.get("x-priority")))
+    if ticket is not None:
+        state.admission.relane(ticket, lane)
+    ctx = ServeContext(
+        internal,
+        model_name=service.served_name,
+        pooling_params=params,
+        request_id=request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
+        cost_meter=ticket,
+        priority=lane,
+    )
+    if vectors is not None:
+        ctx.embedding_spaces = _spaces(request, service, params, vectors)
+    return ctx
+
+
+def _spaces(
+    request: Request, service: ModelService, params: PoolingParams, vectors: Vectors
+) -> dict[str, str]:
+    """The fingerprints of the request's vectors' spaces by type; a 409 when the client
+    expects another (`x-expect-embedding-space`)."""
+    spaces = {kind: service.embedding_space(vectors.head, params, kind) for kind in vectors.types}
+    expected = request.headers.get("x-expect-embedding-space")
+    if expected is not None and expected.strip() not in spaces.values():
+        raise ConflictError(
+            f"this request's vectors would be in embedding space {', '.join(spaces.values())} "
+            f"({service.served_name}, {params.dimensions or service.embedding_dim} dimensions, "
+            f"{'normalized' if params.normalize else 'not normalized'}, "
+            f"{', '.join(vectors.types)}), not {expected[:64]!r} as x-expect-embedding-space "
+            "says: the model, its pooling or the request's options differ from those the "
+            "expected vectors were made with; nothing was run"
+        )
+    return spaces
+
+
 async def _disconnected(request: Request) -> None:
     """Return once the client has gone (the body is read: only a disconnect can come now)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -253,6 +320,8 @@ async def serve_task(
     encode: Encoder[RequestT, ResultT],
     *,
     timeout: float | None = None,
+    priority: int | None = None,
+    vectors: Vectors | None = None,
 ) -> Response:
     """Run `internal` through `task` on `service`'s engine, its result written by `encode` (an
     API family's body, see `wire/`); the response carries timing headers.
@@ -260,16 +329,11 @@ async def serve_task(
     The request's time limit counts from its admission. If the client disconnects, the limit
     passes or the server's shutdown grace period ends first, the request's work is cancelled:
     its items still queued never reach the model.
+    Its lane and its vectors' spaces: `_context`.
     """
     state = state_of(request)
     ticket = ticket_of(request.scope)
-    ctx = ServeContext(
-        internal,
-        model_name=service.served_name,
-        pooling_params=params,
-        request_id=request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
-        cost_meter=ticket,
-    )
+    ctx = _context(request, service, internal, params, priority, vectors)
     timeout = _timeout(request, state, timeout)
     wait = timeout
     if timeout is not None and ticket is not None:
@@ -291,7 +355,10 @@ async def serve_task(
     if work in done:
         body = work.result()
         state.metrics.observe_stages(ctx)
-        return await _encoded_response(request, state, body, timing_headers(ctx))
+        headers = timing_headers(ctx)
+        if ctx.embedding_spaces:
+            headers["x-embedding-space"] = ", ".join(ctx.embedding_spaces.values())
+        return await _encoded_response(request, state, body, headers)
     work.cancel()
     if watcher in done:
         # Nobody is listening; 499 (client closed request) only shows in the access log.

@@ -18,6 +18,7 @@ from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.describe import prepare_model
+from poolserve.models.embedding_space import SpaceOfLoaded
 from poolserve.models.kinds import Kind
 from poolserve.models.resolve import fetch_weights
 from poolserve.tasks.pooling_options import resolve_pooling
@@ -47,6 +48,8 @@ class ModelService:
     long_input: LongInput = "error"
     # What it was asked to load (where its weights come from).
     source: ModelConfig = field(default_factory=ModelConfig)
+    # Which space its vectors live in (models/embedding_space.py), once started.
+    loaded_space: SpaceOfLoaded = field(default_factory=SpaceOfLoaded, compare=False)
 
     @classmethod
     def prepare(
@@ -106,6 +109,7 @@ class ModelService:
             )
         try:
             fetch_weights(self.source.model, self.source.revision, spec.layout.directory)
+            self.loaded_space.measure(spec.layout, spec.tokenizer_json)
         except BaseException:
             self.core.close()
             raise
@@ -144,6 +148,18 @@ class ModelService:
     def tokenizer(self) -> TextTokenizer:
         """The calling CPU-pool thread's tokenizer of this model."""
         return self.core.tokenizer()
+
+    def embedding_space(
+        self, head: str, params: PoolingParams, embedding_type: str = "float"
+    ) -> str:
+        """The fingerprint of the space of `head`'s outputs as `params` ask for them
+        (models/embedding_space.py)."""
+        return self.loaded_space.space.fingerprint(
+            head=head,
+            normalize=params.normalize,
+            dimensions=params.dimensions or self.embedding_dim,
+            embedding_type=embedding_type,
+        )
 
     def pooling_params(self, options: PoolingOptions | None = None) -> PoolingParams:
         """A request's pooling options checked against this model (tasks/pooling_options.py)."""

@@ -24,6 +24,12 @@ COMPACT_TYPES: tuple[CompactType, ...] = ("int8", "uint8", "binary", "ubinary")
 EmbedDType = Literal["float32", "float16", "bfloat16", "int8", "uint8", "binary", "ubinary"]
 
 
+def embedding_type(kind: str) -> str:
+    """The type a vector's space counts (models/embedding_space.py): a compact type, or float
+    for every float encoding (float32, float16, bfloat16, base64 of any)."""
+    return kind if kind in COMPACT_TYPES else "float"
+
+
 def quantize(vectors: np.ndarray, kind: CompactType) -> np.ndarray:
     """`vectors` (n, dim) float as `kind`: int8 or uint8 (n, dim), packed bits (n, ⌈dim/8⌉)."""
     if kind in ("binary", "ubinary"):

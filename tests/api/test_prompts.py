@@ -90,6 +90,8 @@ async def test_the_prompt_changes_the_vectors_and_counts_in_usage(
     tokens = sum(len(hf_tokenizer(PROMPTS["query"] + text)["input_ids"]) for text in TEXTS)
     assert query["usage"]["prompt_tokens"] == tokens
     assert plain["usage"]["prompt_tokens"] < tokens
+    # A query prompt and a document prompt put texts in one space by design.
+    assert query["embedding_space"] == plain["embedding_space"]
 
 
 async def test_unknown_or_doubled_prompts_are_400(client: httpx.AsyncClient) -> None:

@@ -17,11 +17,12 @@ backends/torch/packing.py), for a backbone whose packing was checked at load.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from poolserve.backends.torch.invariant_kernels import BatchInvariantMode, each_alone
 from poolserve.backends.torch.packing import Packing
 from poolserve.backends.torch.sequence_head import SequenceHead, base_model
 from poolserve.backends.torch.token_pooling import pool, pool_segments, segment_sum
@@ -164,6 +165,8 @@ class PoolingModule(torch.nn.Module):
         # A sequence classifier's head taken apart (sequence_head.py), once checked: its packed
         # batches run the base model, then the head on the position it reads of each segment.
         self.sequence_head: SequenceHead | None = None
+        # Whether its padded forward is batch-invariant (batch_invariant.py).
+        self.batch_invariant = False
 
     def packs(self, head: Head) -> bool:
         """Whether `head` runs packed batches: every head of a packable backbone, a sequence
@@ -182,6 +185,28 @@ class PoolingModule(torch.nn.Module):
     ) -> torch.Tensor:
         """The head's output; `pool_mask` (default: the attention mask) says which tokens the
         pooling averages (a prompt left out, for include_prompt: false)."""
+        if not self.batch_invariant:
+            return self._forward(head, input_ids, attention_mask, token_type_ids, pool_mask)
+        with BatchInvariantMode():
+            return self._forward(head, input_ids, attention_mask, token_type_ids, pool_mask)
+
+    def _pool(
+        self, pooling: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *arguments: Any
+    ) -> torch.Tensor:
+        """`pooling(values, mask)`, each sequence alone where batch-invariant."""
+        values, mask, attention_mask = arguments
+        if self.batch_invariant:
+            return each_alone(pooling, values, mask, attention_mask)
+        return pooling(values, mask)
+
+    def _forward(
+        self,
+        head: Head,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        pool_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
@@ -199,14 +224,21 @@ class PoolingModule(torch.nn.Module):
         if head in ("classify", "token_classify"):
             return output.logits.float()  # type: ignore[no-any-return]
         if head == "sparse":
-            return splade_pool(
-                output.logits, attention_mask, self.splade_strategy, self.splade_activation
+            strategy, activation = self.splade_strategy, self.splade_activation
+            return self._pool(
+                lambda logits, mask: splade_pool(logits, mask, strategy, activation),
+                output.logits,
+                attention_mask,
+                attention_mask,
             )
         hidden = output.last_hidden_state
         if head == "token_embed":
             return self.dense(hidden.float())  # type: ignore[no-any-return]
-        pooled = pool(
-            hidden, attention_mask if pool_mask is None else pool_mask, self.pooling_modes
+        pooled = self._pool(
+            lambda values, mask: pool(values, mask, self.pooling_modes),
+            hidden,
+            attention_mask if pool_mask is None else pool_mask,
+            attention_mask,
         )
         return self.dense(pooled).float()  # type: ignore[no-any-return]
 

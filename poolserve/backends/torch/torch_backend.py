@@ -16,6 +16,7 @@ from poolserve.backends.torch import aot, compile_gain, precision, warm_up
 from poolserve.backends.torch.aot import AotRun
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotUnavailableError
+from poolserve.backends.torch.batch_invariant import invariant_module
 from poolserve.backends.torch.cached_start import StartSettings, cached_start
 from poolserve.backends.torch.deferred_module import DeferredModule, deferred_module
 from poolserve.backends.torch.device import place
@@ -66,18 +67,18 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
         runners=runners,
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         packing=config.packing,
+        batch_invariant=config.batch_invariant,
     )
 
 
 class TorchBackend:
-    """Eager PyTorch, or with `compile` on/auto the main head compiled (other heads, such as
-    `token_embed`, are rare and stay eager) for the thread counts a runner uses (1 for small
-    batches, `threads`, and every runner's for a large batch on cores lent by the idle
-    runners) where it pays (compile_gain.py); other counts run eagerly (compiled kernels fix
-    their thread count). Ahead of time (AOTInductor) first: a library per thread count,
-    cached on disk, which `runners` threads may run at once. Where the model does not export,
+    """Eager PyTorch (batch-invariant: batch_invariant.py), or with `compile` on/auto the main
+    head compiled (other heads stay eager) for the thread counts a runner uses (1 for small
+    batches, `threads`, every runner's on lent cores) where it pays (compile_gain.py); other
+    counts run eagerly. Ahead of time (AOTInductor) first: a library per thread count, cached on
+    disk, which `runners` threads may run at once. Where the model does not export,
     torch.compile with one runner (its guards misfire when several threads call it,
-    pytorch/pytorch#123177: a graph recompiled mid-serving stalled every runner ~15 s)."""
+    pytorch/pytorch#123177: a recompile mid-serving stalled every runner ~15 s)."""
 
     # What runs the main head where `load` found something faster than eager torch.
     FASTER_FORWARD = "compiled"
@@ -94,15 +95,16 @@ class TorchBackend:
         runners: int = 1,
         max_batch_size: int = 256,
         packing: PackingMode = "auto",
+        batch_invariant: bool = False,
     ) -> None:
         self._spec = place(spec)
+        self._load = invariant_module if batch_invariant else load_module
         self._collate = collate
         # Whether the main head is compiled: `on` that cannot work here refuses to start.
         self._compiles = compile != "off" and can_compile(self._spec, compile)
         self._single_thread_tokens = single_thread_tokens
         self._threads = threads
-        # Each runner thread's intra-op threads, set before its first operator (None: torch's
-        # default, on CUDA): torch keeps the count per thread.
+        # Each runner thread's intra-op threads, set before its first operator (None: on CUDA).
         self._runner_threads = runner_threads
         self._compile = compile
         self._runners = runners
@@ -116,10 +118,8 @@ class TorchBackend:
         self.report = CompileReport("eager")
         # The compiled forward's measured gain over eager, by thread count (compile_gain.py).
         self._known_gains: dict[int, compile_gain.Gain] = {}
-        # How `--dtype auto` chose the precision (set by `load` where it measured).
-        self.precision: PrecisionReport | None = None
-        # The quality gate of a quantized model (the torch backend quantizes nothing).
-        self.quantization: QuantizationReport | None = None
+        self.precision: PrecisionReport | None = None  # how `--dtype auto` chose, if it did
+        self.quantization: QuantizationReport | None = None  # nothing quantized here
 
     @property
     def spec(self) -> ModelSpec:
@@ -299,7 +299,7 @@ class TorchBackend:
         """The module in the precision asked for, or (`auto` on a CPU with several fast
         precisions) in the one measured fastest on this machine, its spec told."""
         module, self.precision = precision.load_in_precision(
-            cache_dir(), self._spec, load_module, self._collate, self._threads
+            cache_dir(), self._spec, self._load, self._collate, self._threads
         )
         if self.precision is not None:
             self._spec = replace(self._spec, dtype=self.precision.dtype)

@@ -29,6 +29,15 @@ costs more than estimated (when a tokenized chunk shows it), gets 429 too. One t
 than `--max-request-tokens` (at most half the bound, so that one request never locks the others
 out) gets 413: split it.
 
+Priority lanes (engine/lanes.py): a request's lane is known at the door from its `x-priority`
+header, or once its body is parsed from the body's `priority` (`relane`). Background requests
+(below the default lane) hold at most `background_share` of the bound in all; the rest is kept
+for the default lane and above. Waiting at the door, a higher lane's request is let in before a
+lower one's, and a new request passes the waiting ones of lower lanes; a request whose body
+names a background priority when background requests hold their whole share gets 429 (sent in
+the header instead, it would have waited at the door). 429s and waiting requests are counted by
+lane.
+
 Memory follows: every byte an admitted request holds (body, texts, token ids, outputs, the
 response body) is proportional to its cost, which is how docs/production.md states the bound.
 
@@ -43,22 +52,15 @@ import asyncio
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter
 from collections.abc import Callable
 
 from poolserve.config import MIN_INPUT_TOKENS
+from poolserve.engine.lanes import DEFAULT_PRIORITY, is_background
 from poolserve.errors import OverloadedError, PayloadTooLargeError
-from poolserve.server.admission.tickets import (
-    MAX_PASSED_OVER,
-    Ticket,
-    Waiter,
-    wake,
-)
-
-# The weight of each tokenized request in the moving average of cost over door estimate.
-COST_AVERAGING = 0.05
-# The last requests whose cost over estimate, all lower than the average, prices the next ones.
-RECENT_COSTS = 8
+from poolserve.server.admission.pricing import CostForecast
+from poolserve.server.admission.tickets import Ticket, Waiter, wake
+from poolserve.server.admission.waiting_line import WaitingLine
 
 
 class AdmissionControl:
@@ -73,6 +75,7 @@ class AdmissionControl:
         largest_request_tokens: int,
         max_wait: float = 0.0,
         cost_per_estimate: float = 0.25,
+        background_share: float = 1.0,
     ) -> None:
         # Tokens per second the engine runs (measured), for Retry-After and the expected wait.
         self._token_rate = token_rate
@@ -87,27 +90,28 @@ class AdmissionControl:
         self.request_cap = min(self.max_request_tokens, largest_request_tokens)
         # Seconds a request may wait at the door for room (0: refused at once).
         self.max_wait = max_wait
+        # The most background requests may hold in all.
+        self.background_tokens = int(max_tokens * background_share)
         self._lock = threading.Lock()
         self.in_flight = 0
         self.admitted_tokens = 0
         self.peak_admitted_tokens = 0
-        # Requests waiting at the door, in arrival order, and the sum of their estimates.
-        self._waiters: deque[Waiter] = deque()
-        self._waiting_tokens = 0
+        # What admitted background requests hold, and 429s by lane.
+        self.admitted_background = 0
+        self.refused_by_lane: Counter[int] = Counter()
+        # Requests waiting at the door.
+        self._line = WaitingLine()
         self.waited = 0
-        # What tokenized requests cost over what the door reserved for them (a moving average
-        # from English JSON's token per four bytes), and the door estimates of the admitted
-        # requests not tokenized yet.
-        self._cost_per_estimate = cost_per_estimate
-        # The last requests' cost over estimate: a run of requests far cheaper than their
-        # bodies (images: base64 bytes, not tokens) is priced at once, not after the average
-        # has crept down to them.
-        self._recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
-        self._unpriced = 0
+        self._costs = CostForecast(cost_per_estimate)
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._line)
+
+    def waiting_by_lane(self) -> dict[int, int]:
+        """Requests waiting at the door, by lane."""
+        with self._lock:
+            return self._line.by_lane()
 
     def retry_after(self, rate: float | None = None) -> str:
         """Seconds until what is admitted and waiting now has run, at the engine's measured
@@ -115,24 +119,38 @@ class AdmissionControl:
         rate = self._token_rate() if rate is None else rate
         return _seconds(self._work(0) / rate if rate else 1.0)
 
-    def _overloaded(self, why: str, retry_after: str | None = None) -> OverloadedError:
+    def _work(self, estimate: int) -> float:
+        return self._costs.work(self.admitted_tokens, self._line.tokens, estimate)
+
+    def _overloaded(
+        self, why: str, priority: int, retry_after: str | None = None
+    ) -> OverloadedError:
+        """The 429 of a request of lane `priority`, counted (outside the lock)."""
+        with self._lock:
+            self.refused_by_lane[priority] += 1
         return OverloadedError(
             f"the server is at capacity ({why}); retry after the time in Retry-After",
             headers={"retry-after": retry_after or self.retry_after()},
         )
 
-    def admit(self, content_length: int | None) -> Ticket:
+    def admit(self, content_length: int | None, priority: int = DEFAULT_PRIORITY) -> Ticket:
         """A ticket for a new request whose body has `content_length` bytes (None: chunked),
         now or never: OverloadedError if it does not fit (or others wait before it)."""
         estimate = self._estimate(content_length)
         with self._lock:
-            ticket = self._admit_now(estimate, content_length)
-            why = "" if ticket else self._refusal(estimate)
+            ticket = self._admit_now(estimate, content_length, priority)
+            why = "" if ticket else self._refusal(estimate, priority)
         if ticket is None:
-            raise self._overloaded(why)  # its Retry-After reads the engines: not under the lock
+            # Its Retry-After reads the engines: not under the lock.
+            raise self._overloaded(why, priority)
         return ticket
 
-    async def enter(self, content_length: int | None, max_wait: float | None = None) -> Ticket:
+    async def enter(
+        self,
+        content_length: int | None,
+        max_wait: float | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> Ticket:
         """`admit`, except that a request that does not fit waits for room, in arrival order,
         up to `max_wait` seconds (default and most: the control's). Refused at once (429,
         Retry-After from the expected wait) when the requests waiting already number
@@ -141,28 +159,29 @@ class AdmissionControl:
         wait = self.max_wait if max_wait is None else min(max_wait, self.max_wait)
         estimate = self._estimate(content_length)
         with self._lock:
-            ticket = self._admit_now(estimate, content_length)
+            ticket = self._admit_now(estimate, content_length, priority)
             if ticket is not None:
                 return ticket
-            if wait <= 0 or self.in_flight + len(self._waiters) >= self.max_requests:
-                why = self._refusal(estimate)
+            if wait <= 0 or self.in_flight + len(self._line) >= self.max_requests:
+                why = self._refusal(estimate, priority)
             else:
                 why = ""
         if why:
-            raise self._overloaded(why)
+            raise self._overloaded(why, priority)
         rate = self._token_rate()  # outside the lock: it reads the engines
         loop = asyncio.get_running_loop()
-        waiter = Waiter(estimate, content_length, time.monotonic(), loop, loop.create_future())
+        waiter = Waiter(
+            estimate, content_length, time.monotonic(), loop, loop.create_future(), priority
+        )
         retry_after = None
         with self._lock:
             # In line first: one that may pass the others gets in without a forecast.
-            self._waiters.append(waiter)
-            self._waiting_tokens += estimate
+            self._line.join(waiter)
             granted = self._grant_waiters()
             if waiter.granted is None:
                 expected = self._expected_wait(estimate, rate)
                 if expected > wait:
-                    self._forget(waiter)
+                    self._line.leave(waiter)
                     why = (
                         f"this request needs {estimate} tokens and the work admitted and "
                         f"waiting before it takes about {expected:.0f} s at the measured "
@@ -174,24 +193,30 @@ class AdmissionControl:
                     self.waited += 1
         wake([each for each in granted if each is not waiter])
         if why:
-            raise self._overloaded(why, retry_after)
+            raise self._overloaded(why, priority, retry_after)
         if waiter.granted is not None:  # it passed the requests waiting before it
             return waiter.granted
         waiter.timer = loop.call_later(wait, self._expire, waiter, wait)
         try:
             return await waiter.future
         except asyncio.CancelledError:
-            waiter.timer.cancel()
-            with self._lock:
-                ticket = waiter.granted
-                granted = []
-                if waiter.waiting:
-                    self._forget(waiter)
-                    granted = self._grant_waiters()  # it may have held the others back
-            wake(granted)
-            if ticket is not None:
-                self.release(ticket)
+            self._gave_up(waiter)
             raise
+
+    def _gave_up(self, waiter: Waiter) -> None:
+        """`waiter`'s request went (its client, or the server's shutdown): out of the line, or
+        its ticket back if it had just got in."""
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        with self._lock:
+            ticket = waiter.granted
+            granted = []
+            if waiter.waiting:
+                self._line.leave(waiter)
+                granted = self._grant_waiters()  # it may have held the others back
+        wake(granted)
+        if ticket is not None:
+            self.release(ticket)
 
     def resize(self, ticket: Ticket, tokens: int) -> None:
         """Make `ticket` hold `tokens`. Growing, it must fit: 413 when `tokens` pass what one
@@ -207,16 +232,45 @@ class AdmissionControl:
                     f"({self.max_request_tokens}, "
                     "--max-request-tokens): split it into smaller requests"
                 )
-            if growth <= 0 or self.admitted_tokens + growth <= self.max_tokens:
+            if growth <= 0 or self._fits(growth, ticket.priority, requests=0):
+                self._hold(growth, ticket.priority)
                 ticket.reserved = tokens
-                self._hold(growth)
                 if growth < 0:
                     granted = self._grant_waiters()
                 why = ""
             else:
-                why = self._room_message(tokens)
+                why = self._room_message(tokens, ticket.priority)
         if why:
-            raise self._overloaded(why)
+            raise self._overloaded(why, ticket.priority)
+        wake(granted)
+
+    def relane(self, ticket: Ticket, priority: int) -> None:
+        """The request's body names its lane: move `ticket` there. Into the background lanes it
+        must fit their share, else 429 (the lane was not known at the door, where it would have
+        waited)."""
+        granted: list[Waiter] = []
+        with self._lock:
+            moving = is_background(priority) != is_background(ticket.priority)
+            if (
+                moving
+                and is_background(priority)
+                and not self._fits(ticket.reserved, priority, requests=0, total=False)
+            ):
+                why = (
+                    f"background requests (priority above 0) hold {self.admitted_background} of "
+                    f"the {self.background_tokens} tokens they may (--background-share); send "
+                    "the priority in the x-priority header to wait at the door for room instead"
+                )
+            else:
+                why = ""
+                if moving:
+                    self._hold(-ticket.reserved, ticket.priority)
+                    self._hold(ticket.reserved, priority)
+                ticket.priority = priority
+                if moving:
+                    granted = self._grant_waiters()
+        if why:
+            raise self._overloaded(why, priority)
         wake(granted)
 
     def release(self, ticket: Ticket) -> None:
@@ -224,57 +278,61 @@ class AdmissionControl:
         waiting requests that now fit are let in."""
         with self._lock:
             self.in_flight -= 1
-            self.admitted_tokens -= ticket.reserved
+            self._hold(-ticket.reserved, ticket.priority)
             ticket.reserved = 0
             if not ticket.priced:
                 ticket.priced = True
-                self._unpriced -= ticket.door_estimate
+                self._costs.priced(ticket.door_estimate, None)
             granted = self._grant_waiters()
         wake(granted)
 
     def _estimate(self, content_length: int | None) -> int:
         return min(content_length or 0, self.request_cap)
 
-    def _fits(self, estimate: int) -> bool:
+    def _fits(self, tokens: int, priority: int, *, requests: int = 1, total: bool = True) -> bool:
+        """Under the lock: whether `requests` more requests holding `tokens` more in lane
+        `priority` fit the bounds (`total`: the whole bound too, not only the lane's share)."""
         return (
-            self.in_flight < self.max_requests
-            and self.admitted_tokens + estimate <= self.max_tokens
+            self.in_flight + requests <= self.max_requests
+            and (not total or self.admitted_tokens + tokens <= self.max_tokens)
+            and (
+                not is_background(priority)
+                or self.admitted_background + tokens <= self.background_tokens
+            )
         )
 
-    def _admit_now(self, estimate: int, content_length: int | None) -> Ticket | None:
-        """Under the lock: a ticket if the request fits and nobody waits before it."""
-        if self._waiters or not self._fits(estimate):
+    def _admit_now(self, estimate: int, content_length: int | None, priority: int) -> Ticket | None:
+        """Under the lock: a ticket if the request fits and nobody of its lane or a higher one
+        waits before it."""
+        if self._line.holds_lane(priority):
             return None
-        return self._ticket(estimate, content_length, time.monotonic())
+        if not self._fits(estimate, priority):
+            return None
+        return self._ticket(estimate, content_length, time.monotonic(), priority)
 
-    def _ticket(self, estimate: int, content_length: int | None, arrived_at: float) -> Ticket:
+    def _ticket(
+        self, estimate: int, content_length: int | None, arrived_at: float, priority: int
+    ) -> Ticket:
         self.in_flight += 1
-        self._hold(estimate)
-        self._unpriced += estimate
-        return Ticket(self, estimate, content_length or 0, estimate, admitted_at=arrived_at)
+        self._hold(estimate, priority)
+        self._costs.admitted(estimate)
+        return Ticket(
+            self, estimate, content_length or 0, estimate, admitted_at=arrived_at, priority=priority
+        )
 
     def _grant_waiters(self) -> list[Waiter]:
-        """Under the lock: admit the waiting requests that fit, in arrival order. A request
-        that does not fit lets later, smaller ones pass it only MAX_PASSED_OVER times; then
-        nobody passes it until it is in."""
-        granted: list[Waiter] = []
-        passed: list[Waiter] = []
-        for waiter in list(self._waiters):
-            if self.in_flight >= self.max_requests:
-                break
-            if not self._fits(waiter.estimate):
-                if waiter.passed_over >= MAX_PASSED_OVER:
-                    break
-                passed.append(waiter)
-                continue
-            for earlier in passed:
-                earlier.passed_over += 1
-            self._forget(waiter)
-            waiter.granted = self._ticket(waiter.estimate, waiter.content_length, waiter.arrived_at)
-            granted.append(waiter)
-            if any(earlier.passed_over >= MAX_PASSED_OVER for earlier in passed):
-                break
-        return granted
+        """Under the lock: let in the waiting requests that fit (waiting_line.py)."""
+
+        def admit(waiter: Waiter) -> None:
+            waiter.granted = self._ticket(
+                waiter.estimate, waiter.content_length, waiter.arrived_at, waiter.priority
+            )
+
+        return self._line.let_in(
+            lambda: self.in_flight < self.max_requests,
+            lambda waiter: self._fits(waiter.estimate, waiter.priority),
+            admit,
+        )
 
     def _expire(self, waiter: Waiter, waited: float) -> None:
         """On the event loop: `waiter` has waited as long as it may; refuse it unless it got
@@ -282,7 +340,7 @@ class AdmissionControl:
         with self._lock:
             if not waiter.waiting:
                 return
-            self._forget(waiter)
+            self._line.leave(waiter)
             granted = self._grant_waiters()
             why = (
                 f"this request needs {waiter.estimate} tokens and waited {waited:g} s "
@@ -290,13 +348,7 @@ class AdmissionControl:
             )
         wake(granted)
         if not waiter.future.done():
-            waiter.future.set_exception(self._overloaded(why))
-
-    def _forget(self, waiter: Waiter) -> None:
-        """Under the lock: `waiter` waits no longer."""
-        waiter.waiting = False
-        self._waiters.remove(waiter)
-        self._waiting_tokens -= waiter.estimate
+            waiter.future.set_exception(self._overloaded(why, waiter.priority))
 
     def _expected_wait(self, estimate: int, rate: float) -> float:
         """Under the lock: seconds until a request of `estimate` joining the queue would fit:
@@ -305,26 +357,8 @@ class AdmissionControl:
         if not rate:
             return 0.0
         # Its own estimate is among the waiting (priced at the average): count it once, whole.
-        work = self._work(estimate) - self._cost_ratio() * estimate
+        work = self._work(estimate) - self._costs.ratio() * estimate
         return max(0.0, work - self.max_tokens) / rate
-
-    def _work(self, estimate: int) -> float:
-        """Under the lock: the tokens the engine runs before room for a new request of
-        `estimate` is made: the admitted and waiting requests at what they will really cost
-        (the ones not tokenized yet at what tokenized ones have cost over their estimates),
-        and the new one at its estimate (what it will reserve)."""
-        guessed = self._unpriced + self._waiting_tokens
-        return self.admitted_tokens - self._unpriced + self._cost_ratio() * guessed + estimate
-
-    def _cost_ratio(self) -> float:
-        """Under the lock: what a request not tokenized yet will cost per token of its door
-        estimate: the moving average, or less where every one of the last `RECENT_COSTS`
-        requests cost less (the guess only decides whether a request waits or is refused at
-        once; waiting is bounded by --max-admission-wait either way)."""
-        recent = self._recent_costs
-        if len(recent) < RECENT_COSTS:
-            return self._cost_per_estimate
-        return min(self._cost_per_estimate, max(recent))
 
     def priced(self, ticket: Ticket, cost: int) -> None:
         """`ticket`'s real cost is known: learn how costs relate to door estimates."""
@@ -332,22 +366,27 @@ class AdmissionControl:
             if ticket.priced:
                 return
             ticket.priced = True
-            self._unpriced -= ticket.door_estimate
-            if ticket.door_estimate > 0:
-                sample = min(cost / ticket.door_estimate, 1.0)
-                self._cost_per_estimate += COST_AVERAGING * (sample - self._cost_per_estimate)
-                self._recent_costs.append(sample)
+            self._costs.priced(ticket.door_estimate, cost)
 
-    def _hold(self, tokens: int) -> None:
+    def _hold(self, tokens: int, priority: int) -> None:
+        """Under the lock: admitted requests of lane `priority` hold `tokens` more (or less)."""
         self.admitted_tokens += tokens
         self.peak_admitted_tokens = max(self.peak_admitted_tokens, self.admitted_tokens)
+        if is_background(priority):
+            self.admitted_background += tokens
 
-    def _refusal(self, tokens: int) -> str:
-        if self.in_flight + len(self._waiters) >= self.max_requests:
-            return f"{self.in_flight} requests in flight and {len(self._waiters)} waiting"
-        return self._room_message(tokens)
+    def _refusal(self, tokens: int, priority: int) -> str:
+        if self.in_flight + len(self._line) >= self.max_requests:
+            return f"{self.in_flight} requests in flight and {len(self._line)} waiting"
+        return self._room_message(tokens, priority)
 
-    def _room_message(self, tokens: int) -> str:
+    def _room_message(self, tokens: int, priority: int) -> str:
+        if is_background(priority) and self.admitted_background + tokens > self.background_tokens:
+            return (
+                f"this background request needs {tokens} tokens and background requests hold "
+                f"{self.admitted_background} of the {self.background_tokens} they may "
+                "(--background-share of --max-queued-tokens)"
+            )
         return (
             f"this request needs {tokens} tokens and admitted requests hold "
             f"{self.admitted_tokens} of {self.max_tokens}"

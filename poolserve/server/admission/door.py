@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.errors import OverloadedError
+from poolserve.engine.lanes import DEFAULT_PRIORITY, header_priority
+from poolserve.errors import OverloadedError, PoolserveError
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.admission.tickets import Ticket
 from poolserve.server.error_responses import error_response
@@ -34,6 +35,18 @@ def asked_timeout(scope: Scope) -> float | None:
     return None
 
 
+def asked_priority(scope: Scope) -> int:
+    """The lane an `x-priority` header asks for (the handler refuses a bad one with a 400;
+    until then it counts as the default)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-priority":
+            try:
+                return header_priority(value.decode("latin-1")) or DEFAULT_PRIORITY
+            except PoolserveError:
+                return DEFAULT_PRIORITY
+    return DEFAULT_PRIORITY
+
+
 def ticket_of(scope: Scope) -> Ticket | None:
     ticket: Ticket | None = scope.get(TICKET_KEY)
     return ticket
@@ -52,7 +65,7 @@ class AdmissionMiddleware:
             return
         length = content_length(scope)
         try:
-            ticket = await self.control.enter(length, asked_timeout(scope))
+            ticket = await self.control.enter(length, asked_timeout(scope), asked_priority(scope))
         except OverloadedError as refusal:
             response = error_response(refusal.status, refusal.message, headers=refusal.headers)
             await response(scope, receive, send)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from poolserve.config import MIN_INPUT_TOKENS
+from poolserve.engine.lanes import DEFAULT_PRIORITY
 
 
 class Budget(Protocol):
@@ -49,6 +50,8 @@ class Ticket:
     admitted_at: float = field(default_factory=time.monotonic)
     # The real cost of the chunks tokenized so far.
     tokenized_cost: int = 0
+    # Its lane (engine/lanes.py), from its x-priority header, then its body's priority.
+    priority: int = DEFAULT_PRIORITY
 
     def body_received(self, total_bytes: int) -> None:
         """A chunked body has grown to `total_bytes`: reserve as much (429 if it does not fit)."""
@@ -84,6 +87,7 @@ class Waiter:
     arrived_at: float
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Ticket]
+    priority: int = DEFAULT_PRIORITY
     # Later requests admitted while this one waited (at most MAX_PASSED_OVER).
     passed_over: int = 0
     granted: Ticket | None = None

@@ -103,6 +103,11 @@ def _model_card(state: ServingState, service: ModelService, name: str) -> dict[s
         "routes": list(state.routes_of(service)),
         "max_model_len": service.max_model_len,
         "embedding_dim": service.embedding_dim if service.tasks.embed is not None else None,
+        "embedding_space": (
+            service.embedding_space("embed", service.pooling_params())
+            if service.tasks.embed is not None
+            else None
+        ),
         "input_modalities": ["text", "image"] if service.tasks.images else ["text"],
         **service.tasks.prompts.card(),
     }
@@ -181,6 +186,9 @@ async def engine_stats(request: Request) -> Response:
         "admitted_tokens": admission.admitted_tokens,
         "peak_admitted_tokens": admission.peak_admitted_tokens,
         "max_queued_tokens": admission.max_tokens,
+        "admitted_background_tokens": admission.admitted_background,
+        "max_background_tokens": admission.background_tokens,
+        "lanes": state.metrics.lanes.report(),
         "models": models,
     }
     return json_response(orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS))

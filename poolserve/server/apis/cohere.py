@@ -20,9 +20,9 @@ from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32
 from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.server.schemas import Documented
-from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
+from poolserve.server.template import Call, Endpoint, Inputs, Served, Vectors, embedders
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.quantize import COMPACT_TYPES, quantize
+from poolserve.tasks.quantize import COMPACT_TYPES, embedding_type, quantize
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 Version = Literal["1", "2"]
@@ -123,6 +123,10 @@ class CohereApiVersion(Documented):
 class CohereMeta(Documented):
     api_version: CohereApiVersion
     billed_units: CohereBilledUnits
+    embedding_spaces: dict[str, str] = Field(
+        description="poolserve's: by embedding type, the fingerprint of the space of the "
+        "vectors (README: the embedding space)"
+    )
 
 
 class CohereEmbedResponse(Documented):
@@ -169,6 +173,8 @@ def embed_body(
             "meta": {
                 "api_version": {"version": version},
                 "billed_units": {"input_tokens": ctx.prompt_tokens},
+                # By type, as `embeddings` (poolserve's; Cohere's clients keep unknown fields).
+                "embedding_spaces": ctx.embedding_spaces,
             },
             "response_type": response_type,
         },
@@ -210,7 +216,9 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
         (names.format(i), each) for i, each in enumerate(items) if isinstance(each, ImageInput)
     ]
     request = EmbedRequest(items, prompt, media=call.state.media, image_names=names)
-    return Served(embed, request, params, encode, wire.request_timeout, images)
+    kinds = dict.fromkeys(embedding_type(kind) for kind in wire.embedding_types or ["float"])
+    vectors = Vectors(types=tuple(kinds))
+    return Served(embed, request, params, encode, wire.request_timeout, images, vectors)
 
 
 TEXTS = Inputs[CohereEmbedRequest](

@@ -19,18 +19,24 @@ def usage(ctx: ServeContext[Any]) -> dict[str, int]:
 
 
 def list_body(ctx: ServeContext[Any], id_prefix: str, data: list[Any]) -> bytes:
-    """The list envelope around `data`; numpy arrays serialize natively."""
-    return orjson.dumps(
-        {
-            "id": f"{id_prefix}-{ctx.request_id}",
-            "object": "list",
-            "created": ctx.timings.created,
-            "model": ctx.model_name,
-            "data": data,
-            "usage": usage(ctx),
-        },
-        option=orjson.OPT_SERIALIZE_NUMPY,
-    )
+    """The list envelope around `data`, with the vectors' `embedding_space` where it has
+    vectors; numpy arrays serialize natively."""
+    body = {
+        "id": f"{id_prefix}-{ctx.request_id}",
+        "object": "list",
+        "created": ctx.timings.created,
+        "model": ctx.model_name,
+        "data": data,
+        "usage": usage(ctx),
+        **embedding_space_field(ctx),
+    }
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def embedding_space_field(ctx: ServeContext[Any]) -> dict[str, str]:
+    """`{"embedding_space": ...}` for a body of one type of vectors, else nothing."""
+    spaces = list(ctx.embedding_spaces.values())
+    return {"embedding_space": spaces[0]} if len(spaces) == 1 else {}
 
 
 def base64_float32(array: np.ndarray) -> str:

@@ -19,11 +19,12 @@ from poolserve.server.apis.openai_wire import (
     chunked_embeddings_body,
     embeddings_body,
 )
-from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
+from poolserve.server.template import Call, Endpoint, Inputs, Served, Vectors, embedders
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import EmbedRequest
+from poolserve.tasks.quantize import embedding_type
 
 
 def _is_chat(data: Any, service: ModelService) -> bool:
@@ -117,13 +118,14 @@ def _served(call: Call[Any], request: EmbedRequest) -> Served:
         for index, each in enumerate(request.inputs)
         if isinstance(each, ImageInput)
     ]
+    vectors = Vectors(types=(embedding_type(wire.embed_dtype),))
     if wire.return_chunks or late:
         chunked = service.tasks.embed_chunks
         assert chunked is not None
         encode = partial(chunked_embeddings_body, **options)
-        return Served(chunked, request, params, encode, wire.request_timeout, images)
+        return Served(chunked, request, params, encode, wire.request_timeout, images, vectors)
     encode = partial(embeddings_body, **options)
-    return Served(embed, request, params, encode, wire.request_timeout, images)
+    return Served(embed, request, params, encode, wire.request_timeout, images, vectors)
 
 
 def long_input_of(wire: EmbeddingRequest, default: LongInput) -> LongInput:

@@ -26,12 +26,23 @@ from poolserve.server.protocol import (
     parts_of,
 )
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
-from poolserve.server.template import Call, Endpoint, Inputs, Served, classifiers, scorers
+from poolserve.server.template import (
+    Call,
+    Endpoint,
+    Inputs,
+    Served,
+    Vectors,
+    classifiers,
+    scorers,
+)
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal
 from poolserve.tasks.score import pair_up
+
+# The outputs of `/pooling` that are vectors in a space (models/embedding_space.py).
+VECTOR_HEADS = ("embed", "token_embed", "sparse", "image_embed")
 
 # -- the requests --------------------------------------------------------------------------------
 
@@ -230,7 +241,8 @@ def _pooling(call: Call[PoolingRequest]) -> Served:
     )
     params = _params(service, wire, normalize=wire.normalize)
     internal = PoolingInternal(wire.inputs(), head)
-    return Served(pooling, internal, params, encode, wire.request_timeout)
+    vectors = Vectors(head) if head in VECTOR_HEADS else None
+    return Served(pooling, internal, params, encode, wire.request_timeout, vectors=vectors)
 
 
 def _count(wire: InputRequest) -> int:

@@ -20,13 +20,22 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import Response
 
 from poolserve.engine.context import PoolingOptions, ServeContext
+from poolserve.server.apis.envelope import embedding_space_field
 from poolserve.server.error_responses import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
-from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders, scorers
+from poolserve.server.template import (
+    Call,
+    Endpoint,
+    Inputs,
+    Served,
+    Vectors,
+    embedders,
+    scorers,
+)
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.quantize import quantize
+from poolserve.tasks.quantize import embedding_type, quantize
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 
 OutputDType = Literal["float", "int8", "uint8", "binary", "ubinary"]
@@ -132,6 +141,10 @@ class VoyageEmbedResponse(Documented):
     data: list[VoyageEmbedding]
     model: str
     usage: VoyageUsage
+    embedding_space: str | None = Field(
+        description="the fingerprint of the space its vectors live in, as the x-embedding-space "
+        "header carries it (README: the embedding space); absent where it has no vectors",
+    )
 
 
 class VoyageRerankResult(Documented):
@@ -176,6 +189,7 @@ def embed_body(
         ],
         "model": ctx.model_name,
         "usage": {"total_tokens": ctx.prompt_tokens},
+        **embedding_space_field(ctx),
     }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -221,7 +235,8 @@ def _embed(call: Call[VoyageEmbedRequest]) -> Served:
         embed_body, output_dtype=wire.output_dtype, encoding_format=wire.encoding_format
     )
     internal = EmbedRequest(wire.texts(), prompt)
-    return Served(embed, internal, params, encode, wire.request_timeout)
+    vectors = Vectors(types=(embedding_type(wire.output_dtype),))
+    return Served(embed, internal, params, encode, wire.request_timeout, vectors=vectors)
 
 
 def _rerank(call: Call[VoyageRerankRequest]) -> Served:

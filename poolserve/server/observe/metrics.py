@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.engine.context import ServeContext
 from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.observe.lane_metrics import LaneCollector, LaneWaits
 from poolserve.server.observe.live import LiveHistory
 from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.service.registry import ServiceRegistry
@@ -240,6 +241,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(EngineCollector(models, admission))
+        self.lanes = LaneWaits(models, admission)
+        self.registry.register(LaneCollector(self.lanes))
         self.live = LiveHistory(models, admission)
         self.loop_lag = LoopLagMonitor(
             Histogram(
@@ -269,6 +272,7 @@ class Metrics:
             ("postprocess", timings.postprocess),
         ):
             self.stage.labels(stage, ctx.model_name).observe(seconds)
+        self.lanes.observe(ctx.priority, timings.queue)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

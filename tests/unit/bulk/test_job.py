@@ -76,6 +76,21 @@ def test_every_input_format_gives_the_vectors_of_embed(
         list(range(len(TEXTS))) if kind == "text" else [f"k{i}" for i in range(len(TEXTS))]
     )
     assert_close_vectors(vectors, engine.embed(TEXTS), FP32_COSINE)
+    # Which space the vectors are in: each part's metadata, as the server's header says it.
+    space = engine.embedding_space()
+    assert report.embedding_space == space
+    for part in sorted((tmp_path / "out.parquet").glob("part-*.parquet")):
+        assert pq.read_schema(part).metadata[b"poolserve.embedding_space"] == space.encode()
+
+
+def test_a_single_file_output_has_its_space_beside_it(engine: Any, tmp_path: Path) -> None:
+    path = write_input(tmp_path, "text")
+    spec = InputSpec(str(path), input_format(str(path), None))
+    options = JobOptions(part_rows=16, dimensions=64)
+    run_job(engine, spec, tmp_path / "out.npy", options)
+    meta = json.loads((tmp_path / "out.npy.meta.json").read_text())
+    assert meta == {"model": engine.name, "embedding_space": engine.embedding_space(dimensions=64)}
+    assert np.load(tmp_path / "out.npy").shape == (len(TEXTS), 64)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
@@ -245,7 +260,8 @@ def test_an_output_is_never_mixed_with_another_job_or_overwritten(
         .read_text()
         .replace('"complete": true', '"complete": false')
     )
-    with pytest.raises(JobStateError, match="other settings \\(dimensions differ\\)"):
+    # The dimensions change the vectors' space too.
+    with pytest.raises(JobStateError, match=r"other settings \(dimensions, embedding_space differ"):
         run_job(engine, spec, output, JobOptions(part_rows=16, dimensions=16))
     stranger = tmp_path / "stranger"
     stranger.mkdir()

@@ -270,14 +270,14 @@ def test_closing_fails_a_call_whose_work_the_pool_had_not_started() -> None:
     pool.submit(hold_the_pool)
     assert busy.wait(30)
     queued = threading.Event()
-    submit = pool.submit
+    submit = pool.submit_at
 
     def submit_and_tell(*args: Any, **kwargs: Any) -> Any:
         future = submit(*args, **kwargs)
         queued.set()
         return future
 
-    pool.submit = submit_and_tell  # type: ignore[method-assign]
+    pool.submit_at = submit_and_tell  # type: ignore[method-assign]
     outcome: Future[Any] = Future()
 
     def call() -> None:

@@ -39,6 +39,7 @@ from poolserve.server.template import (
     Endpoint,
     Inputs,
     Served,
+    Vectors,
     classifiers,
     embedders,
     scorers,
@@ -82,7 +83,7 @@ def _embed(call: Call[TeiEmbedRequest]) -> Served:
     prompt = service.tasks.prompts.resolve(wire.prompt_name, None)
     long_input = service.long_input if wire.truncate is None else "error"
     internal = EmbedRequest(_texts(wire.inputs), prompt, long_input)
-    return Served(embed, internal, params, vectors_body, wire.request_timeout)
+    return Served(embed, internal, params, vectors_body, wire.request_timeout, vectors=Vectors())
 
 
 def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
@@ -95,7 +96,14 @@ def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
         )
     )
     internal = PoolingRequest(_texts(wire.inputs), "token_embed")
-    return Served(service.tasks.pooling, internal, params, token_vectors_body, wire.request_timeout)
+    return Served(
+        service.tasks.pooling,
+        internal,
+        params,
+        token_vectors_body,
+        wire.request_timeout,
+        vectors=Vectors("token_embed"),
+    )
 
 
 def _predict(call: Call[TeiPredictRequest], *, nested: bool) -> Served:
@@ -193,7 +201,14 @@ def _sparse(call: Call[SparseEmbedRequest]) -> Served:
         PoolingOptions(truncate_prompt_tokens=-1 if wire.truncate else None)
     )
     internal = PoolingRequest(_texts(wire.inputs), "sparse")
-    return Served(service.tasks.pooling, internal, params, sparse_body, wire.request_timeout)
+    return Served(
+        service.tasks.pooling,
+        internal,
+        params,
+        sparse_body,
+        wire.request_timeout,
+        vectors=Vectors("sparse"),
+    )
 
 
 def _rerank(call: Call[TeiRerankRequest]) -> Served:

@@ -1,0 +1,75 @@
+"""`--batch-invariant`: a text's vector is the same bits whatever batch it ran in. Real prose,
+embedded one text at a time and then inside random mixed batches sent from several threads at
+once: not one byte differs, on the bundled model and on two architectures of the model zoo (a
+decoder that the default engine packs, and T5, which it runs padded); without the setting, they
+do differ. A model whose attention it cannot replace is refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import corpus
+from benchmarks.batch_invariance import alone_and_mixed, differing
+from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.backends.torch.invariant_kernels import BLOCK_ROWS, blocked_linear
+from poolserve.errors import SettingError
+from tests.model_zoo import ZOO_BY_NAME
+
+
+def differing_rows(alone: Any, mixed: Any) -> int:
+    return differing(alone, mixed)[0]
+
+
+def invariant_engine(model: str | None = None, **settings: Any) -> Engine:
+    return Engine(
+        model_config=ModelConfig(model=model, dtype="float32", **settings),
+        engine_config=EngineConfig(batch_invariant=True),
+    )
+
+
+@pytest.mark.slow  # a thousand forwards of one sentence each: about 25 s
+def test_a_thousand_real_sentences_alone_and_in_mixed_batches_are_the_same_bits(
+    engine: Any,
+) -> None:
+    texts = corpus.sentences(1000)
+    with invariant_engine() as invariant:
+        alone, mixed = alone_and_mixed(invariant, texts)
+    assert differing_rows(alone, mixed) == 0
+    # Without the setting (packed, its products blocked by the batch): the last bits move.
+    alone, mixed = alone_and_mixed(engine, texts[:200])
+    assert differing_rows(alone, mixed) > 0
+
+
+@pytest.mark.parametrize("name", ["Qwen3-Embedding-0.6B", "gtr-t5-base"])
+def test_zoo_architectures_are_batch_invariant(name: str, tmp_path: Path) -> None:
+    model = ZOO_BY_NAME[name]
+    directory = model.make(tmp_path / name)
+    with invariant_engine(str(directory)) as invariant:
+        alone, mixed = alone_and_mixed(invariant, corpus.sentences(120), seed=1)
+    assert differing_rows(alone, mixed) == 0
+
+
+def test_a_model_whose_attention_it_cannot_replace_is_refused(tmp_path: Path) -> None:
+    directory = ZOO_BY_NAME["all-mpnet-base-v2"].make(tmp_path / "mpnet")
+    with pytest.raises(SettingError, match=r"needs scaled-dot-product attention.*eager"):
+        invariant_engine(str(directory))
+    with pytest.raises(SettingError, match="cannot be batch-invariant"):
+        Engine(engine_config=EngineConfig(batch_invariant=True, quantize="int8"))
+
+
+def test_a_row_of_a_blocked_product_is_the_same_bits_wherever_it_is() -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 48, generator=generator)
+    bias = torch.randn(96, generator=generator)
+    rows = torch.randn(3 * BLOCK_ROWS + 5, 48, generator=generator)
+    alone = blocked_linear(rows[:1], weight, bias)
+    for count in (2, 17, BLOCK_ROWS, 3 * BLOCK_ROWS + 5):
+        batch = torch.cat([rows[1:count], rows[:1]])  # the row last, among others
+        assert torch.equal(blocked_linear(batch, weight, bias)[-1], alone[0])
+    plain = torch.nn.functional.linear(rows, weight, bias)
+    torch.testing.assert_close(blocked_linear(rows, weight, bias), plain)

@@ -1,0 +1,209 @@
+"""Priority lanes in the engine: the scheduler serves higher lanes first, ages the lower ones
+within the stated bound, and cuts batches to slices while background work waits beside other
+work; the CPU pool's queue does the same for its jobs."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from poolserve.engine import scheduler as scheduler_module
+from poolserve.engine.collate import text_item
+from poolserve.engine.lane_executor import LaneExecutor
+from poolserve.engine.lanes import (
+    AGING_BATCHES,
+    FOREGROUND_MEMORY,
+    HIGHEST_PRIORITY,
+    JOBS_PER_LANE,
+    LOWEST_PRIORITY,
+    header_priority,
+    request_priority,
+)
+from poolserve.engine.scheduler import MAX_PASSED_OVER, Scheduler
+from poolserve.engine.stats import EngineStats
+from poolserve.engine.work import RequestGroup, WorkItem
+from poolserve.errors import InvalidRequestError
+
+
+def scheduler(**options: object) -> tuple[Scheduler, EngineStats]:
+    stats = EngineStats()
+    settings: dict[str, object] = {
+        "max_batch_tokens": 16384,
+        "max_batch_size": 256,
+        "window": 1024,
+        "stats": stats,
+        **options,
+    }
+    return Scheduler(**settings), stats  # type: ignore[arg-type]
+
+
+def request(priority: int, lengths: list[int]) -> list[WorkItem]:
+    group = RequestGroup(len(lengths), priority)
+    return [text_item(group, index, [1] * length) for index, length in enumerate(lengths)]
+
+
+def lanes_of(items: list[WorkItem]) -> list[int]:
+    return [item.group.priority for item in items]
+
+
+def take(scheduler: Scheduler) -> list[WorkItem]:
+    assignment = scheduler.next_batch()
+    assert assignment is not None
+    scheduler.batch_ended(assignment)
+    return assignment.items
+
+
+def test_a_higher_lane_seeds_the_batch_and_fills_it_first() -> None:
+    """Fewest items left first, but only within a lane: a 3-item request of a higher lane goes
+    before a 1-item one of a lower lane that arrived first."""
+    runs, _ = scheduler(max_batch_size=2)
+    runs.submit(request(5, [4]))
+    runs.submit(request(-1, [4, 4, 4]))
+    runs.close()
+    assert [lanes_of(take(runs)) for _ in range(2)] == [[-1, -1], [-1, 5]]
+    assert runs.queued_by_lane() == {}
+
+
+def test_a_low_request_under_an_endless_high_stream_runs_within_the_stated_bound() -> None:
+    """The module's bound: a request d lanes below the highest waiting is passed over by at
+    most max(AGING_BATCHES × d, MAX_PASSED_OVER) batches in a row, then seeds the next."""
+    runs, _ = scheduler(max_batch_size=1)
+    low = request(LOWEST_PRIORITY, [5])
+    runs.submit(low)
+    lanes = LOWEST_PRIORITY - HIGHEST_PRIORITY
+    bound = max(AGING_BATCHES * lanes, MAX_PASSED_OVER)
+    passed_over = 0
+    while True:
+        runs.submit(request(HIGHEST_PRIORITY, [5]))  # two high ones wait at every turn
+        runs.submit(request(HIGHEST_PRIORITY, [5]))
+        batch = take(runs)
+        if batch[0] is low[0]:
+            break
+        passed_over += 1
+        assert passed_over <= bound, "the low request waited past the stated bound"
+    # The lanes held it back as long as the bound says, not less: aging, not round-robin.
+    assert passed_over == bound
+    assert runs.queued_by_lane() == {HIGHEST_PRIORITY: 2 * (bound + 1) - bound}
+
+
+def test_queued_items_are_counted_by_lane_and_forgotten_when_cancelled() -> None:
+    runs, _ = scheduler()
+    background, default = request(3, [5, 5]), request(0, [5])
+    runs.submit(background + default)
+    assert runs.queued_by_lane() == {0: 1, 3: 2}
+    background[0].group.cancel()
+    runs.close()
+    assert lanes_of(take(runs)) == [0]
+    assert runs.queued_by_lane() == {}
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=fake.monotonic))
+    return fake
+
+
+def test_background_work_runs_in_slices_only_while_other_work_arrives(clock: Clock) -> None:
+    runs, stats = scheduler(background_slice=0.05)
+    # A runner has run 1,000 tokens a second: a slice is 50 tokens.
+    stats.batch_started()
+    stats.batch_ended(0, items=10, tokens=1000, padded_tokens=1000, seconds=1.0)
+
+    runs.submit(request(5, [10] * 40))
+    assert len(take(runs)) == 40, "a bulk job alone runs batches as large as any"
+
+    runs.submit(request(5, [10] * 40))
+    runs.submit(request(0, [10]))
+    batch = take(runs)
+    assert lanes_of(batch)[0] == 0 and len(batch) * 10 <= 50
+    assert len(take(runs)) * 10 <= 50, "still sliced: the default lane was just here"
+    clock.now += FOREGROUND_MEMORY + 0.1
+    assert len(take(runs)) == 40 - 5 - 4, "the rest at once: nobody else has come for a while"
+
+
+def test_no_slices_before_the_rate_is_measured_or_when_switched_off(clock: Clock) -> None:
+    for slice_seconds, measured in ((0.05, False), (0.0, True)):
+        runs, stats = scheduler(background_slice=slice_seconds)
+        if measured:
+            stats.batch_started()
+            stats.batch_ended(0, items=10, tokens=1000, padded_tokens=1000, seconds=1.0)
+        runs.submit(request(5, [10] * 40) + request(0, [10]))
+        assert len(take(runs)) == 41
+
+
+# -- the CPU pool's queue -------------------------------------------------------------------------
+
+
+def run_order(priorities: list[int]) -> list[int]:
+    """The order (by submission index) in which a one-thread pool runs jobs of these lanes,
+    all queued while its thread is busy."""
+    pool = LaneExecutor(1, thread_name_prefix="test-lanes")
+    release = threading.Event()
+    started = threading.Event()
+
+    def block() -> None:
+        started.set()
+        release.wait()
+
+    order: list[int] = []
+    pool.submit(0, block)
+    started.wait()
+    futures = [pool.submit(lane, order.append, index) for index, lane in enumerate(priorities)]
+    release.set()
+    for future in futures:
+        future.result()
+    pool.shutdown()
+    return order
+
+
+def test_the_cpu_pool_runs_higher_lanes_first_and_each_lane_in_order() -> None:
+    assert run_order([10, 0, 10, -5, 0]) == [3, 1, 4, 0, 2]
+
+
+def test_a_low_job_is_overtaken_by_a_bounded_number_of_later_high_jobs() -> None:
+    lanes = LOWEST_PRIORITY - HIGHEST_PRIORITY
+    order = run_order([LOWEST_PRIORITY] + [HIGHEST_PRIORITY] * (JOBS_PER_LANE * lanes + 50))
+    assert order.index(0) == JOBS_PER_LANE * lanes - 1
+
+
+def test_a_shut_down_pool_cancels_what_waits_and_refuses_more() -> None:
+    pool = LaneExecutor(1, thread_name_prefix="test-lanes")
+    release, started = threading.Event(), threading.Event()
+    running = pool.submit(0, lambda: (started.set(), release.wait()))
+    started.wait()
+    waiting = pool.submit(0, lambda: None)
+    pool.shutdown(wait=False)
+    assert waiting.cancelled()
+    with pytest.raises(RuntimeError):
+        pool.submit(0, lambda: None)
+    release.set()
+    assert running.result() == (None, True)
+
+
+# -- a request's priority -------------------------------------------------------------------------
+
+
+def test_a_priority_comes_from_the_body_or_the_header_and_both_must_agree() -> None:
+    assert request_priority(None, None) == 0
+    assert request_priority(4, None) == 4
+    assert request_priority(None, header_priority(" -3 ")) == -3
+    assert request_priority(2, 2) == 2
+    with pytest.raises(InvalidRequestError, match="disagree"):
+        request_priority(2, 5)
+    for bad in ("high", "11", "-11", "1.5", ""):
+        with pytest.raises(InvalidRequestError, match="x-priority must be an integer from -10"):
+            header_priority(bad)
+    assert header_priority(None) is None
