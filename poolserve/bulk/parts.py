@@ -31,8 +31,10 @@ from poolserve.bulk.corpus import BadRow
 # Names starting with "_" or "." are not data to Parquet readers (pyarrow, pandas, Spark, DuckDB),
 # so the directory reads as a dataset of its parts alone.
 JOB_FILE = "_poolserve_job.json"
-# The Parquet metadata key of the vectors' space (models/embedding_space.py).
+# The Parquet metadata key of the vectors' space (models/embedding_space.py), and the job
+# setting that records it.
 SPACE_KEY = "poolserve.embedding_space"
+FINGERPRINTED = "embedding_space"
 
 
 class JobStateError(ValueError):
@@ -81,6 +83,12 @@ class PartStore:
         self.check(overwrite=overwrite)
         if job_file.is_file() and not overwrite:
             job = json.loads(job_file.read_text())
+            if FINGERPRINTED not in job.get("settings", {}):
+                # Started before jobs recorded their vectors' space: nothing to compare it to.
+                job["settings"] = {
+                    **job.get("settings", {}),
+                    FINGERPRINTED: settings.get(FINGERPRINTED),
+                }
             if job.get("settings") != settings:
                 changed = sorted(
                     key

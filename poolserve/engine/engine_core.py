@@ -65,7 +65,7 @@ def invariant_config(config: EngineConfig) -> EngineConfig:
         return config
     conflicts = {
         "--compile on/cached": config.compile in ("on", "cached"),
-        "--quantize int8": config.quantize != "off",
+        f"--quantize {config.quantize}": config.quantize != "off",
         f"--backend {config.backend}": config.backend not in ("auto", "torch"),
     }
     for setting, conflicting in conflicts.items():

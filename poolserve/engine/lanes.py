@@ -2,8 +2,8 @@
 
 A request carries vLLM's `priority`, an integer from `HIGHEST_PRIORITY` (runs first) to
 `LOWEST_PRIORITY` (runs last); `DEFAULT_PRIORITY` when it names none. Each priority is a lane. A
-request waits in three places, and each serves the higher lanes first and ages the lower ones, so
-that nothing waits forever:
+request waits in three places, and each serves the higher lanes first; the first two age the
+lower ones, so that nothing waits forever, and the door bounds their wait in time:
 
 - the CPU pool (`lane_executor.py`): a job is queued as though it had been submitted
   `JOBS_PER_LANE` jobs later for each lane it is below the highest, so at most that many jobs
@@ -11,7 +11,8 @@ that nothing waits forever:
 - the scheduler (`scheduler.py`): a waiting request rises one lane for every `AGING_BATCHES`
   batches in a row that pass it over;
 - admission (`server/admission/control.py`): a higher lane's request waiting at the door is let
-  in before a lower one's, and background lanes (below the default) hold at most a share of
+  in before a lower one's (which gets its 429 after `--max-admission-wait` if higher lanes keep
+  the room), and background lanes (below the default) hold at most a share of
   `--max-queued-tokens`, the rest kept for the default lane and above.
 
 Background work also runs in time slices while the default lane or a higher one has work: a batch

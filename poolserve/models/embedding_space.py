@@ -4,11 +4,11 @@ pooling, Dense head, Matryoshka dimension or quantization).
 
 A fingerprint (`es1-` and 16 hex digits) hashes what decides the space:
 
-- the weights' content: every weight file under the model's directory (`*.safetensors`, `*.bin`,
-  `*.pt`, `*.pth`: the transformer, the Dense modules, BGE-M3's heads, an image tower) and the
-  tokenizer (it decides which token ids a text becomes). The digest of the files is computed
-  once and cached beside the compile cache, keyed by each file's path, size and modification
-  time;
+- the weights' content: every weight file under the model's directory that is loaded
+  (`*.safetensors`, else `*.bin`/`*.pth`, and `*.pt`: the transformer, the Dense modules,
+  BGE-M3's heads, an image tower) and the tokenizer (it decides which token ids a text becomes).
+  The digest of the files is computed once and cached beside the compile cache, keyed by each
+  file's path, size and modification time;
 - the pooling (its modes, whether a prompt's tokens are pooled), the Dense layers' shapes and
   activations, and which output it is (`embed`, `token_embed`, `sparse`, `image_embed`: an
   image-text model's text and image vectors share one space, so both say `embed`);
@@ -37,6 +37,9 @@ from poolserve.models.layout import ModelLayout
 logger = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# Copies of a checkpoint's weights that transformers and sentence-transformers skip where
+# safetensors lie beside them (BGE-M3's heads, `*.pt`, are read whatever lies beside them).
+PICKLED = (".bin", ".pth")
 # Other formats of the same weights (exports beside the checkpoint), not read by poolserve.
 EXPORT_FOLDERS = ("onnx", "openvino")
 # The outputs whose vectors share one space.
@@ -65,7 +68,11 @@ def weight_files(directory: Path) -> list[Path]:
             continue
         if path.suffix in WEIGHT_SUFFIXES:
             found.append(path)
-    return sorted(found, key=lambda path: path.relative_to(directory).as_posix())
+    # Where a folder holds safetensors, its pickled copies are not what is loaded (a replica
+    # whose cache also got a pytorch_model.bin keeps the same fingerprint).
+    safe = {path.parent for path in found if path.suffix == ".safetensors"}
+    loaded = [path for path in found if path.parent not in safe or path.suffix not in PICKLED]
+    return sorted(loaded, key=lambda path: path.relative_to(directory).as_posix())
 
 
 def _file_key(files: Iterable[Path]) -> str:

@@ -50,6 +50,7 @@ from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
 from poolserve.server.serving_state import ServingState, state_of
 from poolserve.service.model_service import ModelService
+from poolserve.tasks.quantize import embedding_type
 from poolserve.tasks.task_set import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
@@ -63,7 +64,7 @@ OPENAI_ERRORS = ErrorShape(ErrorBody)
 @dataclass(frozen=True)
 class Vectors:
     """The vectors a request answers: of which output (`embed`, `token_embed`, `sparse`), in
-    which embedding types (float, int8, uint8, binary, ubinary), in order."""
+    which types, as the request names them (float32, base64, int8, ubinary, ...), in order."""
 
     head: str = "embed"
     types: tuple[str, ...] = ("float",)
@@ -200,19 +201,11 @@ async def _serve(
     for inputs in (endpoint.inputs, *endpoint.more_inputs):
         state.check_batch(inputs.count(wire), inputs.field)
     served = endpoint.translate(Call(wire, service, state))
+    # Its lane and its vectors' spaces before anything is fetched (a 409 does no work).
+    ctx = _context(request, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
         await fetch_urls(state.fetcher, served.images, endpoint.inputs.field)
-    return await serve_task(
-        request,
-        service,
-        served.task,
-        served.internal,
-        served.params,
-        served.encode,
-        timeout=served.timeout,
-        priority=wire.priority,
-        vectors=served.vectors,
-    )
+    return await serve_task(request, service, served.task, ctx, served.encode, served.timeout)
 
 
 def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
@@ -275,11 +268,16 @@ def _context(
 def _spaces(
     request: Request, service: ModelService, params: PoolingParams, vectors: Vectors
 ) -> dict[str, str]:
-    """The fingerprints of the request's vectors' spaces by type; a 409 when the client
-    expects another (`x-expect-embedding-space`)."""
-    spaces = {kind: service.embedding_space(vectors.head, params, kind) for kind in vectors.types}
+    """The fingerprints of the request's vectors' spaces by the type it asks for; a 409 when
+    the client expects others (`x-expect-embedding-space`: one fingerprint, or several as the
+    response header lists them; every space the answer would carry must be among them)."""
+    spaces = {
+        kind: service.embedding_space(vectors.head, params, embedding_type(kind))
+        for kind in vectors.types
+    }
     expected = request.headers.get("x-expect-embedding-space")
-    if expected is not None and expected.strip() not in spaces.values():
+    allowed = {each.strip() for each in (expected or "").split(",")}
+    if expected is not None and not set(spaces.values()) <= allowed:
         raise ConflictError(
             f"this request's vectors would be in embedding space {', '.join(spaces.values())} "
             f"({service.served_name}, {params.dimensions or service.embedding_dim} dimensions, "
@@ -315,25 +313,19 @@ async def serve_task(
     request: Request,
     service: ModelService,
     task: Task[RequestT, ResultT],
-    internal: RequestT,
-    params: PoolingParams,
+    ctx: ServeContext[RequestT],
     encode: Encoder[RequestT, ResultT],
-    *,
     timeout: float | None = None,
-    priority: int | None = None,
-    vectors: Vectors | None = None,
 ) -> Response:
-    """Run `internal` through `task` on `service`'s engine, its result written by `encode` (an
-    API family's body, see `wire/`); the response carries timing headers.
+    """Run `ctx`'s request (`_context`) through `task` on `service`'s engine, its result written
+    by `encode` (an API family's body, see `wire/`); the response carries timing headers.
 
     The request's time limit counts from its admission. If the client disconnects, the limit
     passes or the server's shutdown grace period ends first, the request's work is cancelled:
     its items still queued never reach the model.
-    Its lane and its vectors' spaces: `_context`.
     """
     state = state_of(request)
     ticket = ticket_of(request.scope)
-    ctx = _context(request, service, internal, params, priority, vectors)
     timeout = _timeout(request, state, timeout)
     wait = timeout
     if timeout is not None and ticket is not None:

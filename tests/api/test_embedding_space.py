@@ -68,12 +68,17 @@ async def test_what_changes_the_space_changes_the_fingerprint_and_nothing_else_d
         await space_of(client, "/v1/embeddings", {"input": TEXTS, "embed_dtype": "ubinary"}),
     }
     assert len(other) == 4 and plain not in other
-    both = await client.post(
-        "/v2/embed", json={"texts": TEXTS, "embedding_types": ["float", "int8"]}
-    )
-    spaces = both.json()["meta"]["embedding_spaces"]
-    assert spaces["float"] == plain and spaces["int8"] != plain
-    assert both.headers[HEADER] == f"{spaces['float']}, {spaces['int8']}"
+    body = {"texts": TEXTS, "embedding_types": ["base64", "int8"]}
+    both = await client.post("/v2/embed", json=body)
+    spaces = both.json()["meta"]["embedding_spaces"]  # keyed as `embeddings` is
+    assert set(spaces) == set(both.json()["embeddings"]) == {"base64", "int8"}
+    assert spaces["base64"] == plain and spaces["int8"] != plain
+    assert both.headers[HEADER] == f"{spaces['base64']}, {spaces['int8']}"
+    # The header sent back pins both spaces; one of them alone does not cover the other.
+    echoed = {"x-expect-embedding-space": both.headers[HEADER]}
+    assert (await client.post("/v2/embed", json=body, headers=echoed)).status_code == 200
+    pinned = {"x-expect-embedding-space": plain}
+    assert (await client.post("/v2/embed", json=body, headers=pinned)).status_code == 409
 
 
 async def test_an_expected_space_that_does_not_match_is_409_before_any_work(

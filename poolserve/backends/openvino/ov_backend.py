@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy
 import openvino
 import torch
 
@@ -76,6 +77,10 @@ class OvRun:
             "ENABLE_CPU_PINNING": False,
         }
         self._compiled = core.compile_model(str(graph), "CPU", config)
+        # OpenVINO's bindings load numpy's C API on their first array: two runners warming up
+        # at once deadlocked there (pybind11's call-once waits for the GIL its other caller
+        # holds), so the loading thread loads it first, alone.
+        _ = openvino.Tensor(numpy.zeros(1, dtype=numpy.float32)).data
         takes = {name for port in self._compiled.inputs for name in port.get_names()}
         self._names = input_names(target)
         self._fed = [name for name in self._names if name in takes]

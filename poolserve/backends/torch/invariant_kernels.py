@@ -36,19 +36,35 @@ def blocked_linear(
     return out[:count].reshape(*input.shape[:-1], weight.shape[0])
 
 
-def _kept(mask: torch.Tensor | None, query: torch.Tensor, is_causal: bool) -> torch.Tensor:
-    """The attention mask as booleans (True: attend), [batch or 1, heads or 1, L, S]."""
-    length, keys = query.shape[-2], query.shape[-2]
+def _full_mask(
+    mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, is_causal: bool
+) -> torch.Tensor:
+    """The attention mask as [batch or 1, heads or 1, L, S]: booleans (True: attend) where it
+    is none or only says which keys are kept, else the additive floats (a relative position
+    bias, T5's, rides in them)."""
+    length, keys = query.shape[-2], key.shape[-2]
     if mask is None:
         kept = torch.ones(length, keys, dtype=torch.bool, device=query.device)
-        if is_causal:
-            kept = kept.tril()
-        return kept.view(1, 1, length, keys)
-    if mask.dtype != torch.bool:  # additive: 0 where kept, a very negative number where not
-        mask = mask > torch.finfo(mask.dtype).min / 2
+        return (kept.tril() if is_causal else kept).view(1, 1, length, keys)
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
-    return mask
+    return mask.expand(mask.shape[0], mask.shape[1], length, keys)
+
+
+def _attended(mask: torch.Tensor) -> torch.Tensor:
+    """Where a mask lets a query attend a key (an additive mask: above a very negative
+    number)."""
+    return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+
+
+def _own_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A sequence's own mask as SDPA gets it: booleans where the floats only keep or drop keys
+    (a padding or causal mask, which a sequence alone may get as booleans or none at all), the
+    floats where they carry more (a bias)."""
+    if mask.dtype == torch.bool:
+        return mask
+    kept = _attended(mask)
+    return kept if bool((mask[kept] == 0).all()) else mask
 
 
 def per_sequence_attention(
@@ -61,15 +77,15 @@ def per_sequence_attention(
     scale: float | None = None,
     **options: Any,
 ) -> torch.Tensor:
-    """`F.scaled_dot_product_attention` [batch, heads, L, dim], each sequence over the tokens
+    """`F.scaled_dot_product_attention` [batch, heads, L, dim], each sequence over the keys
     some query of it attends to (its own; padding attends to nothing of it), with an explicit
-    boolean mask (see the module). Padding positions come out as zeros."""
-    kept = _kept(attn_mask, query, is_causal)
+    mask (see the module). Padding positions come out as zeros."""
+    full = _full_mask(attn_mask, query, key, is_causal)
     out = query.new_zeros(*query.shape[:-1], value.shape[-1])
     for row in range(query.shape[0]):
-        mask = kept[row if kept.shape[0] > 1 else 0]
-        positions = mask.any(dim=-2).any(dim=0).nonzero().squeeze(-1)
-        own = mask[:, positions][:, :, positions].unsqueeze(0)
+        mask = full[row if full.shape[0] > 1 else 0]
+        positions = _attended(mask).any(dim=-2).any(dim=0).nonzero().squeeze(-1)
+        own = _own_mask(mask[:, positions][:, :, positions]).unsqueeze(0)
         out[row, :, positions] = F.scaled_dot_product_attention(
             query[row : row + 1, :, positions],
             key[row : row + 1, :, positions],

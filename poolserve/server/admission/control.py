@@ -16,8 +16,9 @@ their number. The cost is:
   request can cost more than its estimate: its cost grows as its chunks are tokenized.
 
 A request that would take the sum past the bound waits at the door, its body unread, for room:
-requests are let in in arrival order as the admitted ones are tokenized (their cost shrinks to
-the real one) and answered, a smaller one passing a larger one at most `MAX_PASSED_OVER` times.
+requests of a lane are let in in arrival order as the admitted ones are tokenized (their cost
+shrinks to the real one) and answered, a smaller one passing a larger one of its lane or a lower
+one at most `MAX_PASSED_OVER` times (higher lanes pass it freely: see below).
 It gets 429 with `Retry-After` when it has waited `--max-admission-wait` seconds, or at once when
 the engine's measured token rate says that it would (the work admitted and waiting before it,
 priced at what tokenized requests have really cost against their door estimates: a moving
@@ -56,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from poolserve.config import MIN_INPUT_TOKENS
-from poolserve.engine.lanes import DEFAULT_PRIORITY, is_background
+from poolserve.engine.lanes import DEFAULT_PRIORITY, LOWEST_PRIORITY, is_background
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.admission.pricing import CostForecast
 from poolserve.server.admission.tickets import Ticket, Waiter, wake
@@ -99,8 +100,7 @@ class AdmissionControl:
         # What admitted background requests hold, and 429s by lane.
         self.admitted_background = 0
         self.refused_by_lane: Counter[int] = Counter()
-        # Requests waiting at the door.
-        self._line = WaitingLine()
+        self._line = WaitingLine()  # requests waiting at the door
         self.waited = 0
         self._costs = CostForecast(cost_per_estimate)
 
@@ -119,8 +119,11 @@ class AdmissionControl:
         rate = self._token_rate() if rate is None else rate
         return _seconds(self._work(0) / rate if rate else 1.0)
 
-    def _work(self, estimate: int) -> float:
-        return self._costs.work(self.admitted_tokens, self._line.tokens, estimate)
+    def _work(self, estimate: int, priority: int = LOWEST_PRIORITY) -> float:
+        """Under the lock: the work before room for a request of lane `priority` is made (the
+        waiting requests of lower lanes do not count: it goes in before them)."""
+        waiting = self._line.tokens_ahead(priority)
+        return self._costs.work(self.admitted_tokens, waiting, estimate)
 
     def _overloaded(
         self, why: str, priority: int, retry_after: str | None = None
@@ -179,7 +182,7 @@ class AdmissionControl:
             self._line.join(waiter)
             granted = self._grant_waiters()
             if waiter.granted is None:
-                expected = self._expected_wait(estimate, rate)
+                expected = self._expected_wait(estimate, rate, priority)
                 if expected > wait:
                     self._line.leave(waiter)
                     why = (
@@ -304,9 +307,7 @@ class AdmissionControl:
     def _admit_now(self, estimate: int, content_length: int | None, priority: int) -> Ticket | None:
         """Under the lock: a ticket if the request fits and nobody of its lane or a higher one
         waits before it."""
-        if self._line.holds_lane(priority):
-            return None
-        if not self._fits(estimate, priority):
+        if self._line.holds_lane(priority) or not self._fits(estimate, priority):
             return None
         return self._ticket(estimate, content_length, time.monotonic(), priority)
 
@@ -350,15 +351,17 @@ class AdmissionControl:
         if not waiter.future.done():
             waiter.future.set_exception(self._overloaded(why, waiter.priority))
 
-    def _expected_wait(self, estimate: int, rate: float) -> float:
-        """Under the lock: seconds until a request of `estimate` joining the queue would fit:
-        the work admitted and waiting before it, at what tokenized requests really cost, past
-        the room the bound leaves for it. 0 while the engine has no measured rate yet."""
+    def _expected_wait(self, estimate: int, rate: float, priority: int) -> float:
+        """Under the lock: seconds until a request of `estimate` joining the queue in lane
+        `priority` would fit: the work admitted and waiting before it, at what tokenized
+        requests really cost, past the room the bound leaves for it (for a background request,
+        its lanes' share). 0 while the engine has no measured rate yet."""
         if not rate:
             return 0.0
         # Its own estimate is among the waiting (priced at the average): count it once, whole.
-        work = self._work(estimate) - self._costs.ratio() * estimate
-        return max(0.0, work - self.max_tokens) / rate
+        work = self._work(estimate, priority) - self._costs.ratio() * estimate
+        room = self.background_tokens if is_background(priority) else self.max_tokens
+        return max(0.0, work - room) / rate
 
     def priced(self, ticket: Ticket, cost: int) -> None:
         """`ticket`'s real cost is known: learn how costs relate to door estimates."""

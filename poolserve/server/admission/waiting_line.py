@@ -24,6 +24,10 @@ class WaitingLine:
     def by_lane(self) -> dict[int, int]:
         return dict(sorted(Counter(waiter.priority for waiter in self._waiters).items()))
 
+    def tokens_ahead(self, priority: int) -> int:
+        """The estimates of the requests of lane `priority` or a higher one."""
+        return sum(waiter.estimate for waiter in self._waiters if waiter.priority <= priority)
+
     def holds_lane(self, priority: int) -> bool:
         """Whether a request of lane `priority` or a higher one waits (a new request of that
         lane then lines up behind it)."""

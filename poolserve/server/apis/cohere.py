@@ -22,7 +22,7 @@ from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel
 from poolserve.server.schemas import Documented
 from poolserve.server.template import Call, Endpoint, Inputs, Served, Vectors, embedders
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.quantize import COMPACT_TYPES, embedding_type, quantize
+from poolserve.tasks.quantize import COMPACT_TYPES, quantize
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 Version = Literal["1", "2"]
@@ -216,8 +216,7 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
         (names.format(i), each) for i, each in enumerate(items) if isinstance(each, ImageInput)
     ]
     request = EmbedRequest(items, prompt, media=call.state.media, image_names=names)
-    kinds = dict.fromkeys(embedding_type(kind) for kind in wire.embedding_types or ["float"])
-    vectors = Vectors(types=tuple(kinds))
+    vectors = Vectors(types=tuple(dict.fromkeys(wire.embedding_types or ["float"])))
     return Served(embed, request, params, encode, wire.request_timeout, images, vectors)
 
 

@@ -24,7 +24,6 @@ from poolserve.service.model_service import ModelService
 from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.quantize import embedding_type
 
 
 def _is_chat(data: Any, service: ModelService) -> bool:
@@ -118,7 +117,7 @@ def _served(call: Call[Any], request: EmbedRequest) -> Served:
         for index, each in enumerate(request.inputs)
         if isinstance(each, ImageInput)
     ]
-    vectors = Vectors(types=(embedding_type(wire.embed_dtype),))
+    vectors = Vectors(types=(wire.embed_dtype,))
     if wire.return_chunks or late:
         chunked = service.tasks.embed_chunks
         assert chunked is not None

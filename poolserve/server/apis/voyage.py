@@ -35,7 +35,7 @@ from poolserve.server.template import (
 )
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.embed import EmbedRequest
-from poolserve.tasks.quantize import embedding_type, quantize
+from poolserve.tasks.quantize import quantize
 from poolserve.tasks.score import ScoreRequest, pair_up, ranked
 
 OutputDType = Literal["float", "int8", "uint8", "binary", "ubinary"]
@@ -235,7 +235,7 @@ def _embed(call: Call[VoyageEmbedRequest]) -> Served:
         embed_body, output_dtype=wire.output_dtype, encoding_format=wire.encoding_format
     )
     internal = EmbedRequest(wire.texts(), prompt)
-    vectors = Vectors(types=(embedding_type(wire.output_dtype),))
+    vectors = Vectors(types=(wire.output_dtype,))
     return Served(embed, internal, params, encode, wire.request_timeout, vectors=vectors)
 
 

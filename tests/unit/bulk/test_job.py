@@ -263,6 +263,11 @@ def test_an_output_is_never_mixed_with_another_job_or_overwritten(
     # The dimensions change the vectors' space too.
     with pytest.raises(JobStateError, match=r"other settings \(dimensions, embedding_space differ"):
         run_job(engine, spec, output, JobOptions(part_rows=16, dimensions=16))
+    # A job started before jobs recorded their space resumes (nothing to compare it to).
+    job = json.loads((output / "_poolserve_job.json").read_text())
+    del job["settings"]["embedding_space"]
+    (output / "_poolserve_job.json").write_text(json.dumps(job))
+    assert run_job(engine, spec, output, JobOptions(part_rows=16, dimensions=8)).embedded == 0
     stranger = tmp_path / "stranger"
     stranger.mkdir()
     (stranger / "notes.txt").write_text("mine")

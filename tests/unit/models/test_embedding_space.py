@@ -98,6 +98,8 @@ def test_the_weights_pooling_and_dense_layers_decide_the_space(base: Path, tmp_p
     copy = tmp_path / "copy"
     shutil.copytree(base, copy)
     assert fingerprint(space_of(copy, cache)) == reference, "a copy is the same space"
+    (copy / "pytorch_model.bin").write_bytes(b"a pickled copy another tool left")
+    assert fingerprint(space_of(copy, cache)) == reference, "a copy that is not loaded"
 
     from safetensors.torch import load_file, save_file
 

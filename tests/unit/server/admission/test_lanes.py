@@ -111,3 +111,32 @@ def test_a_new_request_passes_lower_lanes_waiting_but_not_its_own() -> None:
         await waiting
 
     asyncio.run(scenario())
+
+
+def test_the_forecast_of_a_wait_counts_only_the_lanes_that_go_in_first() -> None:
+    """Nine requests of lane 0 wait; a lane -10 request goes in before them, so their tokens
+    do not make its forecast wait too long for a 429 at once."""
+
+    async def scenario() -> None:
+        admission = AdmissionControl(
+            lambda: 100.0,
+            bytes_per_token=2048,
+            max_requests=100,
+            max_tokens=BOUND,
+            max_request_tokens=BOUND // 2,
+            largest_request_tokens=5000,
+            max_wait=5.0,
+        )
+        held = [admission.admit(450), admission.admit(450)]
+        waiting = [await entering(admission, 400, 0) for _ in range(9)]
+        assert admission.waiting_by_lane() == {0: 9}
+        urgent = await entering(admission, 400, -10)
+        assert not urgent.done(), "refused for the lower lane's tokens"
+        admission.release(held[0])
+        assert (await urgent).priority == -10
+        assert not any(task.done() for task in waiting)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+    asyncio.run(scenario())
