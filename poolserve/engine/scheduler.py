@@ -154,9 +154,9 @@ class Scheduler:
         with self._condition:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
+            foreground = False
             for item in items:
-                if not is_background(item.group.priority):
-                    self._foreground_at = time.monotonic()
+                foreground = foreground or not is_background(item.group.priority)
                 queue = self._waiting.get(id(item.group))
                 if queue is None:
                     queue = self._waiting[id(item.group)] = deque()
@@ -166,6 +166,8 @@ class Scheduler:
                 self._waiting_items += 1
                 self._waiting_tokens += item.cost
                 item.group.submitted += 1
+            if foreground:
+                self._foreground_at = time.monotonic()
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             self._condition.notify()
 

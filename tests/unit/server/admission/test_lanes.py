@@ -15,16 +15,16 @@ from poolserve.server.admission.tickets import Ticket
 BOUND = 1000
 
 
-def control(*, max_wait: float = 0.0) -> AdmissionControl:
+def control(*, max_wait: float = 0.0, rate: float = 0.0, share: float = 0.75) -> AdmissionControl:
     return AdmissionControl(
-        lambda: 0.0,
+        lambda: rate,
         bytes_per_token=2048,
         max_requests=100,
         max_tokens=BOUND,
         max_request_tokens=BOUND // 2,
         largest_request_tokens=5000,
         max_wait=max_wait,
-        background_share=0.75,
+        background_share=share,
     )
 
 
@@ -118,15 +118,7 @@ def test_the_forecast_of_a_wait_counts_only_the_lanes_that_go_in_first() -> None
     do not make its forecast wait too long for a 429 at once."""
 
     async def scenario() -> None:
-        admission = AdmissionControl(
-            lambda: 100.0,
-            bytes_per_token=2048,
-            max_requests=100,
-            max_tokens=BOUND,
-            max_request_tokens=BOUND // 2,
-            largest_request_tokens=5000,
-            max_wait=5.0,
-        )
+        admission = control(max_wait=5.0, rate=100.0, share=1.0)
         held = [admission.admit(450), admission.admit(450)]
         waiting = [await entering(admission, 400, 0) for _ in range(9)]
         assert admission.waiting_by_lane() == {0: 9}
