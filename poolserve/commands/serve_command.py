@@ -42,6 +42,24 @@ def serve(args: argparse.Namespace, backend: BackendFactory | None = None) -> in
         )
         return 1
 
+    grpc_port = server_config.grpc_port
+    if grpc_port is not None and args.ray:
+        listener.close()
+        logger.error("cannot start: --grpc-port is not served with --ray (Ray Serve's proxy)")
+        return 1
+    if grpc_port is not None:
+        try:  # the gRPC server binds it once the models are loaded: fail now if it cannot
+            bind_port(server_config.host, grpc_port).close()
+        except OSError as exc:
+            listener.close()
+            logger.error(
+                "cannot start: cannot listen for gRPC on %s:%d: %s",
+                server_config.host,
+                grpc_port,
+                exc.strerror or exc,
+            )
+            return 1
+
     if args.ray:
         listener.close()  # free: Ray Serve's proxy listens there
         return _serve_on_ray(args, model_config, engine_config, server_config)
@@ -82,13 +100,16 @@ def _loaded_app(
     for each in served:
         logger.info("loading %s", each.model.model or "the bundled default model")
     models.start()
+    host, port = server_config.host, server_config.port
     logger.info(
-        "serving %s on http://%s:%d (playground: http://%s:%d/ui)",
+        "serving %s on http://%s:%d (playground: http://%s:%d/ui)%s%s",
         ", ".join(service.served_name for service in models),
-        server_config.host,
-        server_config.port,
-        server_config.host,
-        server_config.port,
+        host,
+        port,
+        host,
+        port,
+        f"; gRPC (tei.v1) on {host}:{server_config.grpc_port}" if server_config.grpc_port else "",
+        f"; traces to {server_config.otlp_endpoint}" if app.state.serving.tracing else "",
     )
     return app
 

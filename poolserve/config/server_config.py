@@ -150,6 +150,28 @@ class ServerConfig:
         "answered 504 and its work cancelled (default: none)",
     )
 
+    # The gRPC front end (server/tei_grpc/); None: off.
+    grpc_port: int | None = setting(
+        None,
+        minimum=1,
+        maximum=65535,
+        help="also serve text-embeddings-inference's gRPC protocol (tei.v1, with gRPC health "
+        "and reflection) on this port, beside HTTP (default: off; needs poolserve[grpc])",
+    )
+    # OpenTelemetry traces (server/observe/tracing.py); None: off.
+    otlp_endpoint: str | None = setting(
+        None,
+        metavar="URL",
+        help="export a trace of every request over OTLP/gRPC to this collector, e.g. "
+        "http://127.0.0.1:4317 (default: off; needs poolserve[otel]; the OTEL_* variables "
+        "configure the exporter and the sampler)",
+    )
+    otlp_service_name: str | None = setting(
+        None,
+        metavar="NAME",
+        help="the service.name of the traces (default: $OTEL_SERVICE_NAME, else poolserve)",
+    )
+
     @property
     def request_tokens(self) -> int:
         """The most one request may cost, in tokens (once `max_queued_tokens` is known)."""
@@ -188,6 +210,10 @@ class ServerConfig:
         root = self.allowed_local_media_path
         if root is not None and not Path(root).expanduser().is_dir():
             raise SettingError(f"--allowed-local-media-path {root} is not a folder")
+        if self.grpc_port is not None and self.grpc_port == self.port:
+            raise SettingError(
+                f"--grpc-port {self.grpc_port} is the HTTP --port too; give gRPC a port of its own"
+            )
         if self.background_share > 1:
             raise SettingError(
                 f"--background-share {self.background_share:g} is more than 1: it is the share "

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from poolserve.engine.lanes import DEFAULT_PRIORITY
-from poolserve.engine.work import Parts, Payload
+from poolserve.engine.work import BatchMark, Parts, Payload
 from poolserve.inputs.tokenizer import Side
 
 RequestT = TypeVar("RequestT")
@@ -99,6 +99,10 @@ class ServeContext(Generic[RequestT]):
     # tokenized (one slot per chunk: chunks may be prepared on several threads at once).
     chunk_tokens: list[int] = field(default_factory=list)
     chunk_seconds: list[float] = field(default_factory=list)
+    # When each chunk's preparation started (perf_counter; traces).
+    chunk_started: list[float] = field(default_factory=list)
+    # The batches its inputs ran in (engine/work.py's BatchMark), once they all have.
+    batches: list[BatchMark] = field(default_factory=list)
     # Tokens of each input (one slot per input), filled in as chunks are tokenized.
     input_tokens: list[int] = field(default_factory=list)
     # What preprocessing learns about an input that post-processing needs, by input index.

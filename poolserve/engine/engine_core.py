@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
 from functools import partial
@@ -135,6 +135,7 @@ class EngineCore:
         self._threads_started: list[threading.Thread] = []
         # Set once the first runner has loaded the weights (or failed to).
         self._loaded: Future[None] = Future()
+        self._on_dead: list[Callable[[], None]] = []
         self._processor_key = processor_key(self.model)
 
     def _new_runner(self, index: int) -> Runner:
@@ -332,9 +333,15 @@ class EngineCore:
             self._loaded.set_result(None)
         return self.backend.executor()
 
+    def when_dead(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on a runner's thread) once no runner is left (gRPC health)."""
+        self._on_dead.append(callback)
+
     def _runner_died(self) -> None:
         """Once no runner is left, fail what waits: nobody would ever run it."""
         if self.runners_alive == 0:
             error = EngineUnavailableError("the model runner stopped; see the server log")
             for item in self._scheduler.abort():
                 item.group.fail(error)
+            for callback in self._on_dead:
+                callback()

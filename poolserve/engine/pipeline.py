@@ -53,6 +53,7 @@ def _prepare_chunk(
             for item in WorkItem.all_of(group, start + offset, payload)
         ]
         ctx.chunk_tokens[chunk_index] = sum(item.cost for item in items)
+        ctx.chunk_started[chunk_index] = started
         ctx.chunk_seconds[chunk_index] = time.perf_counter() - started
         if ctx.cost_meter is not None:
             last = chunk_index == len(ctx.chunk_tokens) - 1
@@ -86,6 +87,7 @@ def _finish(
     timings.tokenize = sum(ctx.chunk_seconds)
     timings.queue = group.queue_time
     timings.inference = group.inference_time
+    ctx.batches = list(group.batches.values())
     started = time.perf_counter()
     body = encode(ctx, task.postprocess(ctx, outputs))
     timings.finished = time.perf_counter()
@@ -100,6 +102,7 @@ def _open(
     chunks = -(-len(inputs) // engine.config.tokenize_chunk_size)
     ctx.chunk_tokens = [0] * chunks
     ctx.chunk_seconds = [0.0] * chunks
+    ctx.chunk_started = [0.0] * chunks
     ctx.input_tokens = [0] * len(inputs)
     return inputs, engine.open_group(len(inputs), ctx.priority), chunks
 

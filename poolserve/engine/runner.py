@@ -20,7 +20,7 @@ from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import Forward
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.work import WorkItem
+from poolserve.engine.work import BatchMark, WorkItem
 from poolserve.errors import EngineUnavailableError, InferenceError
 
 logger = logging.getLogger(__name__)
@@ -93,8 +93,9 @@ class Runner:
         input that breaks the model fails only its own request."""
         stats = self._stats
         started = time.perf_counter()
+        mark = BatchMark(started, len(items), sum(item.cost for item in items))
         for item in items:
-            item.group.batch_started(started)
+            item.group.batch_started(mark)
         stats.batch_started()
         try:
             batch = self._collate(items)
@@ -124,10 +125,11 @@ class Runner:
             stats.batch_ended(self.index, items=0, tokens=0, padded_tokens=0, seconds=0.0)
             raise
         ended = time.perf_counter()
+        mark.ended, mark.padded_tokens = ended, batch.padded_tokens
         stats.batch_ended(
             self.index,
             items=len(items),
-            tokens=sum(item.cost for item in items),
+            tokens=mark.tokens,
             padded_tokens=batch.padded_tokens,
             seconds=ended - started,
             held_bytes=batch.held_bytes,

@@ -24,6 +24,18 @@ from poolserve.models.kinds import Head
 
 
 @dataclass(eq=False)
+class BatchMark:
+    """One batch as the requests in it see it (traces): when it ran, how many items and tokens
+    it held (padded: with what the forward pass computed beyond them)."""
+
+    started: float
+    size: int
+    tokens: int
+    ended: float = 0.0
+    padded_tokens: int = 0
+
+
+@dataclass(eq=False)
 class RequestGroup:
     """One request's inputs; its future completes with all outputs, in input order."""
 
@@ -43,6 +55,8 @@ class RequestGroup:
     cached: int = 0
     # Items it runs as: one per input, more once a long input is split (`expand`).
     items: int = 0
+    # The batches its items ran in, by identity, in the order they started.
+    batches: dict[int, BatchMark] = field(default_factory=dict)
     _results: list[Any] = field(default_factory=list)
     _remaining: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,10 +74,12 @@ class RequestGroup:
     def cancel(self) -> None:
         self.future.cancel()
 
-    def batch_started(self, at: float) -> None:
+    def batch_started(self, batch: BatchMark) -> None:
         with self._lock:
+            at = batch.started
             if self.first_batch_started_at is None or at < self.first_batch_started_at:
                 self.first_batch_started_at = at
+            self.batches[id(batch)] = batch
 
     def expand(self, index: int, parts: int) -> None:
         """Input `index` runs as `parts` items (a long text's chunks): its output becomes the

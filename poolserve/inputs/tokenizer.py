@@ -215,5 +215,5 @@ class TextTokenizer:
     def token_strings(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(token) or "" for token in ids]
 
-    def decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=False)
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

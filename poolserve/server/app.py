@@ -3,12 +3,15 @@ application."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
@@ -28,13 +31,18 @@ from poolserve.server.error_responses import UnexpectedErrorMiddleware, install_
 from poolserve.server.middleware.auth import BearerAuthMiddleware
 from poolserve.server.middleware.body_limit import BodyLimitMiddleware
 from poolserve.server.middleware.dispatch import DirectRouteMiddleware
+from poolserve.server.middleware.trace_requests import TraceRequestsMiddleware
 from poolserve.server.observe.metrics import Metrics, MetricsMiddleware
+from poolserve.server.observe.tracing import TraceCollector, Tracing
 from poolserve.server.playground import ASSETS, PAGE
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.serving_state import ServingState
 from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry
+
+if TYPE_CHECKING:
+    from poolserve.server.tei_grpc.front_end import GrpcFrontEnd
 
 logger = logging.getLogger("poolserve")
 
@@ -104,6 +112,7 @@ def create_app(
     routes = tuple(model_routes(service.tasks) for service in models)
     served_routes = tuple(dict.fromkeys(path for each in routes for path in each))
     metrics = Metrics(models, admission, routes=(*COMMON_ROUTES, *served_routes))
+    tracing = _tracing(config, models, metrics)
     app.state.serving = ServingState(
         models,
         routes,
@@ -117,7 +126,9 @@ def create_app(
         max_request_bytes=config.max_request_bytes,
         media=media,
         fetcher=fetcher,
+        tracing=tracing,
     )
+    app.state.grpc = _grpc_front_end(config, app.state.serving)
     routers = routers_for([service.tasks for service in models])
     _add_middleware(app, config, routers, app.state.serving)
     install_error_handlers(app)
@@ -131,15 +142,45 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """While the app serves: the loop-lag sampler and the live history run; the image
     fetcher's connections close after."""
     serving: ServingState = app.state.serving
+    grpc: GrpcFrontEnd | None = app.state.grpc
     serving.metrics.loop_lag.start()
     serving.metrics.live.start(serving.cpu)
+    if grpc is not None:
+        await grpc.start()
     try:
         yield
     finally:
+        if grpc is not None:
+            await grpc.stop()
         serving.metrics.live.stop()
         serving.metrics.loop_lag.stop()
         if serving.fetcher is not None:
             await serving.fetcher.aclose()
+        if serving.tracing is not None:
+            await asyncio.to_thread(serving.tracing.close)
+
+
+def _tracing(config: ServerConfig, models: ServiceRegistry, metrics: Metrics) -> Tracing | None:
+    """The tracer (--otlp-endpoint; OTEL_SDK_DISABLED=true turns it off), its span counts in
+    /metrics; None when off."""
+    if config.otlp_endpoint is None or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return None
+    tracing = Tracing(config.otlp_endpoint, config.otlp_service_name, models.cpu)
+    metrics.registry.register(TraceCollector(tracing))
+    return tracing
+
+
+def _grpc_front_end(config: ServerConfig, serving: ServingState) -> GrpcFrontEnd | None:
+    """The gRPC front end (--grpc-port), started with the app; None when off."""
+    if config.grpc_port is None:
+        return None
+    try:
+        from poolserve.server.tei_grpc.front_end import GrpcFrontEnd
+    except ImportError as exc:
+        raise SettingError(
+            f"--grpc-port needs gRPC ({exc.name} is not installed): pip install 'poolserve[grpc]'"
+        ) from None
+    return GrpcFrontEnd(serving, f"{config.host}:{config.grpc_port}", api_keys=config.api_keys)
 
 
 def _sized(config: ServerConfig, models: ServiceRegistry) -> ServerConfig:
@@ -212,6 +253,10 @@ def _add_middleware(
         )
     # An error no handler took is answered here, its connection kept (error_responses.py).
     app.add_middleware(UnexpectedErrorMiddleware)
+    if serving.tracing is not None:  # inside metrics: the request's id is known
+        app.add_middleware(
+            TraceRequestsMiddleware, tracing=serving.tracing, routes=serving.metrics.routes
+        )
     app.add_middleware(  # outermost: names and counts every request, refusals included
         MetricsMiddleware, metrics=serving.metrics, request_ids=serving.new_request_id
     )

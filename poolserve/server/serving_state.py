@@ -16,6 +16,7 @@ from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.observe.metrics import MODEL_KEY, Metrics
+from poolserve.server.observe.tracing import Tracing
 from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry
@@ -40,6 +41,8 @@ class ServingState:
     # --allowed-media-domains, no URL is fetched).
     media: MediaPolicy = field(default_factory=MediaPolicy)
     fetcher: MediaFetcher | None = None
+    # Traces of every request (--otlp-endpoint); None: off.
+    tracing: Tracing | None = None
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)
@@ -65,31 +68,38 @@ class ServingState:
             )
 
     def model_for(self, scope: Scope, requested: str | None) -> ModelService:
-        """The model a request is for: the one it names (404 listing the served names), or,
-        if it names none, the first that serves its route. A model that does not serve the
-        route is a 400 naming those that do. The choice is recorded for the metrics."""
-        path = scope["path"]
+        """`model_serving` the request's path; the choice is recorded for the metrics."""
+        service = self.model_serving(scope["path"], requested)
+        scope[MODEL_KEY] = service.served_name
+        return service
+
+    def model_serving(self, path: str, requested: str | None) -> ModelService:
+        """The model a request for `path` is for: the one it names (404 listing the served
+        names), or, if it names none, the first that serves the path. A model that does not
+        serve the path is a 400 naming those that do."""
         routes = self.model_routes
         if requested is None:
-            service = next(
+            return next(
                 (s for s, served in zip(self.models, routes, strict=True) if path in served),
                 self.models.first,
             )
-        else:
-            service = self.models.find(requested)
-            if not self._serves(service, path):
-                others = [
-                    s.served_name
-                    for s, served in zip(self.models, routes, strict=True)
-                    if path in served
-                ]
-                raise InvalidRequestError(
-                    f"model {requested!r} is {describe(service.kind)}; it does not serve {path}"
-                    + (f"; models here that do: {', '.join(map(repr, others))}" if others else ""),
-                    param="model",
-                )
-        scope[MODEL_KEY] = service.served_name
+        service = self.models.find(requested)
+        if not self._serves(service, path):
+            others = [
+                s.served_name
+                for s, served in zip(self.models, routes, strict=True)
+                if path in served
+            ]
+            raise InvalidRequestError(
+                f"model {requested!r} is {describe(service.kind)}; it does not serve {path}"
+                + (f"; models here that do: {', '.join(map(repr, others))}" if others else ""),
+                param="model",
+            )
         return service
+
+    def models_serving(self, path: str) -> list[ModelService]:
+        """The models whose own routes include `path`, in order."""
+        return [service for service in self.models if path in self.routes_of(service)]
 
     def _serves(self, service: ModelService, path: str) -> bool:
         """True for the model's own routes, and for routes no model owns (every model serves

@@ -26,6 +26,7 @@ class GracePeriod:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._over: asyncio.Future[None] | None = None
+        self._begun: asyncio.Future[None] | None = None
         self._ends_at: float | None = None
 
     def over(self) -> asyncio.Future[None]:
@@ -35,12 +36,21 @@ class GracePeriod:
             self._over = asyncio.get_running_loop().create_future()
         return self._over
 
+    def begun(self) -> asyncio.Future[None]:
+        """Completes when the server is told to stop (the gRPC front end drains then)."""
+        if self._begun is None:
+            self._begun = asyncio.get_running_loop().create_future()
+        return self._begun
+
     def start(self) -> None:
         """On the event loop, when the server is told to stop."""
         if self._ends_at is not None:
             return
         self._ends_at = time.monotonic() + self.seconds
         asyncio.get_running_loop().call_later(self.seconds, self._end)
+        begun = self.begun()
+        if not begun.done():
+            begun.set_result(None)
 
     def _end(self) -> None:
         over = self.over()

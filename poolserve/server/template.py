@@ -21,8 +21,6 @@ that shape's family's form.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -32,25 +30,24 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve.engine.context import Encoder, PoolingParams, ServeContext, Task
-from poolserve.engine.lanes import header_priority, request_priority
-from poolserve.engine.pipeline import serve
-from poolserve.errors import (
-    ConflictError,
-    EngineUnavailableError,
-    InvalidRequestError,
-    RequestTimeoutError,
-)
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.admission.door import ticket_of
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
-from poolserve.server.observe.metrics import REQUEST_ID_KEY
+from poolserve.server.observe.metrics import CONTEXT_KEY, REQUEST_ID_KEY
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
 from poolserve.server.serving_state import ServingState, state_of
+from poolserve.server.serving_step import (
+    Asked,
+    Step,
+    Vectors,
+    answer_metadata,
+    context_for,
+    run_served,
+)
 from poolserve.service.model_service import ModelService
-from poolserve.tasks.quantize import embedding_type
 from poolserve.tasks.task_set import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
@@ -59,15 +56,6 @@ ResultT = TypeVar("ResultT")
 
 # OpenAI's error shape: every endpoint's unless its family declares its own.
 OPENAI_ERRORS = ErrorShape(ErrorBody)
-
-
-@dataclass(frozen=True)
-class Vectors:
-    """The vectors a request answers: of which output (`embed`, `token_embed`, `sparse`), in
-    which types, as the request names them (float32, base64, int8, ubinary, ...), in order."""
-
-    head: str = "embed"
-    types: tuple[str, ...] = ("float",)
 
 
 @dataclass(frozen=True)
@@ -202,91 +190,11 @@ async def _serve(
         state.check_batch(inputs.count(wire), inputs.field)
     served = endpoint.translate(Call(wire, service, state))
     # Its lane and its vectors' spaces before anything is fetched (a 409 does no work).
-    ctx = _context(request, service, served.internal, served.params, wire.priority, served.vectors)
+    step = step_of(request)
+    ctx = context_for(step, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
         await fetch_urls(state.fetcher, served.images, endpoint.inputs.field)
-    return await serve_task(request, service, served.task, ctx, served.encode, served.timeout)
-
-
-def timing_headers(ctx: ServeContext[Any]) -> dict[str, str]:
-    timings = ctx.timings
-    return {
-        "x-request-id": ctx.request_id,
-        "x-queue-time": f"{timings.queue * 1000:.3f}",
-        "x-inference-time": f"{timings.inference * 1000:.3f}",
-        "x-total-time": f"{timings.total * 1000:.3f}",
-    }
-
-
-def _timeout(request: Request, state: ServingState, asked_in_body: float | None) -> float | None:
-    """The server's request timeout, or a shorter one the client asks for (header or field)."""
-    limits = [t for t in (state.request_timeout, asked_in_body) if t is not None]
-    limit = min(limits) if limits else None
-    asked = request.headers.get("x-request-timeout")
-    if asked is not None:
-        try:
-            seconds = float(asked)
-        except ValueError:
-            raise InvalidRequestError(
-                f"x-request-timeout must be a number of seconds, got {asked!r}"
-            ) from None
-        if not seconds > 0:
-            raise InvalidRequestError("x-request-timeout must be more than 0 seconds")
-        limit = seconds if limit is None else min(limit, seconds)
-    return limit
-
-
-def _context(
-    request: Request,
-    service: ModelService,
-    internal: RequestT,
-    params: PoolingParams,
-    priority: int | None,
-    vectors: Vectors | None,
-) -> ServeContext[RequestT]:
-    """The request's context: in the lane its body's `priority` or its `x-priority` header
-    names (engine/lanes.py; its ticket moved there), with the fingerprints of its vectors'
-    spaces (for the `x-embedding-space` header and the family's body; `_spaces`)."""
-    state = state_of(request)
-    ticket = ticket_of(request.scope)
-    lane = request_priority(priority, header_priority(request.headers.get("x-priority")))
-    if ticket is not None:
-        state.admission.relane(ticket, lane)
-    ctx = ServeContext(
-        internal,
-        model_name=service.served_name,
-        pooling_params=params,
-        request_id=request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
-        cost_meter=ticket,
-        priority=lane,
-    )
-    if vectors is not None:
-        ctx.embedding_spaces = _spaces(request, service, params, vectors)
-    return ctx
-
-
-def _spaces(
-    request: Request, service: ModelService, params: PoolingParams, vectors: Vectors
-) -> dict[str, str]:
-    """The fingerprints of the request's vectors' spaces by the type it asks for; a 409 when
-    the client expects others (`x-expect-embedding-space`: one fingerprint, or several as the
-    response header lists them; every space the answer would carry must be among them)."""
-    spaces = {
-        kind: service.embedding_space(vectors.head, params, embedding_type(kind))
-        for kind in vectors.types
-    }
-    expected = request.headers.get("x-expect-embedding-space")
-    allowed = {each.strip() for each in (expected or "").split(",")}
-    if expected is not None and not set(spaces.values()) <= allowed:
-        raise ConflictError(
-            f"this request's vectors would be in embedding space {', '.join(spaces.values())} "
-            f"({service.served_name}, {params.dimensions or service.embedding_dim} dimensions, "
-            f"{'normalized' if params.normalize else 'not normalized'}, "
-            f"{', '.join(vectors.types)}), not {expected[:64]!r} as x-expect-embedding-space "
-            "says: the model, its pooling or the request's options differ from those the "
-            "expected vectors were made with; nothing was run"
-        )
-    return spaces
+    return await serve_task(request, step, service, served, ctx)
 
 
 async def _disconnected(request: Request) -> None:
@@ -309,56 +217,24 @@ async def _encoded_response(
     return json_response(body, headers)
 
 
-async def serve_task(
-    request: Request,
-    service: ModelService,
-    task: Task[RequestT, ResultT],
-    ctx: ServeContext[RequestT],
-    encode: Encoder[RequestT, ResultT],
-    timeout: float | None = None,
-) -> Response:
-    """Run `ctx`'s request (`_context`) through `task` on `service`'s engine, its result written
-    by `encode` (an API family's body, see `wire/`); the response carries timing headers.
-
-    The request's time limit counts from its admission. If the client disconnects, the limit
-    passes or the server's shutdown grace period ends first, the request's work is cancelled:
-    its items still queued never reach the model.
-    """
+def step_of(request: Request) -> Step:
+    """The serving step of `request`: its ticket from the door, its id, its headers."""
     state = state_of(request)
-    ticket = ticket_of(request.scope)
-    timeout = _timeout(request, state, timeout)
-    wait = timeout
-    if timeout is not None and ticket is not None:
-        wait = max(0.0, timeout - (time.monotonic() - ticket.admitted_at))
-    work = asyncio.ensure_future(serve(service.core, task, ctx, encode))
-    watcher = asyncio.ensure_future(_disconnected(request))
-    grace_over = state.grace.over()
-    try:
-        done, _ = await asyncio.wait(
-            (work, watcher, grace_over), timeout=wait, return_when=asyncio.FIRST_COMPLETED
-        )
-    except BaseException:
-        # Cancelled (uvicorn gave up waiting for this request) or worse: the work goes too, and
-        # the cancellation goes on up.
-        work.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if work in done:
-        body = work.result()
-        state.metrics.observe_stages(ctx)
-        headers = timing_headers(ctx)
-        if ctx.embedding_spaces:
-            headers["x-embedding-space"] = ", ".join(ctx.embedding_spaces.values())
-        return await _encoded_response(request, state, body, headers)
-    work.cancel()
-    if watcher in done:
-        # Nobody is listening; 499 (client closed request) only shows in the access log.
-        return Response(status_code=499)
-    if grace_over in done:
-        raise EngineUnavailableError("the server shut down before this request finished; retry it")
-    raise RequestTimeoutError(
-        f"the request took longer than its time limit ({timeout:g} s) and was cancelled; "
-        "send less per request, or allow more time (request_timeout, x-request-timeout, "
-        "--request-timeout)"
+    return Step(
+        state,
+        ticket_of(request.scope),
+        request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
+        Asked.of(request.headers.get),
     )
+
+
+async def serve_task(
+    request: Request, step: Step, service: ModelService, served: Served, ctx: ServeContext[Any]
+) -> Response:
+    """Run `ctx`'s request (serving_step.py) and answer it with its body and the timing
+    headers; 499 in the access log if the client went first."""
+    request.scope[CONTEXT_KEY] = ctx
+    body = await run_served(step, service, served, ctx, _disconnected(request))
+    if body is None:
+        return Response(status_code=499)
+    return await _encoded_response(request, step.state, body, answer_metadata(ctx))

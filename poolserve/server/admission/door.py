@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import time
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.engine.lanes import DEFAULT_PRIORITY, header_priority
-from poolserve.errors import OverloadedError, PoolserveError
+from poolserve.errors import OverloadedError
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.admission.tickets import Ticket
 from poolserve.server.error_responses import error_response
+from poolserve.server.observe.metrics import ADMITTED_KEY
+from poolserve.server.serving_step import Asked
 
 # Where a request's ticket travels in its ASGI scope.
 TICKET_KEY = "poolserve.admission"
@@ -22,29 +25,20 @@ def content_length(scope: Scope) -> int | None:
     return None
 
 
-def asked_timeout(scope: Scope) -> float | None:
-    """The `x-request-timeout` a client asked for, if it is a number of seconds (the handler
-    refuses a bad one): it bounds the wait at the door too."""
-    for name, value in scope.get("headers", ()):
-        if name == b"x-request-timeout":
-            try:
-                seconds = float(value)
-            except ValueError:
-                return None
-            return seconds if seconds > 0 else None
-    return None
+def asked(scope: Scope) -> Asked:
+    """What the request's headers ask beside its body."""
+    headers = {
+        name: value.decode("latin-1")
+        for name, value in scope.get("headers", ())
+        if name in (b"x-priority", b"x-request-timeout")
+    }
+    return Asked(headers.get(b"x-priority"), headers.get(b"x-request-timeout"))
 
 
 def asked_priority(scope: Scope) -> int:
     """The lane an `x-priority` header asks for (the handler refuses a bad one with a 400;
     until then it counts as the default)."""
-    for name, value in scope.get("headers", ()):
-        if name == b"x-priority":
-            try:
-                return header_priority(value.decode("latin-1")) or DEFAULT_PRIORITY
-            except PoolserveError:
-                return DEFAULT_PRIORITY
-    return DEFAULT_PRIORITY
+    return asked(scope).door_lane()
 
 
 def ticket_of(scope: Scope) -> Ticket | None:
@@ -65,12 +59,14 @@ class AdmissionMiddleware:
             return
         length = content_length(scope)
         try:
-            ticket = await self.control.enter(length, asked_timeout(scope), asked_priority(scope))
+            wanted = asked(scope)
+            ticket = await self.control.enter(length, wanted.door_wait(), wanted.door_lane())
         except OverloadedError as refusal:
             response = error_response(refusal.status, refusal.message, headers=refusal.headers)
             await response(scope, receive, send)
             return
         scope[TICKET_KEY] = ticket
+        scope[ADMITTED_KEY] = time.perf_counter()
         if length is None:
             receive = self._counting(receive, ticket)
         try:

@@ -19,7 +19,8 @@ from poolserve.server.apis.openai_wire import (
     chunked_embeddings_body,
     embeddings_body,
 )
-from poolserve.server.template import Call, Endpoint, Inputs, Served, Vectors, embedders
+from poolserve.server.serving_step import Vectors
+from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking

@@ -26,12 +26,12 @@ from poolserve.server.protocol import (
     parts_of,
 )
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
+from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
     Inputs,
     Served,
-    Vectors,
     classifiers,
     scorers,
 )

@@ -24,12 +24,12 @@ from poolserve.server.apis.envelope import embedding_space_field
 from poolserve.server.error_responses import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
+from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
     Inputs,
     Served,
-    Vectors,
     embedders,
     scorers,
 )

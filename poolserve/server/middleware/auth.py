@@ -17,6 +17,18 @@ from poolserve.server.error_responses import error_response
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 
 
+def bearer_matches(authorization: bytes, keys: list[bytes]) -> bool:
+    """Whether an `Authorization` value is `Bearer KEY` with one of `keys` (HTTP's header,
+    gRPC's metadata)."""
+    scheme, _, token = authorization.partition(b" ")
+    if scheme.lower() != b"bearer":
+        return False
+    token = token.strip()
+    # Compare with every key (no early exit) so timing says nothing about which.
+    matches = [hmac.compare_digest(token, key) for key in keys]
+    return any(matches)
+
+
 class BearerAuthMiddleware:
     def __init__(
         self,
@@ -38,13 +50,7 @@ class BearerAuthMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() != b"bearer":
-                    return False
-                token = token.strip()
-                # Compare with every key (no early exit) so timing says nothing about which.
-                matches = [hmac.compare_digest(token, key) for key in self._keys]
-                return any(matches)
+                return bearer_matches(value, self._keys)
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

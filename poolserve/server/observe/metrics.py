@@ -234,6 +234,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.grpc_requests = Counter(
+            "poolserve_grpc_requests",
+            "gRPC calls (each message of a stream: one) by method, status code and model",
+            ("method", "code", "model"),
+            registry=self.registry,
+        )
         self.rejected = Counter(
             "poolserve_rejected_requests",
             "Requests refused or abandoned, by reason",
@@ -274,6 +280,15 @@ class Metrics:
             self.stage.labels(stage, ctx.model_name).observe(seconds)
         self.lanes.observe(ctx.priority, timings.queue)
 
+    def record_grpc(self, method: str, code: str, model: str, seconds: float) -> None:
+        """One gRPC call answered (`method`: `/tei.v1.Embed/Embed`)."""
+        self.grpc_requests.labels(method, code, model).inc()
+        self.duration.labels(method, model).observe(seconds)
+        if model:
+            self.live.record(model, seconds)
+        if code == "RESOURCE_EXHAUSTED":
+            self.rejected.labels(REJECTION_REASONS[429]).inc()
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -282,6 +297,10 @@ class Metrics:
 REQUEST_ID_KEY = "poolserve.request_id"
 # Where the served name of the model a request is for travels (set once the handler chose it).
 MODEL_KEY = "poolserve.model"
+# Where the door and the template leave what a request's trace shows: when it was admitted
+# (perf_counter seconds), and its ServeContext.
+ADMITTED_KEY = "poolserve.admitted"
+CONTEXT_KEY = "poolserve.context"
 
 
 class MetricsMiddleware:

@@ -172,8 +172,15 @@ def rerank_body(
 
 
 def tokens_body(tokenizer: TextTokenizer, texts: list[str], add_special_tokens: bool) -> bytes:
-    """`/tokenize` in text-embeddings-inference's shape: per text, its tokens with their ids,
-    text, whether special, and character offsets (null for special tokens)."""
+    """`/tokenize` in text-embeddings-inference's shape."""
+    return orjson.dumps(token_entries(tokenizer, texts, add_special_tokens))
+
+
+def token_entries(
+    tokenizer: TextTokenizer, texts: list[str], add_special_tokens: bool
+) -> list[list[dict[str, Any]]]:
+    """Per text, its tokens with their ids, text, whether special, and character offsets
+    (None for special tokens), as text-embeddings-inference's tokenize answers."""
     answer = []
     for text, encoding in zip(
         texts, tokenizer.encodings(texts, add_special_tokens=add_special_tokens), strict=True
@@ -196,4 +203,4 @@ def tokens_body(tokenizer: TextTokenizer, texts: list[str], add_special_tokens: 
                 }
             )
         answer.append(tokens)
-    return orjson.dumps(answer)
+    return answer

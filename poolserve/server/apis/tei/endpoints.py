@@ -34,12 +34,12 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
+from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
     Inputs,
     Served,
-    Vectors,
     classifiers,
     embedders,
     scorers,
@@ -64,11 +64,19 @@ def _texts(inputs: str | list[str]) -> list[str]:
     return texts
 
 
+def _prompted(service: ModelService, prompt_name: str | None, inputs: str | list[str]) -> list[str]:
+    """The texts with the named prompt (or the model's default one) put before each, as
+    text-embeddings-inference does on its token and sparse routes."""
+    prompt = service.tasks.prompts.resolve(prompt_name, None)
+    texts = _texts(inputs)
+    return texts if prompt is None else [prompt + text for text in texts]
+
+
 def _count(wire: Any) -> int:
     return 1 if isinstance(wire.inputs, str) else len(wire.inputs)
 
 
-def _embed(call: Call[TeiEmbedRequest]) -> Served:
+def embed_served(call: Call[TeiEmbedRequest]) -> Served:
     wire, service = call.wire, call.service
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
@@ -86,7 +94,7 @@ def _embed(call: Call[TeiEmbedRequest]) -> Served:
     return Served(embed, internal, params, vectors_body, wire.request_timeout, vectors=Vectors())
 
 
-def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
+def embed_all_served(call: Call[TeiEmbedAllRequest]) -> Served:
     wire, service = call.wire, call.service
     params = service.pooling_params(
         PoolingOptions(
@@ -95,7 +103,7 @@ def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
             truncation_side=wire.side(),
         )
     )
-    internal = PoolingRequest(_texts(wire.inputs), "token_embed")
+    internal = PoolingRequest(_prompted(service, wire.prompt_name, wire.inputs), "token_embed")
     return Served(
         service.tasks.pooling,
         internal,
@@ -106,7 +114,7 @@ def _embed_all(call: Call[TeiEmbedAllRequest]) -> Served:
     )
 
 
-def _predict(call: Call[TeiPredictRequest], *, nested: bool) -> Served:
+def predict_served(call: Call[TeiPredictRequest], *, nested: bool) -> Served:
     wire, service = call.wire, call.service
     parameters = wire.parameters
     raw = wire.raw_scores or (parameters is not None and parameters.function_to_apply == "none")
@@ -195,12 +203,14 @@ def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
     return Served(task, internal, params, similarity_body, wire.request_timeout)
 
 
-def _sparse(call: Call[SparseEmbedRequest]) -> Served:
+def sparse_served(call: Call[SparseEmbedRequest]) -> Served:
     wire, service = call.wire, call.service
     params = service.pooling_params(
-        PoolingOptions(truncate_prompt_tokens=-1 if wire.truncate else None)
+        PoolingOptions(
+            truncate_prompt_tokens=-1 if wire.truncate else None, truncation_side=wire.side()
+        )
     )
-    internal = PoolingRequest(_texts(wire.inputs), "sparse")
+    internal = PoolingRequest(_prompted(service, wire.prompt_name, wire.inputs), "sparse")
     return Served(
         service.tasks.pooling,
         internal,
@@ -211,7 +221,7 @@ def _sparse(call: Call[SparseEmbedRequest]) -> Served:
     )
 
 
-def _rerank(call: Call[TeiRerankRequest]) -> Served:
+def rerank_served(call: Call[TeiRerankRequest]) -> Served:
     wire, service = call.wire, call.service
     task = service.tasks.score
     assert task is not None  # model_for chose a model that serves this route
@@ -296,12 +306,12 @@ INFERENCE_API = (
     "a classifier or cross-encoder (a single text's labels in a list of one)."
 )
 ENDPOINTS = [
-    _tei("/embed", TeiEmbedRequest, TeiEmbedResponse, _embed, INPUTS, "embed", embedders),
+    _tei("/embed", TeiEmbedRequest, TeiEmbedResponse, embed_served, INPUTS, "embed", embedders),
     _tei(
         "/embed_all",
         TeiEmbedAllRequest,
         TeiEmbedResponse,
-        _embed_all,
+        embed_all_served,
         INPUTS,
         "embed_all",
         token_embedders,
@@ -319,7 +329,7 @@ ENDPOINTS = [
         "/predict",
         TeiPredictRequest,
         TeiPredictResponse,
-        partial(_predict, nested=False),
+        partial(predict_served, nested=False),
         INPUTS,
         "predict",
         classifiers,
@@ -329,7 +339,7 @@ ENDPOINTS = [
         "/",
         TeiEmbedRequest,
         TeiEmbedResponse,
-        _embed,
+        embed_served,
         INPUTS,
         "inference_api",
         _embedders_or_classifiers,
@@ -350,7 +360,7 @@ ENDPOINTS = [
         "/",
         TeiPredictRequest,
         TeiPredictResponse,
-        partial(_predict, nested=True),
+        partial(predict_served, nested=True),
         INPUTS,
         "inference_api",
         _embedders_or_classifiers,
@@ -361,7 +371,7 @@ ENDPOINTS = [
             path,
             TeiRerankRequest,
             TeiRerankResponse,
-            _rerank,
+            rerank_served,
             TEXTS,
             "rerank",
             scorers,
@@ -373,7 +383,7 @@ ENDPOINTS = [
         "/embed_sparse",
         SparseEmbedRequest,
         SparseResponse,
-        _sparse,
+        sparse_served,
         INPUTS,
         "embed_sparse",
         _sparse_models,

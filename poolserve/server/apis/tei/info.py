@@ -15,7 +15,8 @@ from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
-from poolserve.server.serving_state import state_of
+from poolserve.server.serving_state import ServingState, state_of
+from poolserve.service.model_service import ModelService
 
 ROUTES = APIRouter()
 
@@ -26,6 +27,11 @@ async def info(request: Request) -> Response:
     answer_errors_as(request, TEI_ERRORS)
     state = state_of(request)
     service = state.model_for(request.scope, None)
+    return json_response(orjson.dumps(info_fields(state, service)))
+
+
+def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:
+    """What `/info` (and gRPC's Info) says about `service` on this server."""
     classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
     if classifier is not None:
         id2label = dict(enumerate(classifier.labels))
@@ -38,7 +44,7 @@ async def info(request: Request) -> Response:
     else:
         pooling = "+".join(service.core.model.layout.pooling_modes)
         model_type = {"embedding": {"pooling": pooling}}
-    body = {
+    return {
         "model_id": service.served_name,
         "model_sha": None,
         "model_dtype": service.core.model.dtype,
@@ -55,7 +61,6 @@ async def info(request: Request) -> Response:
         "precision": _precision(service.core.precision),
         "quantization": _quantization(service.core.quantization),
     }
-    return json_response(orjson.dumps(body))
 
 
 def _quantization(report: QuantizationReport | None) -> dict[str, Any] | None:

@@ -42,6 +42,15 @@ async def parse_tei_or(
     return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
 
 
+Direction = Annotated[
+    Literal["Right", "Left", "right", "left"], Field(description="which end truncation cuts")
+]
+
+
+def side_of(direction: Direction) -> Literal["right", "left"]:
+    return "left" if direction.lower() == "left" else "right"
+
+
 class TeiRequest(WireModel):
     """What text-embeddings-inference's routes share: truncation, off by default."""
 
@@ -51,12 +60,10 @@ class TeiRequest(WireModel):
         "the server's --long-input, which may also chunk them on /embed; on /rerank, each text "
         "cut to the room beside the query)",
     )
-    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
-        "Right", description="which end truncation cuts"
-    )
+    truncation_direction: Direction = "Right"
 
     def side(self) -> Literal["right", "left"]:
-        return "left" if self.truncation_direction.lower() == "left" else "right"
+        return side_of(self.truncation_direction)
 
 
 class TeiEmbedRequest(TeiRequest):
@@ -86,6 +93,7 @@ class TeiEmbedAllRequest(TeiRequest):
     """Text-embeddings-inference `POST /embed_all`: every token's vector."""
 
     inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
+    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
 
 
 class ClassificationParameters(StrictModel):
@@ -147,6 +155,11 @@ class SparseEmbedRequest(WireModel):
     inputs: TextOrTexts = Field(description=TEXT_OR_TEXTS)
     model: StrictStr | None = None
     truncate: StrictBool = False
+    truncation_direction: Direction = "Right"
+    prompt_name: StrictStr | None = Field(None, description="one of the model's prompts")
+
+    def side(self) -> Literal["right", "left"]:
+        return side_of(self.truncation_direction)
 
     @field_validator("inputs")
     @classmethod

@@ -1,0 +1,215 @@
+"""The serving step every front end shares (HTTP's template, the gRPC servicer): a translated
+request's context (its lane, its vectors' spaces), its time limit, and its run on the model's
+engine within that limit, cancelled when the caller goes or the shutdown's grace period ends.
+
+What a caller asks beside its body comes from HTTP headers or gRPC metadata under the same
+names (`Asked`); errors are raised as PoolserveErrors, which each front end answers in its own
+form (an HTTP status, a gRPC status code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from poolserve.engine.context import ServeContext
+from poolserve.engine.lanes import DEFAULT_PRIORITY, header_priority, request_priority
+from poolserve.engine.pipeline import serve
+from poolserve.errors import (
+    ConflictError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    PoolserveError,
+    RequestTimeoutError,
+)
+from poolserve.server.admission.tickets import Ticket
+from poolserve.server.serving_state import ServingState
+from poolserve.service.model_service import ModelService
+from poolserve.tasks.quantize import embedding_type
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """The vectors a request answers: of which output (`embed`, `token_embed`, `sparse`), in
+    which types, as the request names them (float32, base64, int8, ubinary, ...), in order."""
+
+    head: str = "embed"
+    types: tuple[str, ...] = ("float",)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a caller asks beside its body: `x-priority`, `x-request-timeout` and
+    `x-expect-embedding-space` (HTTP headers, gRPC metadata), as sent."""
+
+    priority: str | None = None
+    timeout: str | None = None
+    expect_space: str | None = None
+
+    @classmethod
+    def of(cls, get: Callable[[str], str | None]) -> Asked:
+        """From a header or metadata lookup (`get(name)`: its value, or None)."""
+        return cls(get("x-priority"), get("x-request-timeout"), get("x-expect-embedding-space"))
+
+    def door_lane(self) -> int:
+        """The lane to wait in at the door (a bad `x-priority` counts as the default there;
+        the request is refused with a 400 once admitted)."""
+        try:
+            return header_priority(self.priority) or DEFAULT_PRIORITY
+        except PoolserveError:
+            return DEFAULT_PRIORITY
+
+    def door_wait(self) -> float | None:
+        """The `x-request-timeout` asked for, if it is a number of seconds: it bounds the wait
+        at the door too (a bad one is refused once admitted)."""
+        try:
+            seconds = float(self.timeout) if self.timeout is not None else None
+        except ValueError:
+            return None
+        return seconds if seconds is not None and seconds > 0 else None
+
+
+@dataclass
+class Step:
+    """One request through the step: where it was admitted, its id and its context once made
+    (tracing and the answer's headers read them)."""
+
+    state: ServingState
+    ticket: Ticket | None
+    request_id: str
+    asked: Asked = field(default_factory=Asked)
+    # Seconds the caller's own deadline leaves (a gRPC call's), from the step's start.
+    caller_limit: float | None = None
+
+
+def time_limit(step: Step, in_body: float | None) -> float | None:
+    """The server's request timeout, or a shorter one the caller asks for (header, metadata,
+    body field or its call's deadline)."""
+    asked = step.asked
+    limits = [t for t in (step.state.request_timeout, in_body, step.caller_limit) if t is not None]
+    limit = min(limits) if limits else None
+    if asked.timeout is not None:
+        try:
+            seconds = float(asked.timeout)
+        except ValueError:
+            raise InvalidRequestError(
+                f"x-request-timeout must be a number of seconds, got {asked.timeout[:64]!r}"
+            ) from None
+        if not 0 < seconds < float("inf"):
+            raise InvalidRequestError("x-request-timeout must be a finite number of seconds > 0")
+        limit = seconds if limit is None else min(limit, seconds)
+    return limit
+
+
+def context_for(
+    step: Step,
+    service: ModelService,
+    internal: Any,
+    params: Any,
+    priority: int | None,
+    vectors: Vectors | None,
+) -> ServeContext[Any]:
+    """The request's context: in the lane its body's `priority` or its `x-priority` names
+    (engine/lanes.py; its ticket moved there), with the fingerprints of its vectors' spaces
+    (`spaces_for`)."""
+    lane = request_priority(priority, header_priority(step.asked.priority))
+    if step.ticket is not None:
+        step.state.admission.relane(step.ticket, lane)
+    ctx = ServeContext(
+        internal,
+        model_name=service.served_name,
+        pooling_params=params,
+        request_id=step.request_id,
+        cost_meter=step.ticket,
+        priority=lane,
+    )
+    if vectors is not None:
+        ctx.embedding_spaces = spaces_for(service, params, vectors, step.asked.expect_space)
+    return ctx
+
+
+def spaces_for(
+    service: ModelService, params: Any, vectors: Vectors, expected: str | None
+) -> dict[str, str]:
+    """The fingerprints of the request's vectors' spaces by the type it asks for; a 409 when
+    the caller expects others (`x-expect-embedding-space`: one fingerprint, or several as the
+    answer lists them; every space the answer would carry must be among them)."""
+    spaces = {
+        kind: service.embedding_space(vectors.head, params, embedding_type(kind))
+        for kind in vectors.types
+    }
+    allowed = {each.strip() for each in (expected or "").split(",")}
+    if expected is not None and not set(spaces.values()) <= allowed:
+        raise ConflictError(
+            f"this request's vectors would be in embedding space {', '.join(spaces.values())} "
+            f"({service.served_name}, {params.dimensions or service.embedding_dim} dimensions, "
+            f"{'normalized' if params.normalize else 'not normalized'}, "
+            f"{', '.join(vectors.types)}), not {expected[:64]!r} as x-expect-embedding-space "
+            "says: the model, its pooling or the request's options differ from those the "
+            "expected vectors were made with; nothing was run"
+        )
+    return spaces
+
+
+def answer_metadata(ctx: ServeContext[Any]) -> dict[str, str]:
+    """The headers (HTTP) or initial metadata (gRPC) of an answer: its id, its timings and its
+    vectors' spaces."""
+    timings = ctx.timings
+    answer = {
+        "x-request-id": ctx.request_id,
+        "x-queue-time": f"{timings.queue * 1000:.3f}",
+        "x-inference-time": f"{timings.inference * 1000:.3f}",
+        "x-total-time": f"{timings.total * 1000:.3f}",
+    }
+    if ctx.embedding_spaces:
+        answer["x-embedding-space"] = ", ".join(ctx.embedding_spaces.values())
+    return answer
+
+
+async def run_served(
+    step: Step,
+    service: ModelService,
+    served: Any,
+    ctx: ServeContext[Any],
+    gone: Awaitable[Any] | None = None,
+) -> bytes | None:
+    """Run `ctx`'s request through `served.task` on `service`'s engine, encoded by
+    `served.encode`; the answer's bytes, or None if the caller went first (`gone`).
+
+    The time limit counts from the request's admission. If the caller goes, the limit passes
+    or the server's grace period ends first, the request's work is cancelled: its items still
+    queued never reach the model. Cancelled itself (a gRPC call's caller went), it cancels the
+    work too."""
+    state = step.state
+    limit = time_limit(step, served.timeout)
+    wait = limit
+    if limit is not None and step.ticket is not None:
+        wait = max(0.0, limit - (time.monotonic() - step.ticket.admitted_at))
+    work = asyncio.ensure_future(serve(service.core, served.task, ctx, served.encode))
+    watcher = asyncio.ensure_future(gone) if gone is not None else None
+    grace_over = state.grace.over()
+    waits = (work, grace_over) if watcher is None else (work, watcher, grace_over)
+    try:
+        done, _ = await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        work.cancel()
+        raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    if work in done:
+        state.metrics.observe_stages(ctx)
+        return work.result()
+    work.cancel()
+    if watcher is not None and watcher in done:
+        return None
+    if grace_over in done:
+        raise EngineUnavailableError("the server shut down before this request finished; retry it")
+    raise RequestTimeoutError(
+        f"the request took longer than its time limit ({limit:g} s) and was cancelled; "
+        "send less per request, or allow more time (request_timeout, x-request-timeout, "
+        "--request-timeout)"
+    )
