@@ -36,6 +36,11 @@ class GracePeriod:
             self._over = asyncio.get_running_loop().create_future()
         return self._over
 
+    @property
+    def started(self) -> bool:
+        """Whether the server has been told to stop."""
+        return self._ends_at is not None
+
     def begun(self) -> asyncio.Future[None]:
         """Completes when the server is told to stop (the gRPC front end drains then)."""
         if self._begun is None:

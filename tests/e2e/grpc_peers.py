@@ -54,6 +54,14 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore
         self.spans: list[Any] = []
         self.service_names: set[str] = set()
         self._changed = threading.Condition()
+        self._server = grpc.server(ThreadPoolExecutor(2))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def stop(self) -> None:
+        """Stop listening: the exporter's calls fail from now on."""
+        self._server.stop(None)
 
     def Export(self, request: Any, context: Any) -> Any:
         with self._changed:
@@ -76,11 +84,7 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore
 def otlp_receiver() -> Iterator[tuple[OtlpReceiver, int]]:
     """A receiver listening on a free loopback port, stopped when the block ends."""
     receiver = OtlpReceiver()
-    server = grpc.server(ThreadPoolExecutor(2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
     try:
-        yield receiver, port
+        yield receiver, receiver.port
     finally:
-        server.stop(None)
+        receiver.stop()

@@ -13,18 +13,26 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-# The SDK's own default for OTEL_BSP_MAX_QUEUE_SIZE.
-DEFAULT_QUEUE = 2048
+# The SDK's own defaults for OTEL_BSP_MAX_QUEUE_SIZE and OTEL_BSP_MAX_EXPORT_BATCH_SIZE.
+DEFAULT_QUEUE, DEFAULT_EXPORT_BATCH = 2048, 512
 
 
 def bounded_spans(exporter: SpanExporter) -> BoundedSpans:
-    """A batch processor over `exporter` holding at most OTEL_BSP_MAX_QUEUE_SIZE spans."""
-    try:
-        capacity = int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_QUEUE))
-    except ValueError:
-        capacity = DEFAULT_QUEUE
+    """A batch processor over `exporter` holding at most OTEL_BSP_MAX_QUEUE_SIZE spans (its
+    export batches no larger: the SDK refuses to start otherwise)."""
+    capacity = _positive("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_QUEUE)
+    batch = min(capacity, _positive("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_EXPORT_BATCH))
     counting = CountingExporter(exporter)
-    return BoundedSpans(BatchSpanProcessor(counting, max_queue_size=capacity), counting, capacity)
+    processor = BatchSpanProcessor(counting, max_queue_size=capacity, max_export_batch_size=batch)
+    return BoundedSpans(processor, counting, capacity)
+
+
+def _positive(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 @dataclass

@@ -6,14 +6,16 @@ TEI's HTTP body, then run by the serving step (serving_step.py) within its time 
 server's, `x-request-timeout` metadata, and the call's own deadline). Messages travel as bytes:
 parsing a large one and building every answer run in the CPU pool, never on the event loop.
 
-A stream's messages are each served as one call, up to STREAM_WINDOW at a time, so they are
-batched with everything else; answers go back in the order the messages came. The first error
+A stream's messages are each served as one call, up to STREAM_WINDOW at a time (at most half
+of --max-concurrent-requests: one stream cannot fill the door by itself), so they are batched
+with everything else; answers go back in the order the messages came. The first error
 ends the stream with its status, as text-embeddings-inference's streams do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -26,7 +28,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from poolserve.engine.context import ServeContext
-from poolserve.errors import InvalidRequestError, PoolserveError
+from poolserve.errors import EngineUnavailableError, InvalidRequestError, PoolserveError
 from poolserve.server.body import INLINE_PARSE_BYTES
 from poolserve.server.observe.tracing import RequestMarks
 from poolserve.server.serving_state import ServingState
@@ -62,6 +64,15 @@ class GrpcCall:
 class TeiServicer:
     def __init__(self, state: ServingState) -> None:
         self.state = state
+        # Calls being served (each message of a stream: one), and whether there are none.
+        self._calls = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def idle(self, timeout: float) -> None:
+        """Return once no call is being served, or after `timeout` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
 
     def served_methods(self) -> list[str]:
         """The RPCs some model here serves, by name."""
@@ -92,6 +103,8 @@ class TeiServicer:
         request_id = given if 0 < len(given) <= 200 else self.state.new_request_id()
         remaining = context.time_remaining()
         step = Step(self.state, None, request_id, Asked.of(metadata.get), remaining)
+        self._calls += 1
+        self._idle.clear()
         return GrpcCall(rpc, step, metadata=metadata)
 
     async def _served(
@@ -102,6 +115,8 @@ class TeiServicer:
     ) -> bytes:
         """Admit the call, read its message(s) (`read`), and serve them; raises PoolserveError."""
         state, step = self.state, call.step
+        if state.grace.started:  # between the signal and the gRPC server's stop
+            raise EngineUnavailableError("the server is shutting down; retry the call elsewhere")
         wait = min((t for t in (step.asked.door_wait(), step.caller_limit) if t), default=None)
         ticket = await state.admission.enter(length, wait, step.asked.door_lane())
         step.ticket = ticket
@@ -185,7 +200,8 @@ class TeiServicer:
     async def _stream(
         self, rpc: Rpc, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        """Each message served as its own call, STREAM_WINDOW at a time, answered in order."""
+        """Each message served as its own call, `window` at a time, answered in order."""
+        window_size = min(STREAM_WINDOW, max(1, self.state.admission.max_requests // 2))
         window: deque[asyncio.Future[bytes]] = deque()
         failed: GrpcCall | None = None
 
@@ -205,7 +221,7 @@ class TeiServicer:
         try:
             while reading is not None or window:
                 waits: set[asyncio.Future[Any]] = {window[0]} if window else set()
-                if reading is not None and len(window) < STREAM_WINDOW:
+                if reading is not None and len(window) < window_size:
                     waits.add(reading)
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if reading is not None and reading in done:
@@ -249,6 +265,9 @@ class TeiServicer:
 
     def _close(self, call: GrpcCall) -> None:
         """Count the call, and trace it."""
+        self._calls -= 1
+        if self._calls == 0:
+            self._idle.set()
         ended = time.perf_counter()
         metrics = self.state.metrics
         metrics.record_grpc(call.rpc.full_name, call.code.name, call.model, ended - call.started)

@@ -115,20 +115,25 @@ class GrpcFrontEnd:
             await self._health.set(service, serving_status if serving and served else stopped)
 
     async def _drain_when_told(self) -> None:
-        """When the server is told to stop: NOT_SERVING, no new calls, and the running ones
-        get the grace period."""
+        """When the server is told to stop: NOT_SERVING, new calls refused (UNAVAILABLE), and
+        the running ones given the grace period (each answers by its end); then the server
+        stops, ending what is left (health watches)."""
         grace = self.state.grace
         await grace.begun()
         await self._set_health(serving=False)
+        await self._servicer.idle(grace.seconds)
         if self._server is not None:
-            await self._server.stop(grace.seconds_left())
+            await self._server.stop(0)
 
     async def stop(self) -> None:
-        """At the end of the app's life: stopped, whether or not it drained first."""
-        if self._draining is not None and not self._draining.done():
+        """At the end of the app's life: drained (the app's own shutdown started the drain),
+        or stopped at once when it was never told to stop (tests)."""
+        if self._draining is not None and self.state.grace.started:
+            await self._draining
+        elif self._draining is not None:
             self._draining.cancel()
         if self._server is not None:
-            await self._server.stop(self.state.grace.seconds_left())
+            await self._server.stop(0)
 
     async def _info(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Info: the first model, as HTTP's /info describes it."""
