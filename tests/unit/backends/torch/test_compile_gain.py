@@ -27,9 +27,11 @@ from poolserve.models.describe import prepare_model
 Run = Callable[[Any, TorchBatch], torch.Tensor]
 
 
-def twice(module: Any, batch: TorchBatch) -> torch.Tensor:
-    """Eager's answer at twice eager's cost: a compiled forward that does not pay."""
-    run_eagerly(module, batch)
+def five_times(module: Any, batch: TorchBatch) -> torch.Tensor:
+    """Eager's answer at five times eager's cost: a compiled forward that does not pay (by a
+    margin no timing noise closes: at twice, a noisy machine once measured it paying)."""
+    for _ in range(4):
+        run_eagerly(module, batch)
     return run_eagerly(module, batch)
 
 
@@ -74,10 +76,10 @@ def test_a_compiled_forward_that_does_not_pay_is_served_eagerly_and_remembered(
     start: Callable[..., TorchBackend], caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, "poolserve"):
-        first = start("auto", twice)
+        first = start("auto", five_times)
     assert not first.compiled and first.report.source == "eager"
     assert set(first.report.gains) == {1, 2}
-    assert all(0.3 < gain < 0.8 for gain in first.report.gains.values())
+    assert all(0.05 < gain < 0.6 for gain in first.report.gains.values())
     assert "(measured now; 1 thread(s): 0." in caplog.text
     assert "serving it eagerly" in caplog.text
     caplog.clear()
@@ -86,7 +88,7 @@ def test_a_compiled_forward_that_does_not_pay_is_served_eagerly_and_remembered(
     assert not restarted.compiled and restarted.report.gains == first.report.gains
     assert "as measured at an earlier start" in caplog.text
     # `on` compiles whatever the figures say.
-    forced = start("on", twice)
+    forced = start("on", five_times)
     assert forced.compiled and forced.compiled_threads == (1, 2)
 
 
