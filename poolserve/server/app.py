@@ -112,7 +112,7 @@ def create_app(
     routes = tuple(model_routes(service.tasks) for service in models)
     served_routes = tuple(dict.fromkeys(path for each in routes for path in each))
     metrics = Metrics(models, admission, routes=(*COMMON_ROUTES, *served_routes))
-    tracing = _tracing(config, models, metrics)
+    tracing = _tracing(config, metrics)
     app.state.serving = ServingState(
         models,
         routes,
@@ -160,12 +160,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(serving.tracing.close)
 
 
-def _tracing(config: ServerConfig, models: ServiceRegistry, metrics: Metrics) -> Tracing | None:
+def _tracing(config: ServerConfig, metrics: Metrics) -> Tracing | None:
     """The tracer (--otlp-endpoint; OTEL_SDK_DISABLED=true turns it off), its span counts in
     /metrics; None when off."""
     if config.otlp_endpoint is None or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
-    tracing = Tracing(config.otlp_endpoint, config.otlp_service_name, models.cpu)
+    tracing = Tracing(config.otlp_endpoint, config.otlp_service_name)
     metrics.registry.register(TraceCollector(tracing))
     return tracing
 
@@ -247,7 +247,10 @@ def _add_middleware(
             CORSMiddleware,
             allow_origins=list(config.allowed_origins),
             allow_methods=["GET", "HEAD", "POST"],
-            allow_headers=["authorization", "content-type", "x-request-id", "x-request-timeout"],
+            allow_headers=[
+                *("authorization", "content-type", "x-request-id", "x-request-timeout"),
+                *("x-priority", "x-expect-embedding-space", "traceparent", "tracestate"),
+            ],
             expose_headers=[*EXPOSED_HEADERS],
             max_age=600,
         )

@@ -81,15 +81,21 @@ class Step:
     ticket: Ticket | None
     request_id: str
     asked: Asked = field(default_factory=Asked)
-    # Seconds the caller's own deadline leaves (a gRPC call's), from the step's start.
-    caller_limit: float | None = None
+    # When the caller's own deadline passes (a gRPC call's; time.monotonic), if it has one.
+    deadline: float | None = None
+
+    def door_wait(self) -> float | None:
+        """The most the request may wait at the door: what its asked time limit or its
+        deadline leave."""
+        left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        return min((t for t in (self.asked.door_wait(), left) if t is not None), default=None)
 
 
 def time_limit(step: Step, in_body: float | None) -> float | None:
-    """The server's request timeout, or a shorter one the caller asks for (header, metadata,
-    body field or its call's deadline)."""
+    """The server's request timeout, or a shorter one the caller asks for (header, metadata or
+    body field), in seconds from the request's admission."""
     asked = step.asked
-    limits = [t for t in (step.state.request_timeout, in_body, step.caller_limit) if t is not None]
+    limits = [t for t in (step.state.request_timeout, in_body) if t is not None]
     limit = min(limits) if limits else None
     if asked.timeout is not None:
         try:
@@ -174,22 +180,25 @@ async def run_served(
     service: ModelService,
     served: Any,
     ctx: ServeContext[Any],
-    gone: Awaitable[Any] | None = None,
+    gone: Callable[[], Awaitable[Any]] | None = None,
 ) -> bytes | None:
     """Run `ctx`'s request through `served.task` on `service`'s engine, encoded by
-    `served.encode`; the answer's bytes, or None if the caller went first (`gone`).
+    `served.encode`; the answer's bytes, or None if the caller went first (`gone()` returned).
 
-    The time limit counts from the request's admission. If the caller goes, the limit passes
-    or the server's grace period ends first, the request's work is cancelled: its items still
-    queued never reach the model. Cancelled itself (a gRPC call's caller went), it cancels the
-    work too."""
+    The time limit counts from the request's admission; the caller's deadline is its own. If
+    the caller goes, either passes or the server's grace period ends first, the request's work
+    is cancelled: its items still queued never reach the model. Cancelled itself (a gRPC call's
+    caller went), it cancels the work too."""
     state = step.state
     limit = time_limit(step, served.timeout)
-    wait = limit
+    now = time.monotonic()
+    limit_wait = limit
     if limit is not None and step.ticket is not None:
-        wait = max(0.0, limit - (time.monotonic() - step.ticket.admitted_at))
+        limit_wait = max(0.0, limit - (now - step.ticket.admitted_at))
+    deadline_wait = None if step.deadline is None else max(0.0, step.deadline - now)
+    wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
     work = asyncio.ensure_future(serve(service.core, served.task, ctx, served.encode))
-    watcher = asyncio.ensure_future(gone) if gone is not None else None
+    watcher = asyncio.ensure_future(gone()) if gone is not None else None
     grace_over = state.grace.over()
     waits = (work, grace_over) if watcher is None else (work, watcher, grace_over)
     try:
@@ -201,13 +210,18 @@ async def run_served(
         if watcher is not None:
             watcher.cancel()
     if work in done:
+        body = work.result()
         state.metrics.observe_stages(ctx)
-        return work.result()
+        return body
     work.cancel()
     if watcher is not None and watcher in done:
         return None
     if grace_over in done:
         raise EngineUnavailableError("the server shut down before this request finished; retry it")
+    if limit is None or (deadline_wait is not None and deadline_wait < (limit_wait or 0.0)):
+        raise RequestTimeoutError(
+            "the call's deadline passed before it was answered; its work was cancelled"
+        )
     raise RequestTimeoutError(
         f"the request took longer than its time limit ({limit:g} s) and was cancelled; "
         "send less per request, or allow more time (request_timeout, x-request-timeout, "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from fastapi import Request
@@ -234,7 +235,7 @@ async def serve_task(
     """Run `ctx`'s request (serving_step.py) and answer it with its body and the timing
     headers; 499 in the access log if the client went first."""
     request.scope[CONTEXT_KEY] = ctx
-    body = await run_served(step, service, served, ctx, _disconnected(request))
+    body = await run_served(step, service, served, ctx, partial(_disconnected, request))
     if body is None:
         return Response(status_code=499)
     return await _encoded_response(request, step.state, body, answer_metadata(ctx))

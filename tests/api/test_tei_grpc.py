@@ -78,6 +78,7 @@ class Both:
     http: httpx.AsyncClient
     channel: grpc.aio.Channel
     address: str
+    app: Any
     pb: ModuleType
     stubs: ModuleType
 
@@ -101,7 +102,7 @@ async def both(models: ModelSet, tei: tuple[ModuleType, ModuleType]) -> AsyncIte
         ) as http,
         grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
     ):
-        yield Both(http, channel, f"127.0.0.1:{port}", *tei)
+        yield Both(http, channel, f"127.0.0.1:{port}", app, *tei)
 
 
 async def test_embed_rpcs_answer_as_the_http_routes(both: Both) -> None:
@@ -373,3 +374,53 @@ def reflected(address: str) -> tuple[set[str], set[str]]:
         database = ProtoReflectionDescriptorDatabase(channel)
         embed = DescriptorPool(database).FindServiceByName("tei.v1.Embed")
         return set(database.get_services()), {method.name for method in embed.methods}
+
+
+async def test_an_rpc_no_model_serves_is_failed_precondition(
+    engine: Any, tei: tuple[ModuleType, ModuleType]
+) -> None:
+    """On the bundled embedding model alone: Predict and PredictPair name what is served, and
+    health says tei.v1.Predict is NOT_SERVING; Rerank ranks by similarity."""
+    pb, stubs = tei
+    port = free_port()
+    app = create_app(engine.service, ServerConfig(grpc_port=port))
+    async with (
+        LifespanManager(app),
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        predict = stubs.PredictStub(channel)
+        for call, needs in (
+            (predict.Predict(pb.PredictRequest(inputs="x")), "a classifier or cross-encoder"),
+            (predict.PredictPair(pb.PredictPairRequest(inputs=["x", "y"])), "a cross-encoder"),
+        ):
+            code, message = await status_of(call)
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+            assert needs in message and "this server serves Embed" in message
+        health = health_pb2_grpc.HealthStub(channel)
+        for service, status in (
+            ("tei.v1.Predict", health_pb2.HealthCheckResponse.NOT_SERVING),
+            ("tei.v1.Rerank", health_pb2.HealthCheckResponse.SERVING),
+        ):
+            answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert answer.status == status, service
+        ranks = await stubs.RerankStub(channel).Rerank(pb.RerankRequest(query=QUERY, texts=TEXTS))
+        assert ranks.ranks[0].index == 0  # the fox sentence answers the question
+
+
+async def test_a_caller_that_goes_gives_its_admission_back(both: Both) -> None:
+    """A stream cancelled mid-way and calls cancelled in flight leave nothing admitted."""
+    pb, embed = both.pb, both.stub("Embed")
+    admission = both.app.state.serving.admission
+    stream = embed.EmbedStream(
+        iter([pb.EmbedRequest(inputs=f"{text} {i}") for i in range(50) for text in TEXTS]),
+        metadata=AUTH,
+    )
+    async for _ in stream:
+        break
+    stream.cancel()
+    calls = [embed.Embed(pb.EmbedRequest(inputs=text), metadata=AUTH) for text in TEXTS * 4]
+    for call in calls:
+        call.cancel()
+    await both.app.state.grpc.idle(30)
+    assert admission.in_flight == 0
+    assert len((await embed.Embed(pb.EmbedRequest(inputs="x"), metadata=AUTH)).embeddings) == 384

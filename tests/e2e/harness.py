@@ -245,6 +245,17 @@ def wait_for_stats(
     return stats
 
 
+def wait_for_metrics(
+    server: Server, condition: Callable[[dict[Any, float]], bool], timeout: float = 30
+) -> dict[Any, float]:
+    """Read /metrics until `condition` holds of its samples (`parse_metrics`)."""
+    deadline = time.monotonic() + timeout
+    while not condition(metrics := parse_metrics(server.metrics())):
+        assert time.monotonic() < deadline, f"not reached in {timeout} s"
+        time.sleep(0.02)
+    return metrics
+
+
 # -- Prometheus text ----------------------------------------------------------------------------
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")

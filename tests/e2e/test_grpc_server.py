@@ -7,7 +7,6 @@ NOT_SERVING when the server drains or its engine dies, and a drain that lets cal
 from __future__ import annotations
 
 import queue
-import re
 import signal
 import threading
 import time
@@ -24,7 +23,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.e2e.conftest import free_port
 from tests.e2e.grpc_peers import OtlpReceiver, attribute, generated_client, otlp_receiver
-from tests.e2e.harness import Server, running_server, wait_for_stats
+from tests.e2e.harness import (
+    Server,
+    parse_metrics,
+    running_server,
+    wait_for_metrics,
+    wait_for_stats,
+)
 from tests.e2e.test_hardening import POISON_ID, POISON_WORD, SLOW_ID, SLOW_WORD
 
 pytestmark = pytest.mark.slow  # real server processes
@@ -88,7 +93,10 @@ def trace_parent(trace_id: str, span_id: str) -> str:
 
 
 def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer) -> None:
+    """Then, with the receiver stopped, requests are unharmed and the spans that do not fit the
+    exporter's queue are counted as dropped."""
     http_trace, grpc_trace, caller = "a1" * 16, "b2" * 16, "c3" * 8
+    sent_at = time.time_ns()
     response = httpx.post(
         f"{served.server.url}/embed",
         json={"inputs": "traced over HTTP"},
@@ -99,6 +107,7 @@ def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer
     _, call = served.embed(
         "traced over gRPC", metadata=(("traceparent", trace_parent(grpc_trace, caller)),)
     )
+    answered_at = time.time_ns()
     request_ids = {
         http_trace: response.headers["x-request-id"],
         grpc_trace: dict(call.initial_metadata())["x-request-id"],
@@ -117,6 +126,8 @@ def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer
         [root] = [span for span in mine if span.parent_span_id.hex() == caller]
         assert root.name in ("POST /embed", "tei.v1.Embed/Embed")
         assert attribute(root, "poolserve.request_id") == request_id
+        # Real times: within the client's own clock readings around the two requests.
+        assert sent_at <= root.start_time_unix_nano <= root.end_time_unix_nano <= answered_at
         children = [span for span in mine if span is not root]
         assert {span.name for span in children} == STAGES
         for child in children:
@@ -127,6 +138,16 @@ def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer
         [inference] = [span for span in children if span.name == "inference"]
         assert attribute(inference, "poolserve.batch.size") >= 1
         assert attribute(inference, "poolserve.batch.tokens") >= 5
+
+    served.receiver.stop()
+    dropped = ("poolserve_trace_spans_total", frozenset({("outcome", "dropped")}))
+    before = parse_metrics(served.server.metrics()).get(dropped, 0.0)
+    stub = served.stubs.EmbedStub(served.channel)
+    messages = [served.pb.EmbedRequest(inputs=f"text {i}") for i in range(40)]
+    answers = list(stub.EmbedStream(iter(messages)))
+    assert len(answers) == 40 and all(answer.embeddings for answer in answers)
+    # 40 requests make 240 spans; the exporter holds 64 while it retries the dead collector.
+    wait_for_metrics(served.server, lambda metrics: metrics.get(dropped, 0.0) > before)
 
 
 def block_runner(served: GrpcServer, pool: ThreadPoolExecutor) -> Any:
@@ -182,39 +203,18 @@ def test_a_call_past_its_time_limit_is_deadline_exceeded(served: GrpcServer) -> 
     assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert "time limit (0.3 s)" in raised.value.details()
     served.server.wait_idle()
-    # The caller's own deadline bounds it too; the server counts the call it gave up.
-    with pytest.raises(grpc.RpcError) as raised:
-        served.embed(slow, timeout=0.3)
-    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    served.server.wait_idle()
-    metrics = served.server.metrics()
-    assert re.search(
-        r'poolserve_grpc_requests_total\{code="(CANCELLED|DEADLINE_EXCEEDED)",'
-        r'method="/tei.v1.Embed/Embed"',
-        metrics,
-    ), metrics
-
-
-def span_counts(server: Server) -> dict[str, float]:
-    found = re.findall(r'poolserve_trace_spans_total\{outcome="(\w+)"\} (\S+)', server.metrics())
-    return {outcome: float(value) for outcome, value in found}
-
-
-def test_a_dead_collector_costs_requests_nothing_and_drops_are_counted(
-    served: GrpcServer,
-) -> None:
-    served.receiver.stop()
-    before = span_counts(served.server)
-    stub = served.stubs.EmbedStub(served.channel)
-    answers = list(
-        stub.EmbedStream(iter([served.pb.EmbedRequest(inputs=f"text {i}") for i in range(40)]))
-    )
-    assert len(answers) == 40 and all(answer.embeddings for answer in answers)
-    # 40 requests make 240 spans; the exporter holds 64 while it retries the dead collector.
-    deadline = time.monotonic() + 30
-    while span_counts(served.server).get("dropped", 0) <= before.get("dropped", 0):
-        assert time.monotonic() < deadline, span_counts(served.server)
-        time.sleep(0.1)
+    # A call whose own deadline passes while it waits behind a slow batch: the server drops
+    # its work before it reaches the model.
+    before = served.server.stats()
+    with ThreadPoolExecutor(1) as pool:
+        blocker = block_runner(served, pool)
+        with pytest.raises(grpc.RpcError) as raised:
+            served.embed("waits behind the slow batch", timeout=0.3)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert blocker.result().status_code == 200
+    after = served.server.wait_idle()
+    assert after["items_skipped"] - before["items_skipped"] == 1
+    assert after["items"] - before["items"] == 1  # the blocker alone
 
 
 def watch_health(channel: grpc.Channel) -> queue.Queue[int]:

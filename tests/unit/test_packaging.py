@@ -15,7 +15,10 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 def test_the_license_is_an_spdx_expression_and_the_backend_is_pinned() -> None:
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
     assert project["project"]["license"] == "Apache-2.0"
-    (backend,) = [Requirement(r) for r in project["build-system"]["requires"]]
+    backend, protoc = [Requirement(r) for r in project["build-system"]["requires"]]
+    # grpcio-tools' protoc generates the gRPC message stubs at build time (setup.py), pinned:
+    # the stubs it writes need a protobuf runtime at least as new as itself.
+    assert protoc.name == "grpcio-tools" and str(protoc.specifier).startswith("==")
     assert backend.name == "setuptools"
     assert not backend.specifier.contains(Version("76.0")), "PEP 639 needs setuptools >= 77"
     assert not backend.specifier.contains(Version("1000")), "no upper bound"

@@ -1,6 +1,7 @@
-"""HTTP requests traced (`--otlp-endpoint`; observe/tracing.py): the marks of every request
-handed to the tracer once its answer has gone. Added only when tracing is on, inside the
-metrics middleware (the request's id is known), outside the door (its wait is measured)."""
+"""HTTP requests traced (`--otlp-endpoint`; observe/tracing.py): the marks of every POST (the
+routes that do work; not probes and scrapes) handed to the tracer once its answer has gone.
+Added only when tracing is on, inside the metrics middleware (the request's id is known),
+outside the door (its wait is measured)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class TraceRequestsMiddleware:
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()

@@ -3,8 +3,9 @@ child span per stage (admission wait, tokenize, queue, each batch's inference, p
 continuing the caller's W3C `traceparent`.
 
 Nothing here runs on the request's path: a front end hands over the marks it took anyway (a
-`RequestMarks`, once the answer is built), and the spans are made from them in the CPU pool, in
-the lowest lane, with their real start and end times. The SDK's batch processor exports them
+`RequestMarks`, once the answer is built), and the spans are made from them, with their real
+start and end times, on a thread of their own (at most MOST_WAITING requests wait for it; more
+are dropped and counted). The SDK's batch processor exports them
 from its own thread over OTLP/gRPC. Its queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE): a span that
 would overflow it is dropped and counted (`/metrics`), so a slow or dead collector never slows
 or fails a request. The SDK reads the standard OTEL_* variables (the exporter's headers,
@@ -14,11 +15,11 @@ OTEL_SDK_DISABLED is true nothing is traced. The SDK is imported only when traci
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,9 +28,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from poolserve.engine.context import ServeContext
-from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.lanes import LOWEST_PRIORITY
-from poolserve.errors import EngineUnavailableError, SettingError
+from poolserve.errors import SettingError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -46,6 +45,8 @@ MODEL = "poolserve.model"
 CLOSE_SECONDS = 2.0
 # Inference spans per request; a long request's further batches are summed in the last.
 MOST_BATCH_SPANS = 32
+# Requests whose spans wait to be made; more are dropped (and counted).
+MOST_WAITING = 4096
 
 
 @dataclass
@@ -81,7 +82,7 @@ def check_protocol() -> None:
 class Tracing:
     """The tracer provider, its bounded batch processor and the OTLP exporter."""
 
-    def __init__(self, endpoint: str, service_name: str | None, cpu: CpuPool) -> None:
+    def __init__(self, endpoint: str, service_name: str | None) -> None:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -95,7 +96,6 @@ class Tracing:
             ) from None
         check_protocol()
         name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "poolserve"
-        self._cpu = cpu
         self._provider: TracerProvider = TracerProvider(
             resource=Resource.create({SERVICE_NAME: name})
         )
@@ -103,15 +103,46 @@ class Tracing:
         self._provider.add_span_processor(self._spans)
         self._tracer: Tracer = self._provider.get_tracer("poolserve")
         self.endpoint = endpoint
+        # Requests waiting for their spans to be made, and those dropped because too many were.
+        self._waiting: deque[RequestMarks] = deque()
+        self._changed = threading.Condition()
+        self._closing = False
+        self.requests_dropped = 0
+        self._maker = threading.Thread(target=self._make_spans, name="poolserve-traces")
+        self._maker.daemon = True  # a span being made never holds up the exit
+        self._maker.start()
 
     @property
     def counts(self) -> SpanCounts:
         return self._spans.counts
 
     def record(self, marks: RequestMarks) -> None:
-        """Make `marks`' spans in the CPU pool (the request's answer does not wait for it)."""
-        with contextlib.suppress(EngineUnavailableError):  # the server is stopping
-            self._cpu.submit_at(LOWEST_PRIORITY, self._spans_of, marks)
+        """Hand `marks` over to be made into spans (the request's answer does not wait for
+        it); dropped, and counted, while MOST_WAITING others wait."""
+        with self._changed:
+            if len(self._waiting) >= MOST_WAITING or self._closing:
+                self.requests_dropped += 1
+                return
+            self._waiting.append(marks)
+            self._changed.notify()
+
+    def _make_spans(self) -> None:
+        """The span maker's thread: make each request's spans as they come, until closed."""
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._waiting) or self._closing)
+                if not self._waiting:
+                    return
+                ready = list(self._waiting)
+                self._waiting.clear()
+            said = False
+            for marks in ready:
+                try:
+                    self._spans_of(marks)
+                except Exception:  # a trace is never worth a request; say why once per batch
+                    if not said:
+                        logger.exception("could not make the spans of %s", marks.name)
+                    said = True
 
     def _spans_of(self, marks: RequestMarks) -> None:
         from opentelemetry import propagate, trace
@@ -141,11 +172,16 @@ class Tracing:
         root.end(end_time=ns(marks.ended))
 
     def close(self) -> None:
-        """Send what is queued, for at most CLOSE_SECONDS (a dead collector does not hold up
-        the shutdown)."""
+        """Make the spans of what waits and send what is queued, for at most CLOSE_SECONDS (a
+        dead collector does not hold up the shutdown)."""
+        deadline = time.monotonic() + CLOSE_SECONDS
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        self._maker.join(CLOSE_SECONDS / 2)
         closing = threading.Thread(target=self._provider.shutdown, daemon=True)
         closing.start()
-        closing.join(CLOSE_SECONDS)
+        closing.join(max(0.0, deadline - time.monotonic()))
 
 
 class TraceCollector(Collector):
@@ -166,6 +202,12 @@ class TraceCollector(Collector):
         for outcome in ("queued", "exported", "failed", "dropped"):
             spans.add_metric((outcome,), getattr(counts, outcome))
         yield spans
+        yield CounterMetricFamily(
+            "poolserve_trace_requests_dropped",
+            "Requests left untraced: more were waiting for their spans to be made than the "
+            "tracer holds",
+            value=self._tracing.requests_dropped,
+        )
 
 
 Stage = tuple[str, float, float, dict[str, Any]]

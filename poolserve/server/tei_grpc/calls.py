@@ -34,7 +34,7 @@ from poolserve.server.observe.tracing import RequestMarks
 from poolserve.server.serving_state import ServingState
 from poolserve.server.serving_step import Asked, Step, answer_metadata, context_for, run_served
 from poolserve.server.tei_grpc.rpcs import RPCS, Rpc
-from poolserve.server.tei_grpc.status_codes import code_of, trailers_of
+from poolserve.server.tei_grpc.status_codes import NotServedError, code_of, trailers_of
 from poolserve.service.model_service import ModelService
 
 logger = logging.getLogger("poolserve")
@@ -79,8 +79,11 @@ class TeiServicer:
         return [rpc.method for rpc in RPCS if self._candidates(rpc)]
 
     def _candidates(self, rpc: Rpc) -> list[ModelService]:
-        """The models that serve `rpc`: a task RPC's route's, or every model (Tokenize)."""
-        return self.state.models_serving(rpc.path) if rpc.translate else list(self.state.models)
+        """The models that serve `rpc`: a task RPC's route's (those `rpc.only` takes), or every
+        model (Tokenize)."""
+        if rpc.translate is None:
+            return list(self.state.models)
+        return [service for service in self.state.models_serving(rpc.path) if rpc.only(service)]
 
     def handlers(self) -> dict[str, dict[str, grpc.RpcMethodHandler]]:
         """Every RPC's handler, by service (`tei.v1.Embed`) and method, over raw bytes."""
@@ -102,7 +105,8 @@ class TeiServicer:
         given = metadata.get("x-request-id", "")
         request_id = given if 0 < len(given) <= 200 else self.state.new_request_id()
         remaining = context.time_remaining()
-        step = Step(self.state, None, request_id, Asked.of(metadata.get), remaining)
+        deadline = None if remaining is None else time.monotonic() + remaining
+        step = Step(self.state, None, request_id, Asked.of(metadata.get), deadline)
         self._calls += 1
         self._idle.clear()
         return GrpcCall(rpc, step, metadata=metadata)
@@ -110,27 +114,30 @@ class TeiServicer:
     async def _served(
         self,
         call: GrpcCall,
-        length: int | None,
-        read: Callable[[GrpcCall], Awaitable[Any]],
+        size: int | None,
+        read: Callable[[GrpcCall], Awaitable[bytes | list[bytes]]],
     ) -> bytes:
-        """Admit the call, read its message(s) (`read`), and serve them; raises PoolserveError."""
-        state, step = self.state, call.step
+        """Choose the model, admit the call (`size`: its message's bytes; None: a stream's,
+        counted as they come), read its message(s) (`read`: raw bytes), and serve them; raises
+        PoolserveError. A large message (or a gathered stream) is parsed, validated and
+        translated in the CPU pool, as a large HTTP body is."""
+        state, step, rpc = self.state, call.step, call.rpc
         if state.grace.started:  # between the signal and the gRPC server's stop
             raise EngineUnavailableError("the server is shutting down; retry the call elsewhere")
-        wait = min((t for t in (step.asked.door_wait(), step.caller_limit) if t), default=None)
-        ticket = await state.admission.enter(length, wait, step.asked.door_lane())
+        service = self._model(rpc)
+        call.model = service.served_name
+        lane = step.asked.door_lane()
+        ticket = await state.admission.enter(size, step.door_wait(), lane)
         step.ticket = ticket
         call.admitted = time.perf_counter()
         try:
-            message = await read(call)
-            service = self._model(call.rpc)
-            call.model = service.served_name
-            if call.rpc.answer is not None:
-                return await state.cpu.run_at(
-                    step.asked.door_lane(), call.rpc.answer, message, service
-                )
-            assert call.rpc.translate is not None
-            served = call.rpc.translate(message, service, state)
+            raw = await read(call)
+            if rpc.answer is not None:
+                return await state.cpu.run_at(lane, cpu_answer, rpc, raw, service)
+            if size is not None and size <= INLINE_PARSE_BYTES:
+                served = translated(rpc, raw, service, state)
+            else:
+                served = await state.cpu.run_at(lane, translated, rpc, raw, service, state)
             ctx = context_for(step, service, served.internal, served.params, None, served.vectors)
             call.ctx = ctx
             body = await run_served(step, service, served, ctx)
@@ -140,30 +147,24 @@ class TeiServicer:
             state.admission.release(ticket)
 
     def _model(self, rpc: Rpc) -> ModelService:
-        """The first model that serves the RPC's route (one `rpc.fits` first); none is a
-        FAILED_PRECONDITION naming what this server serves."""
+        """The first model that serves the RPC's route (and that `rpc.only` takes; one that
+        `rpc.prefer` takes first); none is a FAILED_PRECONDITION naming what this server
+        serves."""
         candidates = self._candidates(rpc)
         if not candidates:
             raise NotServedError(
-                f"{rpc.method} needs a model that serves {rpc.path}, and the models here "
-                f"({', '.join(s.served_name for s in self.state.models)}) do not; "
+                f"{rpc.method} needs {rpc.needs}, and the models here "
+                f"({', '.join(s.served_name for s in self.state.models)}) are not; "
                 f"this server serves {', '.join(self.served_methods())}"
             )
-        return next((service for service in candidates if rpc.fits(service)), candidates[0])
-
-    async def _parse(self, call: GrpcCall, raw: bytes) -> Message:
-        if len(raw) <= INLINE_PARSE_BYTES:
-            return parse_message(call.rpc, raw)
-        return await self.state.cpu.run_at(
-            call.step.asked.door_lane(), parse_message, call.rpc, raw
-        )
+        return next((service for service in candidates if rpc.prefer(service)), candidates[0])
 
     # -- the three kinds -----------------------------------------------------------------
 
     async def _unary(self, rpc: Rpc, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         call = self._open(rpc, context)
         try:
-            body = await self._served(call, len(raw), lambda call: self._parse(call, raw))
+            body = await self._served(call, len(raw), partial(_given, raw))
             answer = answer_metadata(call.ctx) if call.ctx is not None else {}
             answer["x-request-id"] = call.step.request_id
             await context.send_initial_metadata(tuple(answer.items()))
@@ -179,13 +180,13 @@ class TeiServicer:
         """Every message of the stream, served as one request once the stream ends."""
         call = self._open(rpc, context)
 
-        async def read_all(call: GrpcCall) -> list[Message]:
+        async def read_all(call: GrpcCall) -> list[bytes]:
             messages, received = [], 0
             async for raw in requests:
                 received += len(raw)
                 assert call.step.ticket is not None
                 call.step.ticket.body_received(received)  # 429 past the budget
-                messages.append(await self._parse(call, raw))
+                messages.append(raw)
             return messages
 
         try:
@@ -203,15 +204,12 @@ class TeiServicer:
         """Each message served as its own call, `window` at a time, answered in order."""
         window_size = min(STREAM_WINDOW, max(1, self.state.admission.max_requests // 2))
         window: deque[asyncio.Future[bytes]] = deque()
-        failed: GrpcCall | None = None
 
         async def one(raw: bytes) -> bytes:
-            nonlocal failed
             call = self._open(rpc, context)
             try:
-                return await self._served(call, len(raw), lambda call: self._parse(call, raw))
+                return await self._served(call, len(raw), partial(_given, raw))
             except BaseException as error:
-                failed = failed or call
                 _settle(call, error)
                 raise
             finally:
@@ -235,8 +233,7 @@ class TeiServicer:
                 while window and window[0].done():
                     yield window.popleft().result()
         except PoolserveError as error:
-            code = failed.code if failed is not None else code_of(error)
-            await context.abort(code, error.message, trailing_metadata=trailers_of(error))
+            await context.abort(code_of(error), error.message, trailing_metadata=trailers_of(error))
         except Exception as error:
             if isinstance(error, grpc.aio.AbortError):
                 raise
@@ -248,6 +245,8 @@ class TeiServicer:
             for pending in (*window, reading):
                 if pending is not None:
                     pending.cancel()
+                    # Its failure, if it failed first, is settled: not logged as never read.
+                    pending.add_done_callback(_retrieved)
 
     # -- ends ----------------------------------------------------------------------------
 
@@ -275,24 +274,41 @@ class TeiServicer:
             self.state.tracing.record(trace_of(call, ended))
 
 
-class NotServedError(PoolserveError):
-    """An RPC no model here serves: FAILED_PRECONDITION (as text-embeddings-inference answers
-    Rerank on an embedding model)."""
-
-    status = 400
-    code = grpc.StatusCode.FAILED_PRECONDITION
-
-
 def _settle(call: GrpcCall, error: BaseException) -> None:
     """Note how the call ended, for its count and its trace."""
-    if isinstance(error, NotServedError):
-        call.code, call.error = NotServedError.code, error.message
-    elif isinstance(error, PoolserveError):
+    if isinstance(error, PoolserveError):
         call.code, call.error = code_of(error), error.message
     elif isinstance(error, asyncio.CancelledError):
         call.code = grpc.StatusCode.CANCELLED
     elif not isinstance(error, grpc.aio.AbortError):
         call.code, call.error = grpc.StatusCode.INTERNAL, repr(error)
+
+
+async def _given(raw: bytes, call: GrpcCall) -> bytes:
+    """A unary call's message: read already."""
+    return raw
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def translated(
+    rpc: Rpc, raw: bytes | list[bytes], service: ModelService, state: ServingState
+) -> Any:
+    """The message(s), parsed and translated for `service` (the request template's
+    `Served`)."""
+    assert rpc.translate is not None
+    if isinstance(raw, list):
+        return rpc.translate([parse_message(rpc, each) for each in raw], service, state)
+    return rpc.translate(parse_message(rpc, raw), service, state)
+
+
+def cpu_answer(rpc: Rpc, raw: bytes | list[bytes], service: ModelService) -> bytes:
+    """A CPU RPC's answer (Tokenize, Decode), its message parsed here too."""
+    assert rpc.answer is not None and isinstance(raw, bytes)
+    return rpc.answer(parse_message(rpc, raw), service)
 
 
 def parse_message(rpc: Rpc, raw: bytes) -> Message:

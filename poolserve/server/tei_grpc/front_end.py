@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from poolserve.server.apis.tei.info import info_fields
 from poolserve.server.middleware.auth import bearer_matches
 from poolserve.server.serving_state import ServingState
+from poolserve.server.shutdown import CLOSING_SECONDS
 from poolserve.server.tei_grpc.calls import TeiServicer
 from poolserve.server.tei_grpc.rpcs import RPCS, Rpc
 from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
@@ -100,6 +101,8 @@ class GrpcFrontEnd:
 
         for service in self.state.models:
             service.core.when_dead(died)
+        if not all(service.alive for service in self.state.models):  # died before it started
+            self._engine_died()
         self._draining = asyncio.ensure_future(self._drain_when_told())
 
     def _engine_died(self) -> None:
@@ -121,9 +124,15 @@ class GrpcFrontEnd:
         grace = self.state.grace
         await grace.begun()
         await self._set_health(serving=False)
-        await self._servicer.idle(grace.seconds)
+        # Past the grace period, each call still running answers UNAVAILABLE itself: it gets
+        # the closing seconds to, as HTTP's requests do.
+        await self.idle(grace.seconds + CLOSING_SECONDS)
         if self._server is not None:
             await self._server.stop(0)
+
+    async def idle(self, timeout: float) -> None:
+        """Return once no call is being served (or after `timeout` seconds)."""
+        await self._servicer.idle(timeout)
 
     async def stop(self) -> None:
         """At the end of the app's life: drained (the app's own shutdown started the drain),

@@ -55,14 +55,18 @@ class Rpc:
     method: str
     request: type[Message]
     # The HTTP route whose models serve it: TEI's protocol names no model, so the first such
-    # model serves it (the first `fits` takes, if any: a cross-encoder for Rerank).
+    # model serves it (the first `prefer` takes, if any: a cross-encoder for Rerank).
     path: str
     kind: Kind = "unary"
     # A task RPC: its message(s), for the chosen model, as the request template's `Served`.
     translate: Callable[[Any, ModelService, ServingState], Served] | None = None
     # A CPU RPC: its answer's bytes (run in the CPU pool).
     answer: Callable[[Any, ModelService], bytes] | None = None
-    fits: Callable[[ModelService], bool] = lambda service: True
+    # Among the route's models: those that may serve it, and those served by first.
+    only: Callable[[ModelService], bool] = lambda service: True
+    prefer: Callable[[ModelService], bool] = lambda service: False
+    # What a model must be to serve it, for the error where none here is.
+    needs: str = "a model that serves its route"
 
     @property
     def full_name(self) -> str:
@@ -241,26 +245,58 @@ def _streamed(rpc: Rpc) -> Rpc:
     return replace(rpc, method=f"{rpc.method}Stream", kind="stream")
 
 
+EMBEDDER = "an embedding model"
 _UNARY = [
-    Rpc("Embed", "Embed", pb.EmbedRequest, "/embed", translate=_embed),
-    Rpc("Embed", "EmbedSparse", pb.EmbedSparseRequest, "/embed_sparse", translate=_sparse),
-    Rpc("Embed", "EmbedAll", pb.EmbedAllRequest, "/embed_all", translate=_embed_all),
-    Rpc("Predict", "Predict", pb.PredictRequest, "/predict", translate=_predict),
+    Rpc("Embed", "Embed", pb.EmbedRequest, "/embed", translate=_embed, needs=EMBEDDER),
+    Rpc(
+        "Embed",
+        "EmbedSparse",
+        pb.EmbedSparseRequest,
+        "/embed_sparse",
+        translate=_sparse,
+        needs="a sparse (SPLADE) model",
+    ),
+    Rpc(
+        "Embed",
+        "EmbedAll",
+        pb.EmbedAllRequest,
+        "/embed_all",
+        translate=_embed_all,
+        needs="an embedding model with token vectors",
+    ),
+    Rpc(
+        "Predict",
+        "Predict",
+        pb.PredictRequest,
+        "/predict",
+        translate=_predict,
+        needs="a classifier or cross-encoder",
+    ),
     Rpc(
         "Predict",
         "PredictPair",
         pb.PredictPairRequest,
         "/predict",
         translate=_predict_pair,
-        fits=_cross_encoders,
+        only=_cross_encoders,
+        needs="a cross-encoder",
     ),
     Rpc("Tokenize", "Tokenize", pb.EncodeRequest, "/tokenize", answer=_tokenize),
     Rpc("Tokenize", "Decode", pb.DecodeRequest, "/detokenize", answer=_decode),
 ]
+RERANKER = "a reranker (a cross-encoder, or a model that scores by similarity)"
 RPCS = (
     *_UNARY,
     *map(_streamed, _UNARY),
-    Rpc("Rerank", "Rerank", pb.RerankRequest, "/rerank", translate=_rerank, fits=_cross_encoders),
+    Rpc(
+        "Rerank",
+        "Rerank",
+        pb.RerankRequest,
+        "/rerank",
+        translate=_rerank,
+        prefer=_cross_encoders,
+        needs=RERANKER,
+    ),
     Rpc(
         "Rerank",
         "RerankStream",
@@ -268,6 +304,7 @@ RPCS = (
         "/rerank",
         kind="collect",
         translate=_rerank_stream,
-        fits=_cross_encoders,
+        prefer=_cross_encoders,
+        needs=RERANKER,
     ),
 )

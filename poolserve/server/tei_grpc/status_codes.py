@@ -25,7 +25,16 @@ _CODES = {
 }
 
 
+class NotServedError(PoolserveError):
+    """An RPC no model here serves: FAILED_PRECONDITION (as text-embeddings-inference answers
+    Rerank on an embedding model)."""
+
+    status = 400
+
+
 def code_of(error: PoolserveError) -> grpc.StatusCode:
+    if isinstance(error, NotServedError):
+        return grpc.StatusCode.FAILED_PRECONDITION
     return _CODES.get(error.status, grpc.StatusCode.INTERNAL)
 
 

@@ -65,9 +65,10 @@ def _texts(inputs: str | list[str]) -> list[str]:
 
 
 def _prompted(service: ModelService, prompt_name: str | None, inputs: str | list[str]) -> list[str]:
-    """The texts with the named prompt (or the model's default one) put before each, as
-    text-embeddings-inference does on its token and sparse routes."""
-    prompt = service.tasks.prompts.resolve(prompt_name, None)
+    """The texts with the named prompt put before each, as text-embeddings-inference does on
+    its token and sparse routes (none unless asked for: these routes never put the model's
+    default prompt)."""
+    prompt = service.tasks.prompts.resolve(prompt_name, None) if prompt_name else None
     texts = _texts(inputs)
     return texts if prompt is None else [prompt + text for text in texts]
 
