@@ -4,9 +4,10 @@ One-sentence requests (real prose, `benchmarks.corpus`) at c=1 and c=64, over HT
 (`POST /embed`, text-embeddings-inference's shape, on keep-alive connections from the raw
 asyncio load generator) and over gRPC (`tei.v1.Embed/Embed` on one HTTP/2 channel carrying every
 call, from grpc.aio with the messages serialized beforehand) against the same server in the same
-run. Then the same HTTP and gRPC loads against a second server that traces every request to an
-OTLP receiver in this process (it accepts and discards), and against a third that traces to a
-collector that is down (its spans dropped and counted).
+run. Then the same loads against a second server that traces every request to an OTLP receiver
+in this process (it accepts and discards), a third that keeps one trace in ten
+(`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, 0.1), and a fourth that traces to a collector
+that is down (its spans dropped and counted).
 
 Each round runs every phase in turn (the machine drifts); the table holds each figure's median
 over `--rounds`. The client's CPU share is reported: on a 2-core machine the client competes
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ import orjson
 from benchmarks import corpus
 from benchmarks.loadgen import LoadResult, build_request, run_load
 from benchmarks.peers import cpu_model
-from benchmarks.server_process import free_port, running_server
+from benchmarks.server_process import free_port, running_process
 from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
 
 HOST = "127.0.0.1"
@@ -147,6 +149,7 @@ PHASES = [
     ("traced", "http", 1),
     ("traced", "http", 64),
     ("traced", "grpc", 64),
+    ("traced 1 in 10", "http", 64),
     ("dead collector", "http", 64),
 ]
 
@@ -201,17 +204,21 @@ def main() -> None:
 def start_servers(
     stack: contextlib.ExitStack, otlp_port: int, flags: list[str]
 ) -> dict[str, tuple[int, int]]:
-    """The three servers (HTTP port, gRPC port), by name: untraced, traced to the receiver,
-    traced to a port nothing listens on."""
-    dead = free_port()
+    """The servers (HTTP port, gRPC port), by name: untraced, traced to the receiver (every
+    request, or one in ten), traced to a port nothing listens on."""
+    traced = ["--otlp-endpoint", f"http://{HOST}:{otlp_port}"]
+    sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
     servers = {}
-    for name, more in (
-        ("plain", []),
-        ("traced", ["--otlp-endpoint", f"http://{HOST}:{otlp_port}"]),
-        ("dead collector", ["--otlp-endpoint", f"http://{HOST}:{dead}"]),
+    for name, more, env in (
+        ("plain", [], {}),
+        ("traced", traced, {}),
+        ("traced 1 in 10", traced, sampled),
+        ("dead collector", ["--otlp-endpoint", f"http://{HOST}:{free_port()}"], {}),
     ):
-        grpc_port = free_port()
-        port = stack.enter_context(running_server([*flags, *more, "--grpc-port", str(grpc_port)]))
+        port, grpc_port = free_port(), free_port()
+        command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port), *flags]
+        command += [*more, "--grpc-port", str(grpc_port)]
+        stack.enter_context(running_process(command, port, env=env))
         servers[name] = (port, grpc_port)
     return servers
 
