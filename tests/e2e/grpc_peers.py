@@ -1,10 +1,12 @@
 """What the gRPC tests talk to and hear from: clients generated from text-embeddings-inference's
 `tei.proto` by grpcio-tools (as a user generates them, independent of the server's own stubs),
-and a real OTLP/gRPC trace receiver that decodes what it is sent with opentelemetry-proto."""
+a real OTLP/gRPC trace receiver that decodes what it is sent with opentelemetry-proto, and a
+follower of a server's gRPC health."""
 
 from __future__ import annotations
 
 import importlib
+import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -15,9 +17,12 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_tools import protoc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 PROTO = Path(__file__).resolve().parents[2] / "poolserve/server/tei_grpc/proto/tei.proto"
 
 
@@ -88,3 +93,19 @@ def otlp_receiver() -> Iterator[tuple[OtlpReceiver, int]]:
         yield receiver, receiver.port
     finally:
         receiver.stop()
+
+
+def watch_health(channel: grpc.Channel) -> queue.Queue[int]:
+    """The server's health as it changes (grpc.health.v1 Watch), from a thread."""
+    changes: queue.Queue[int] = queue.Queue()
+    stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+
+    def follow() -> None:
+        try:
+            for answer in stream:
+                changes.put(answer.status)
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=follow, daemon=True).start()
+    return changes

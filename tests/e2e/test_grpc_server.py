@@ -2,13 +2,12 @@
 received by a real OTLP endpoint under the caller's traceparent, overload and time limits as
 status codes with the same admission as HTTP, a stream's messages batched with each other,
 requests unharmed by a dead collector (its dropped spans counted), health that turns
-NOT_SERVING when the server drains or its engine dies, and a drain that lets calls finish."""
+NOT_SERVING when the server drains (and when its engine dies: test_hardening.py's dead runner),
+and a drain that lets calls finish."""
 
 from __future__ import annotations
 
-import queue
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,26 +18,30 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.e2e.conftest import free_port
-from tests.e2e.grpc_peers import OtlpReceiver, attribute, generated_client, otlp_receiver
+from tests.e2e.grpc_peers import (
+    NOT_SERVING,
+    SERVING,
+    OtlpReceiver,
+    attribute,
+    generated_client,
+    otlp_receiver,
+    watch_health,
+)
 from tests.e2e.harness import (
     Server,
     parse_metrics,
     running_server,
     wait_for_metrics,
-    wait_for_stats,
 )
-from tests.e2e.test_hardening import POISON_ID, POISON_WORD, SLOW_ID, SLOW_WORD
+from tests.e2e.test_hardening import SLOW_ID, SLOW_WORD
 
 pytestmark = pytest.mark.slow  # real server processes
 
 BLOCK_SECONDS = 1.5  # how long a batch holding SLOW_WORD keeps the runner busy
 MAX_REQUESTS = 16  # a stream keeps at most 8 of them
 STAGES = {"admission", "tokenize", "queue", "inference", "postprocess"}
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @dataclass
@@ -217,22 +220,6 @@ def test_a_call_past_its_time_limit_is_deadline_exceeded(served: GrpcServer) -> 
     assert after["items"] - before["items"] == 1  # the blocker alone
 
 
-def watch_health(channel: grpc.Channel) -> queue.Queue[int]:
-    """The server's health as it changes (grpc.health.v1 Watch), from a thread."""
-    changes: queue.Queue[int] = queue.Queue()
-    stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
-
-    def follow() -> None:
-        try:
-            for answer in stream:
-                changes.put(answer.status)
-        except grpc.RpcError:
-            pass
-
-    threading.Thread(target=follow, daemon=True).start()
-    return changes
-
-
 def test_sigterm_turns_health_not_serving_and_lets_calls_finish(served: GrpcServer) -> None:
     """Last: it stops the server."""
     health = watch_health(served.channel)
@@ -248,26 +235,3 @@ def test_sigterm_turns_health_not_serving_and_lets_calls_finish(served: GrpcServ
         answer, _ = running.result(timeout=30)
         assert answer.embeddings
     assert served.server.process.wait(30) == 0
-
-
-def test_a_dead_engine_turns_health_not_serving(
-    tmp_path_factory: pytest.TempPathFactory, tei: tuple[ModuleType, ModuleType]
-) -> None:
-    pb, stubs = tei
-    grpc_port = free_port()
-    faults = {"poison_id": POISON_ID, "poison": "fatal"}
-    directory = tmp_path_factory.mktemp("grpc-fatal")
-    with (
-        running_server(directory, ["--grpc-port", str(grpc_port)], faults=faults) as server,
-        grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
-    ):
-        health = watch_health(channel)
-        assert health.get(timeout=10) == SERVING
-        with pytest.raises(grpc.RpcError) as raised:
-            stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs=f"a {POISON_WORD} kills it"))
-        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert health.get(timeout=10) == NOT_SERVING
-        check = health_pb2_grpc.HealthStub(channel).Check
-        assert check(health_pb2.HealthCheckRequest(service="tei.v1.Embed")).status == NOT_SERVING
-        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 503
-        wait_for_stats(server, lambda stats: not stats["runners"][0]["alive"], 10)

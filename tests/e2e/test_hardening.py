@@ -17,11 +17,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.e2e.conftest import free_port
+from tests.e2e.grpc_peers import NOT_SERVING, SERVING, watch_health
 from tests.e2e.harness import (
     TEXTS,
     Server,
@@ -474,8 +478,15 @@ def test_dead_runner_turns_health_red_and_requests_fail_fast(
         "poison_id": POISON_ID,
         "poison": "fatal",
     }
-    with running_server(tmp_path_factory.mktemp("fatal"), faults=faults) as server:
+    grpc_port = free_port()  # its gRPC health must tell the runner's death too
+    flags = ["--grpc-port", str(grpc_port)]
+    with (
+        running_server(tmp_path_factory.mktemp("fatal"), flags, faults=faults) as server,
+        grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+    ):
         check_marker_words(server)
+        health_changes = watch_health(channel)
+        assert health_changes.get(timeout=10) == SERVING
         bodies = [
             {"input": f"the {POISON_WORD} kills it"},
             {"input": "waiting 1"},
@@ -491,6 +502,9 @@ def test_dead_runner_turns_health_red_and_requests_fail_fast(
 
         health = httpx.get(f"{server.url}/health", timeout=5)
         assert_openai_error(health, 503)
+        assert health_changes.get(timeout=10) == NOT_SERVING
+        check = health_pb2_grpc.HealthStub(channel).Check
+        assert check(health_pb2.HealthCheckRequest(service="tei.v1.Embed")).status == NOT_SERVING
         for text in ("after death 1", "after death 2", "after death 3"):
             started = time.perf_counter()
             response = httpx.post(f"{server.url}{EMBED}", json={"input": text}, timeout=5)
