@@ -142,15 +142,15 @@ async def measure(
 
 
 PHASES = [
-    ("plain", "http", 1),
-    ("plain", "grpc", 1),
-    ("plain", "http", 64),
-    ("plain", "grpc", 64),
+    ("untraced", "http", 1),
+    ("untraced", "grpc", 1),
+    ("untraced", "http", 64),
+    ("untraced", "grpc", 64),
     ("traced", "http", 1),
     ("traced", "http", 64),
     ("traced", "grpc", 64),
     ("traced 1 in 10", "http", 64),
-    ("dead collector", "http", 64),
+    ("traced to a dead collector", "http", 64),
 ]
 
 
@@ -177,10 +177,10 @@ def report(figures: dict[str, Figures], flags: list[str]) -> None:
     print("|---|---|---|---|---|---|---|")
     for name, each in figures.items():
         server, kind, clients = name.split(", ")
-        if server == "plain":
-            base = figures.get(f"plain, http, {clients}") if kind == "grpc" else None
+        if server == "untraced":
+            base = figures.get(f"untraced, http, {clients}") if kind == "grpc" else None
         else:
-            base = figures.get(f"plain, {kind}, {clients}")
+            base = figures.get(f"untraced, {kind}, {clients}")
         print(each.row(name, base))
 
 
@@ -210,10 +210,10 @@ def start_servers(
     sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
     servers = {}
     for name, more, env in (
-        ("plain", [], {}),
+        ("untraced", [], {}),
         ("traced", traced, {}),
         ("traced 1 in 10", traced, sampled),
-        ("dead collector", ["--otlp-endpoint", f"http://{HOST}:{free_port()}"], {}),
+        ("traced to a dead collector", ["--otlp-endpoint", f"http://{HOST}:{free_port()}"], {}),
     ):
         port, grpc_port = free_port(), free_port()
         command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port), *flags]
