@@ -72,8 +72,10 @@ class ImageTextProcessor(TextTokenizer):
 
     def image(self, image: ImageInput, where: str, policy: MediaPolicy, param: str) -> ImagePayload:
         """The payload of one image input; a 400 or 413 naming `where` if it cannot be one."""
-        picture = decode_image(image_bytes(image, where, policy, param), where, policy, param)
-        self._check_resize(picture.size, where, policy, param)
+        data = image_bytes(image, where, policy, param)
+        picture = decode_image(
+            data, where, policy, param, lambda size: self._check_resize(size, where, policy, param)
+        )
         pixels = self._images(images=[picture], return_tensors="np")["pixel_values"][0]
         return ImagePayload(
             np.ascontiguousarray(pixels, dtype=np.float32),

@@ -10,8 +10,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 from starlette.requests import Request
 
 from poolserve.engine.cpu_pool import CpuPool
@@ -89,8 +89,9 @@ def validate_chosen(
     families' shapes, told apart by their fields), and the body validated by it or the error
     that says why not."""
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        # pydantic's JSON reader, as `validate_body`'s: every route reads a body alike.
+        data = from_json(body)
+    except ValueError as exc:
         raise not_json(body, str(exc)) from None
     wrong = not_an_object(data)
     if wrong is not None:
@@ -145,6 +146,11 @@ def gunzip(body: bytes, limit: int) -> bytes:
         raise PayloadTooLargeError(
             f"the request body is larger than this server accepts once decompressed ({limit} "
             "bytes); split the request, or start the server with a larger --max-request-bytes"
+        )
+    if not decompressor.eof:
+        raise InvalidRequestError(
+            "the request body's gzip stream is cut short (Content-Encoding: gzip); send the "
+            "whole gzipped body"
         )
     return data
 

@@ -30,9 +30,10 @@ TokenIds = list[StrictInt]
 class StrictModel(BaseModel):
     """A JSON object whose unknown fields are refused, and whose optional fields take their
     default when sent as null (clients do: LangChain's CohereEmbeddings sends
-    `"truncate": null`); a required field sent as null is still an error."""
+    `"truncate": null`); a required field sent as null is still an error. A number must be
+    finite (JSON has no infinity or NaN; 1e999 reads as one)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -230,13 +230,15 @@ _ERRORS = {
     429: "the server is at capacity; retry after Retry-After seconds",
     503: "no model runner is alive, or the server is shutting down",
     504: "the request took longer than its time limit",
+    500: "a server bug (its log has the traceback); the connection stays open",
 }
 
 
 # What the door refuses before any route reads the body is in OpenAI's shape: 401 always, 413
-# and 429 sometimes (later, the route's own).
+# and 429 sometimes (later, the route's own); so is a 500 that comes before the route chose its
+# family's shape (UnexpectedErrorMiddleware).
 _AT_THE_DOOR = {401}
-_AT_THE_DOOR_OR_LATER = {413, 429}
+_AT_THE_DOOR_OR_LATER = {413, 429, 500}
 
 
 def _error_model(bodies: tuple[type[BaseModel], ...], status: int) -> Any:
@@ -259,7 +261,7 @@ def documented(
     where the route serves several API families' shapes), responses (`response` a model,
     or a union of models) and the shape of its errors."""
     responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
-    statuses = _ERRORS if request is not None else {404: _ERRORS[404], 401: _ERRORS[401]}
+    statuses = _ERRORS if request is not None else {s: _ERRORS[s] for s in (404, 401, 500)}
     bodies = errors if isinstance(errors, tuple) else (errors,)
     for status, description in statuses.items():
         responses[status] = {"model": _error_model(bodies, status), "description": description}

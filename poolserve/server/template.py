@@ -49,6 +49,7 @@ from poolserve.server.serving_step import (
     run_served,
 )
 from poolserve.service.model_service import ModelService
+from poolserve.tasks.input_steps import param_of
 from poolserve.tasks.task_set import TaskSet
 
 WireT = TypeVar("WireT", bound=BaseModel)
@@ -194,7 +195,7 @@ async def _serve(
     step = step_of(request)
     ctx = context_for(step, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
-        await fetch_urls(state.fetcher, served.images, endpoint.inputs.field)
+        await fetch_urls(state.fetcher, served.images, param_of)
     return await serve_task(request, step, service, served, ctx)
 
 

@@ -135,8 +135,9 @@ class ServiceRegistry:
         """The model served as `name`; ModelNotFoundError lists the served names."""
         service = self._by_name.get(name)
         if service is None:
+            shown = name if len(name) <= 200 else f"{name[:200]}... ({len(name)} characters)"
             raise ModelNotFoundError(
-                f"model {name!r} is not served here; this server serves "
+                f"model {shown!r} is not served here; this server serves "
                 + ", ".join(repr(each) for each in self._by_name),
                 param="model",
             )

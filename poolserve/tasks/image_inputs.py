@@ -44,9 +44,10 @@ def with_images(
     for is_image, run in itertools.groupby(inputs, lambda each: isinstance(each, ImageInput)):
         group = list(run)
         if is_image:
+            names = [name(start + offset + i) for i in range(len(group))]
             prepared += [
-                processor.image(image, name(start + offset + i), media, param_of(name(start)))
-                for i, image in enumerate(group)
+                processor.image(image, where, media, param_of(where))
+                for where, image in zip(names, group, strict=True)
                 if isinstance(image, ImageInput)
             ]
         else:

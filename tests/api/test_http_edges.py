@@ -173,3 +173,55 @@ async def test_a_body_too_large_is_refused_before_it_waits_for_admission(engine:
         finally:
             for ticket in held:
                 admission.release(ticket)
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "NaN", "Infinity"])
+async def test_every_route_reads_a_non_finite_number_alike(
+    client: httpx.AsyncClient, number: str
+) -> None:
+    """One JSON reading everywhere: the same number gets the same answer on every route (an
+    infinite timeout was accepted by some and refused as not JSON by others)."""
+    bodies = {
+        "/v1/embeddings": '{"input": "x", "request_timeout": %s}',
+        "/embed": '{"inputs": "x", "request_timeout": %s}',
+        "/pooling": '{"input": "x", "request_timeout": %s}',
+        "/tokenize": '{"prompt": "x", "request_timeout": %s}',
+        "/detokenize": '{"tokens": [101], "request_timeout": %s}',
+        "/rerank": '{"query": "q", "documents": ["d"], "request_timeout": %s}',
+    }
+    for path, body in bodies.items():
+        response = await client.post(
+            path, content=body % number, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, (path, response.text)
+        assert "request_timeout: Input should be a finite number" in response.text, path
+
+
+async def test_a_broken_gzip_stream_says_gzip(client: httpx.AsyncClient) -> None:
+    whole = gzip.compress(b'{"input": "x"}')
+    for broken in (whole[:-9], whole[:12]):
+        response = await client.post(
+            "/v1/embeddings",
+            content=broken,
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+        assert response.status_code == 400
+        assert "gzip stream is cut short" in response.json()["error"]["message"]
+
+
+async def test_an_unknown_model_is_named_by_a_bounded_prefix(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/embeddings", json={"input": "x", "model": "m" * 100_000})
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    assert "(100000 characters)" in message and len(message) < 1000
+
+
+@pytest.mark.parametrize("media_type", ["text/plain", "application/x-www-form-urlencoded", None])
+async def test_a_json_body_is_read_whatever_its_content_type(
+    client: httpx.AsyncClient, media_type: str | None
+) -> None:
+    """A documented choice (docs/apis.md): `curl -d` sends form-urlencoded, other tools
+    text/plain; the body is JSON whatever the header says."""
+    headers = {"content-type": media_type} if media_type else {}
+    response = await client.post("/v1/embeddings", content=b'{"input": "x"}', headers=headers)
+    assert response.status_code == 200, response.text

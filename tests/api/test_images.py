@@ -204,6 +204,9 @@ async def test_every_bad_image_fails_only_its_own_request(
         ("data:image/png,raw", 400, "without base64"),
         (uri(_png_header_only(50_000, 50_000)), 413, "--max-image-pixels"),
         (uri(encoded(Image.new("RGB", (1, 100_000)))), 413, "crop it nearer to a square"),
+        # A strip's shape is refused from its header: cut short, it is still a 413.
+        (uri(encoded(Image.new("RGB", (1, 100_000)))[:400]), 413, "crop it nearer to a square"),
+        ("gopher://images.example.com/cat.png", 400, "http and https only"),
         ("https://images.example.com/cat.png", 400, "--allowed-media-domains"),
         ("http://127.0.0.1:9/cat.png", 400, "--allowed-media-domains"),
     ]
@@ -345,6 +348,43 @@ async def test_urls_are_fetched_only_from_named_hosts_and_never_to_loopback_unna
     for config, source, status, words in refusals:
         error = assert_openai_error(await post(config, source), status)
         assert "input 0" in error["message"] and words in error["message"], (source, error)
+
+
+async def test_a_malformed_image_url_is_a_400_naming_the_field_on_every_route(
+    clip: Engine, image_site: str
+) -> None:
+    """Bad ports, a NUL, a control character, an enormous URL: never a 500, and the error
+    repeats a bounded prefix of what was sent (a redirect's Location goes the same way)."""
+    config = ServerConfig(allowed_media_domains=("127.0.0.1", "localhost"))
+    long = f"{image_site}/{'x' * 100_000}.png"
+    sources = [
+        "http://localhost:99999/x.png",
+        "http://localhost:abc/x.png",
+        "http://localhost:-1/x.png",
+        "http://local\x00host/x.png",
+        f"{image_site}/x\n.png",
+        long,
+    ]
+    async with serving(clip, config) as client:
+        for source in sources:
+            for path, body, param in (
+                ("/v1/embeddings", {"input": [{"image": source}]}, "input"),
+                ("/rerank", {"query": CAPTIONS[0], "documents": [{"image": source}]}, "documents"),
+                (
+                    "/score",
+                    {"queries": CAPTIONS[0], "documents": {"content": [image_part(source)]}},
+                    "documents",
+                ),
+            ):
+                response = await client.post(path, json=body)
+                error = assert_openai_error(response, 400)
+                assert "not fetched" in error["message"], (source[:60], error)
+                assert error["param"] == param, (path, error)
+                assert len(error["message"]) < 1000, len(error["message"])
+
+
+def image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def replace_timeout(config: ServerConfig, seconds: float) -> ServerConfig:

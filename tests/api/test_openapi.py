@@ -227,3 +227,24 @@ async def test_sparse_and_late_interaction_servers_document_only_the_routes_they
                 response = await client.post("/embed_sparse", json={"inputs": []})
                 assert response.status_code == 400, response.text
                 assert assert_documented_error(spec, "/embed_sparse", response) == "TeiErrorBody"
+
+
+async def test_every_operation_documents_the_500_a_bug_can_still_answer(engine: Any) -> None:
+    """UnexpectedErrorMiddleware answers a bug with a 500 (the connection kept): every
+    operation that documents its errors lists it, in OpenAI's shape at least."""
+    async with serving(engine) as client:
+        spec = (await client.get("/openapi.json")).json()
+    ours = [
+        (path, method, operation)
+        for path, methods in spec["paths"].items()
+        if not path.startswith(("/docs", "/redoc", "/openapi"))
+        for method, operation in methods.items()
+    ]
+    documented = [
+        (path, method, operation)
+        for path, method, operation in ours
+        if any(status.startswith("4") for status in operation["responses"])
+    ]
+    assert len(documented) > 20
+    for path, method, operation in documented:
+        assert "500" in operation["responses"], (method, path)

@@ -252,3 +252,23 @@ async def test_predict_pairs_on_a_cross_encoder(cross_encoder_dir: Path) -> None
     assert [p[0]["score"] for p in predicted] == pytest.approx(
         [item["score"] for item in scored["data"]]
     )
+
+
+async def test_an_llm_reranker_is_a_reranker_and_a_cap_below_its_prompt_is_the_clients(
+    tmp_path: Path,
+) -> None:
+    """A Qwen3-Reranker served as a cross-encoder (no classifier head: its score is the LLM's
+    yes/no answer) is what TEI's clients call a reranker, not an embedding model; a
+    `truncate_prompt_tokens` below its own prompt template's length is the client's number to
+    raise, not the model's limit."""
+    from poolserve import ModelConfig
+    from tests.model_zoo import make_qwen3_reranker_0_6b
+
+    directory = make_qwen3_reranker_0_6b(tmp_path / "qwen3-reranker")
+    config = ModelConfig(model=str(directory), task="cross_encoder", dtype="float32")
+    with Engine(model_config=config) as engine:
+        async with serving(engine) as client:
+            info = (await client.get("/info")).json()
+    assert info["model_type"] == {
+        "reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}
+    }

@@ -228,6 +228,9 @@ KIND_OPERATIONS = {
         "POST /embed", "POST /similarity", "POST /",
     ],
 }  # fmt: skip
+# The image-text model's server fetches image URLs (from loopback names only: nothing leaves
+# the machine).
+KIND_FLAGS = {"clip_dir": ["--allowed-media-domains", "127.0.0.1", "localhost"]}
 COMMON_OPERATIONS = [label for label in OPERATIONS if not label.startswith("POST ")] + [
     "POST /tokenize",
     "POST /detokenize",
@@ -241,7 +244,8 @@ def kind_server(
 ) -> Iterator[tuple[str, str, Any]]:
     """A server of another model kind (a tiny checkpoint in its real layout), its schema."""
     directory = request.getfixturevalue(request.param)
-    with running_server(tmp_path_factory.mktemp("fuzz-kind"), [str(directory)]) as server:
+    flags = [str(directory), *KIND_FLAGS.get(request.param, [])]
+    with running_server(tmp_path_factory.mktemp("fuzz-kind"), flags) as server:
         schema = load_schema(server.url)
         labels = sorted(result.ok().label for result in schema.get_all_operations())
         assert labels == sorted(COMMON_OPERATIONS + KIND_OPERATIONS[request.param])
@@ -256,12 +260,47 @@ def test_fuzz_every_operation_of_the_other_kinds(kind_server: tuple[str, str, An
     for label in KIND_OPERATIONS[kind]:
         for mode in GenerationMode:
             fuzz_operation(schema, url, label, mode, KIND_EXAMPLES)
+    if kind == "clip_dir":
+        fuzz_image_urls(url)
     if "POST /predict" in KIND_OPERATIONS[kind]:
         # No inputs at all (no schema sets a minimum length): a 400, in TEI's shape.
         for path in ("/predict", "/"):
             response = httpx.post(f"{url}{path}", json={"inputs": []}, timeout=30)
             assert response.status_code == 400, response.text
             assert set(response.json()) == {"error", "error_type"}, response.text
+
+
+# Image URLs as clients mistype them: every scheme, loopback hosts (named, so fetched) and broken
+# ones, ports out of range or not numbers, control characters, paths of any length.
+image_urls = st.builds(
+    lambda scheme, host, port, path: f"{scheme}://{host}{port}/{path}",
+    st.sampled_from(["http", "https", "HTTP", "ftp", "gopher", "file", "data", "h ttp"]),
+    st.sampled_from(["localhost", "127.0.0.1", "[::1]", "local\x00host", "127.0.0.1\n", "", "@"]),
+    st.sampled_from(["", ":0", ":1", ":-1", ":99999", ":abc", ":"]),
+    st.text(max_size=40) | st.just("x" * 100_000),
+)
+
+
+def fuzz_image_urls(url: str) -> None:
+    """Every image entry point with URL fetching on: a 400 (or 413) in OpenAI's shape, never a
+    5xx, whatever the URL."""
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None)
+    @given(source=image_urls, route=st.sampled_from(["/v1/embeddings", "/rerank", "/score"]))
+    def post(source: str, route: str) -> None:
+        part = {"type": "image_url", "image_url": {"url": source}}
+        body: dict[str, Any] = {
+            "/v1/embeddings": {"input": [{"image": source}]},
+            "/rerank": {"query": "a flower", "documents": [{"image": source}]},
+            "/score": {"queries": "a flower", "documents": {"content": [part]}},
+        }[route]
+        response = httpx.post(f"{url}{route}", json=body, timeout=30)
+        assert response.status_code in (400, 413), (source[:80], response.text[:300])
+        error = response.json()["error"]
+        assert error["param"] in ("input", "documents"), error
+        assert len(error["message"]) < 2000, len(error["message"])
+
+    post()
 
 
 # The generated /score bodies almost never carry both `queries` and `documents` (the schema cannot

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image, UnidentifiedImageError
@@ -21,10 +22,19 @@ from poolserve.inputs.images.policy import MediaPolicy
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 
 
-def decode_image(data: bytes | Any, where: str, policy: MediaPolicy, param: str) -> Any:
-    """An RGB PIL image of `data` (an image file's bytes, or a PIL image given in Python)."""
+def decode_image(
+    data: bytes | Any,
+    where: str,
+    policy: MediaPolicy,
+    param: str,
+    check_shape: Callable[[tuple[int, int]], None] = lambda size: None,
+) -> Any:
+    """An RGB PIL image of `data` (an image file's bytes, or a PIL image given in Python).
+    `check_shape` (the processor's own limits: raises to refuse) is told the size the header
+    gives, before anything is decoded."""
     if not isinstance(data, bytes):
         _check_pixels(data.size, where, policy, param)
+        check_shape(data.size)
         return data.convert("RGB") if data.mode != "RGB" else data
     try:
         with warnings.catch_warnings():
@@ -43,6 +53,7 @@ def decode_image(data: bytes | Any, where: str, policy: MediaPolicy, param: str)
         raise _unreadable(where, exc, param) from None
     with image:
         _check_pixels(image.size, where, policy, param)
+        check_shape(image.size)
         frames = int(getattr(image, "n_frames", 1))
         if frames > 1:
             raise InvalidRequestError(

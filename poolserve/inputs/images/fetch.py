@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.inputs.images.sources import SEND_INSTEAD, ImageInput
+from poolserve.inputs.images.sources import SEND_INSTEAD, ImageInput, echoed
 
 MAX_REDIRECTS = 3
 # URLs of one request fetched at once.
@@ -31,18 +31,22 @@ FETCHES_AT_ONCE = 8
 
 
 async def fetch_urls(
-    fetcher: MediaFetcher | None, images: Sequence[tuple[str, ImageInput]], param: str
+    fetcher: MediaFetcher | None,
+    images: Sequence[tuple[str, ImageInput]],
+    param_of: Callable[[str], str],
 ) -> None:
     """Fetch the URL images among `images` (each with its input's name) with `fetcher`; with
-    none (no --allowed-media-domains), the first URL is a 400 that says how to send it."""
+    none (no --allowed-media-domains), the first URL is a 400 that says how to send it. An
+    error names the field that holds the image (`param_of(its name)`)."""
     if fetcher is not None:
-        await fetcher.fetch(images, param)
+        await fetcher.fetch(images, param_of)
         return
     for where, image in images:
+        param = param_of(where)
         if image.url is not None:
             raise InvalidRequestError(
-                f"{where} is a URL ({image.url}); this server fetches no URLs (start it with "
-                f"--allowed-media-domains to name hosts it may fetch from); {SEND_INSTEAD}",
+                f"{where} is a URL ({echoed(image.url)}); this server fetches no URLs (start it "
+                f"with --allowed-media-domains to name hosts it may fetch from); {SEND_INSTEAD}",
                 param=param,
             )
 
@@ -62,7 +66,9 @@ class MediaFetcher:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def fetch(self, images: Sequence[tuple[str, ImageInput]], param: str) -> None:
+    async def fetch(
+        self, images: Sequence[tuple[str, ImageInput]], param_of: Callable[[str], str]
+    ) -> None:
         """Fill in each URL image's `fetched` bytes (`images`: each with its input's name)."""
         wanted = [(where, image) for where, image in images if image.url is not None]
         gate = asyncio.Semaphore(FETCHES_AT_ONCE)
@@ -70,7 +76,7 @@ class MediaFetcher:
         async def one(where: str, image: ImageInput) -> None:
             async with gate:
                 assert image.url is not None
-                image.fetched = await self._fetch(image.url, where, param)
+                image.fetched = await self._fetch(image.url, where, param_of(where))
 
         try:
             # The first refusal cancels the other fetches.
@@ -94,6 +100,10 @@ class MediaFetcher:
             ) from None
         except httpx.HTTPError as exc:
             raise self._refused(where, url, f"{type(exc).__name__}: {exc}", param) from None
+        except (ValueError, httpx.InvalidURL) as exc:
+            # urllib's parser (a port out of range or not a number), httpx's (too long, a NUL
+            # or a control character), IDNA (a label too long): the URL, or a redirect's.
+            raise self._refused(where, url, f"it is not a valid URL ({exc})", param) from None
         raise self._refused(where, url, f"more than {MAX_REDIRECTS} redirects", param)
 
     async def _get(self, url: str, where: str, param: str) -> tuple[str | None, bytes]:
@@ -167,12 +177,13 @@ class MediaFetcher:
     @staticmethod
     def _refused(where: str, url: str, why: str, param: str) -> InvalidRequestError:
         return InvalidRequestError(
-            f"{where}: the image URL {url} was not fetched: {why}; {SEND_INSTEAD}", param=param
+            f"{where}: the image URL {echoed(url)} was not fetched: {echoed(why)}; {SEND_INSTEAD}",
+            param=param,
         )
 
     def _too_large(self, where: str, url: str, size: int, param: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
-            f"{where}: the image at {url} has {size} bytes or more, more than the "
+            f"{where}: the image at {echoed(url)} has {size} bytes or more, more than the "
             f"{self.policy.max_image_bytes} one image may have here (--max-image-bytes)",
             param=param,
         )

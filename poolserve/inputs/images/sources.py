@@ -17,6 +17,13 @@ from poolserve.inputs.images.policy import MediaPolicy
 
 URL_SCHEMES = ("http://", "https://")
 SEND_INSTEAD = "send it as a data URI (data:image/png;base64,...)"
+# How much of a client's reference an error repeats.
+ECHOED = 200
+
+
+def echoed(text: str) -> str:
+    """`text` as an error repeats it: its first ECHOED characters, and how many it has past."""
+    return text if len(text) <= ECHOED else f"{text[:ECHOED]}... ({len(text)} characters)"
 
 
 @dataclass(eq=False)
@@ -60,8 +67,15 @@ def image_bytes(image: ImageInput, where: str, policy: MediaPolicy, param: str) 
         return _data_uri(text, where, policy, param)
     if image.url is not None:
         raise InvalidRequestError(
-            f"{where} is a URL ({text}); this server fetches URLs only from the hosts "
+            f"{where} is a URL ({echoed(text)}); this server fetches URLs only from the hosts "
             f"--allowed-media-domains names; {SEND_INSTEAD}",
+            param=param,
+        )
+    scheme = urlsplit(text).scheme if "://" in text[:32] else ""
+    if scheme and scheme.lower() != "file":
+        raise InvalidRequestError(
+            f"{where} is a {scheme}:// URL ({echoed(text)}); image URLs are fetched over http "
+            f"and https only (from the hosts --allowed-media-domains names); {SEND_INSTEAD}",
             param=param,
         )
     if text.startswith("file://"):
@@ -113,15 +127,16 @@ def _local_file(path: Path, where: str, policy: MediaPolicy, param: str) -> byte
         root = policy.local_root
         if root is None:
             raise InvalidRequestError(
-                f"{where} is a local path ({path}); this server reads no local files (start it "
-                f"with --allowed-local-media-path to allow a folder); {SEND_INSTEAD}",
+                f"{where} is a local path ({echoed(str(path))}); this server reads no local "
+                f"files (start it with --allowed-local-media-path to allow a folder); "
+                f"{SEND_INSTEAD}",
                 param=param,
             )
         resolved = Path(os.path.realpath(root / path))
         if not resolved.is_relative_to(Path(os.path.realpath(root))):
             raise InvalidRequestError(
-                f"{where} ({path}) is outside the folder this server reads images from "
-                f"(--allowed-local-media-path {root})",
+                f"{where} ({echoed(str(path))}) is outside the folder this server reads images "
+                f"from (--allowed-local-media-path {root})",
                 param=param,
             )
         path = resolved
@@ -131,5 +146,5 @@ def _local_file(path: Path, where: str, policy: MediaPolicy, param: str) -> byte
         return path.read_bytes()
     except OSError as exc:
         raise InvalidRequestError(
-            f"{where}: cannot read {path}: {exc.strerror or exc}", param=param
+            f"{where}: cannot read {echoed(str(path))}: {exc.strerror or exc}", param=param
         ) from None

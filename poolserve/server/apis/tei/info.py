@@ -33,12 +33,14 @@ async def info(request: Request) -> Response:
 def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:
     """What `/info` (and gRPC's Info) says about `service` on this server."""
     classifier = service.tasks.classify.classifier if service.tasks.classify is not None else None
-    if classifier is not None:
-        id2label = dict(enumerate(classifier.labels))
+    if classifier is not None or service.kind == "cross_encoder":
+        # A cross-encoder is a reranker, one whose score is an LLM's answer (a Qwen3-Reranker
+        # served as a cross-encoder has no classifier head) included: its one score.
+        labels = classifier.labels if classifier is not None else ("score",)
         model_type: dict[str, Any] = {
             "reranker" if service.kind == "cross_encoder" else "classifier": {
-                "id2label": {str(i): label for i, label in id2label.items()},
-                "label2id": {label: i for i, label in id2label.items()},
+                "id2label": {str(i): label for i, label in enumerate(labels)},
+                "label2id": {label: i for i, label in enumerate(labels)},
             }
         }
     else:
