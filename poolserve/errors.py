@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import re
 
+# How much of a client's text (a name, a URL, a path) an error repeats.
+ECHOED = 200
+
+
+def echoed(text: str, limit: int = ECHOED) -> str:
+    """`text` as an error repeats it: its first `limit` characters, and its length past that."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
 
 class PoolserveError(Exception):
     """Base of all poolserve errors; `status` is the HTTP status it maps to."""

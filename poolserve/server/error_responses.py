@@ -164,15 +164,19 @@ def _problem(
         key=lambda name: name in IGNORED_FIELDS or name in ("request_timeout", "priority"),
     )
     if found[0][1] is _UNKNOWN:
-        unknown = sorted({_path(location) for location, _ in found})
+        # The first few, each by a bounded prefix: a body may send thousands of long keys.
+        every = sorted({_path(location) for location, _ in found})
+        unknown = [name if len(name) <= 64 else f"{name[:64]}..." for name in every[:5]]
         near = [get_close_matches(str(name).split(".")[-1], known, n=1) for name in unknown]
         hints = [f"; did you mean `{match[0]}`?" if match else "" for match in near]
         own = [name for name in known if name not in IGNORED_FIELDS]
         listed = f" (this route takes: {', '.join(own)})" if own else ""
+        more = f"; and {len(every) - 5} more unknown fields" if len(every) > 5 else ""
         return (
             "; ".join(
                 f"unknown field `{name}`{hint}" for name, hint in zip(unknown, hints, strict=True)
             )
+            + more
             + listed
         )
     field_info = schema.model_fields.get(field) if schema is not None else None

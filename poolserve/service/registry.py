@@ -22,7 +22,7 @@ from typing import Self
 from poolserve.config import EngineConfig, ModelConfig, ServedModel
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.model_backend import BackendFactory
-from poolserve.errors import ModelLoadError, ModelNotFoundError, SettingError
+from poolserve.errors import ModelLoadError, ModelNotFoundError, SettingError, echoed
 from poolserve.service.model_service import ModelService
 
 DEFAULT_MODEL_LABEL = "the bundled default model"
@@ -135,9 +135,8 @@ class ServiceRegistry:
         """The model served as `name`; ModelNotFoundError lists the served names."""
         service = self._by_name.get(name)
         if service is None:
-            shown = name if len(name) <= 200 else f"{name[:200]}... ({len(name)} characters)"
             raise ModelNotFoundError(
-                f"model {shown!r} is not served here; this server serves "
+                f"model {echoed(name)!r} is not served here; this server serves "
                 + ", ".join(repr(each) for each in self._by_name),
                 param="model",
             )

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from poolserve.errors import InvalidRequestError, SettingError
+from poolserve.errors import InvalidRequestError, SettingError, echoed
 
 # Cohere's input_type, and the prompt names that serve it, the first the model has wins.
 INPUT_TYPE_PROMPTS = {
@@ -56,6 +56,7 @@ class Prompts:
         return self.resolve(name, None)
 
     def _unknown(self, name: str) -> str:
+        name = echoed(name, 64)
         if not self.known:
             return (
                 f"unknown prompt_name {name!r}: this model has no prompts; send the text as "

@@ -82,12 +82,14 @@ class TemplateScorer:
             ids = self.encode(tokenizer, query, document)
             if fitting:
                 ids = self._cut(tokenizer, query, document, ids, limit)
-            if len(ids) > limit and truncate is not None and truncate != self.max_model_len:
-                # The client's own cap is below what the prompt needs: its number is wrong.
+            if limit < len(ids) <= self.max_model_len and truncate is not None:
+                # The client's own cap is below what the prompt needs, and the model's is not:
+                # the cap is the number to change.
                 raise InvalidRequestError(
                     f"truncate_prompt_tokens {truncate} leaves no room for pair {start + offset}: "
-                    f"{self.template.name}'s prompt with the query alone takes {len(ids)} tokens; "
-                    f"raise it (at most the model's {self.max_model_len}; -1 for that)",
+                    f"{self.template.name}'s prompt with the query takes {len(ids)} tokens even "
+                    f"with the document cut; raise it (at most the model's {self.max_model_len}; "
+                    "-1 for that)",
                     param="truncate_prompt_tokens",
                 )
             if len(ids) > limit:

@@ -225,3 +225,19 @@ async def test_a_json_body_is_read_whatever_its_content_type(
     headers = {"content-type": media_type} if media_type else {}
     response = await client.post("/v1/embeddings", content=b'{"input": "x"}', headers=headers)
     assert response.status_code == 200, response.text
+
+
+async def test_unknown_fields_and_prompt_names_are_named_by_bounded_prefixes(
+    client: httpx.AsyncClient,
+) -> None:
+    """A body of thousands of long unknown keys, or a huge prompt_name, gets an error of a few
+    hundred characters, not an echo of the body."""
+    keys = {f"{'k' * 1000}{i}": 1 for i in range(2000)}
+    response = await client.post("/v1/embeddings", json={"input": "x", **keys})
+    message = response.json()["error"]["message"]
+    assert response.status_code == 400 and "unknown field `kkkk" in message
+    assert len(message) < 2000, len(message)
+    response = await client.post("/v1/embeddings", json={"input": "x", "prompt_name": "p" * 10**5})
+    message = response.json()["error"]["message"]
+    assert response.status_code == 400 and "(100000 characters)" in message, message
+    assert len(message) < 1000

@@ -284,6 +284,11 @@ def image_site() -> Iterator[str]:
             if self.path == "/hangs":
                 release.wait()
                 return
+            if self.path == "/broken-redirect":
+                self.send_response(302)
+                self.send_header("Location", "http://localhost:99999/flower.png")
+                self.end_headers()
+                return
             if self.path == "/to-localhost":
                 self.send_response(302)
                 self.send_header("Location", f"http://localhost:{port}/flower.png")
@@ -361,8 +366,11 @@ async def test_a_malformed_image_url_is_a_400_naming_the_field_on_every_route(
         "http://localhost:99999/x.png",
         "http://localhost:abc/x.png",
         "http://localhost:-1/x.png",
-        "http://local\x00host/x.png",
-        f"{image_site}/x\n.png",
+        f"{image_site}/x\x00.png",
+        f"{image_site}/x\x01.png",
+        "http://[x/a.png",
+        "ftp://[x/a.png",
+        f"{image_site}/broken-redirect",
         long,
     ]
     async with serving(clip, config) as client:
@@ -378,9 +386,24 @@ async def test_a_malformed_image_url_is_a_400_naming_the_field_on_every_route(
             ):
                 response = await client.post(path, json=body)
                 error = assert_openai_error(response, 400)
-                assert "not fetched" in error["message"], (source[:60], error)
+                assert "not a valid URL" in error["message"], (source[:60], error)
+                assert error["message"].count("send it as a data URI") == 1, error
                 assert error["param"] == param, (path, error)
                 assert len(error["message"]) < 1000, len(error["message"])
+        # A refusal keeps its own reason, however long the URL.
+        far = f"http://images.example.org/{'y' * 300}.png"
+        response = await client.post("/v1/embeddings", json={"input": [{"image": far}]})
+        error = assert_openai_error(response, 400)
+        assert "images.example.org is not in --allowed-media-domains" in error["message"], error
+        assert "not a valid URL" not in error["message"], error
+        # A bad image among the documents is the documents' fault, not the query's.
+        bad = "data:image/png;base64,@@not base64@@"
+        for path, body in (
+            ("/rerank", {"query": CAPTIONS[0], "documents": [CAPTIONS[1], {"image": bad}]}),
+            ("/score", {"queries": CAPTIONS[0], "documents": {"content": [image_part(bad)]}}),
+        ):
+            error = assert_openai_error(await client.post(path, json=body), 400)
+            assert error["param"] == "documents", (path, error)
 
 
 def image_part(url: str) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from poolserve.errors import InvalidRequestError, PayloadTooLargeError
+from poolserve.errors import InvalidRequestError, PayloadTooLargeError, PoolserveError, echoed
 from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.inputs.images.sources import SEND_INSTEAD, ImageInput, echoed
+from poolserve.inputs.images.sources import SEND_INSTEAD, ImageInput
 
 MAX_REDIRECTS = 3
 # URLs of one request fetched at once.
@@ -100,6 +100,8 @@ class MediaFetcher:
             ) from None
         except httpx.HTTPError as exc:
             raise self._refused(where, url, f"{type(exc).__name__}: {exc}", param) from None
+        except PoolserveError:
+            raise  # a refusal of ours (an InvalidRequestError is a ValueError too)
         except (ValueError, httpx.InvalidURL) as exc:
             # urllib's parser (a port out of range or not a number), httpx's (too long, a NUL
             # or a control character), IDNA (a label too long): the URL, or a redirect's.

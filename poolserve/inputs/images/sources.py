@@ -12,18 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from poolserve.errors import InvalidRequestError, PayloadTooLargeError
+from poolserve.errors import InvalidRequestError, PayloadTooLargeError, echoed
 from poolserve.inputs.images.policy import MediaPolicy
 
 URL_SCHEMES = ("http://", "https://")
 SEND_INSTEAD = "send it as a data URI (data:image/png;base64,...)"
-# How much of a client's reference an error repeats.
-ECHOED = 200
-
-
-def echoed(text: str) -> str:
-    """`text` as an error repeats it: its first ECHOED characters, and how many it has past."""
-    return text if len(text) <= ECHOED else f"{text[:ECHOED]}... ({len(text)} characters)"
 
 
 @dataclass(eq=False)
@@ -71,16 +64,29 @@ def image_bytes(image: ImageInput, where: str, policy: MediaPolicy, param: str) 
             f"--allowed-media-domains names; {SEND_INSTEAD}",
             param=param,
         )
-    scheme = urlsplit(text).scheme if "://" in text[:32] else ""
-    if scheme and scheme.lower() != "file":
+    scheme = _scheme(text, where, param)
+    if scheme and scheme != "file":
         raise InvalidRequestError(
             f"{where} is a {scheme}:// URL ({echoed(text)}); image URLs are fetched over http "
             f"and https only (from the hosts --allowed-media-domains names); {SEND_INSTEAD}",
             param=param,
         )
-    if text.startswith("file://"):
+    if scheme == "file":
         text = unquote(urlsplit(text).path)
     return _local_file(Path(text), where, policy, param)
+
+
+def _scheme(text: str, where: str, param: str) -> str:
+    """The URL scheme `text` starts with, lower-cased ("" for a path); a 400 for what is not a
+    URL though it looks like one (an unclosed `[` host, say)."""
+    if "://" not in text[:32]:
+        return ""
+    try:
+        return urlsplit(text).scheme.lower()
+    except ValueError as exc:
+        raise InvalidRequestError(
+            f"{where} ({echoed(text)}) is not a valid URL ({exc}); {SEND_INSTEAD}", param=param
+        ) from None
 
 
 def _check_size(size: int, where: str, policy: MediaPolicy, param: str) -> None:
