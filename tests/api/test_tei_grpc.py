@@ -5,6 +5,7 @@ status codes, health and reflection as grpcurl and Kubernetes probes read them."
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,14 +249,16 @@ def assert_messages_close(got: Any, expected: Any) -> None:
     got.pop("metadata", None)
     expected.pop("metadata", None)
 
-    def floats(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: floats(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [floats(item) for item in value]
-        return round(value, 4) if isinstance(value, float) else value
+    def close(a: Any, b: Any) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(close(a[key], b[key]) for key in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, float) or isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5)
+        return bool(a == b)
 
-    assert floats(got) == floats(expected)
+    assert close(got, expected), (got, expected)
 
 
 async def test_rerank_stream_ranks_every_message_as_one_request(both: Both) -> None:
