@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -25,6 +25,7 @@ import pytest
 from tests.e2e.conftest import free_port, server_env, wait_until_ready
 from tests.e2e.faults import ENV as FAULTS_ENV
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 # Sentences the tests send (their references come from sentence-transformers).
 TEXTS = [
@@ -238,22 +239,23 @@ def wait_for_stats(
     server: Server, condition: Callable[[dict[str, Any]], bool], timeout: float = 30
 ) -> dict[str, Any]:
     """Read /stats until `condition` holds (the engine's and admission's own counters)."""
-    deadline = time.monotonic() + timeout
-    while not condition(stats := server.stats()):
-        assert time.monotonic() < deadline, f"not reached in {timeout} s: {stats}"
-        time.sleep(0.02)
-    return stats
+    return _read_until(server.stats, condition, timeout)
 
 
 def wait_for_metrics(
     server: Server, condition: Callable[[dict[Any, float]], bool], timeout: float = 30
 ) -> dict[Any, float]:
     """Read /metrics until `condition` holds of its samples (`parse_metrics`)."""
+    return _read_until(lambda: parse_metrics(server.metrics()), condition, timeout)
+
+
+def _read_until(read: Callable[[], T], condition: Callable[[T], bool], timeout: float) -> T:
+    """The one polling loop: a server process exposes its counters only when asked."""
     deadline = time.monotonic() + timeout
-    while not condition(metrics := parse_metrics(server.metrics())):
-        assert time.monotonic() < deadline, f"not reached in {timeout} s"
+    while not condition(value := read()):
+        assert time.monotonic() < deadline, f"not reached in {timeout} s: {value}"
         time.sleep(0.02)
-    return metrics
+    return value
 
 
 # -- Prometheus text ----------------------------------------------------------------------------
