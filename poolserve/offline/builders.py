@@ -30,7 +30,7 @@ from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import ChunkedEmbeddings, EmbedRequest, EmbedTask
 from poolserve.tasks.pooling import PoolingRequest, PoolingTask
-from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+from poolserve.tasks.score import RERANK_NAMES, SCORE_NAMES, ScoreRequest, pair_up, ranked
 from poolserve.tasks.task_set import TaskSet
 
 T = TypeVar("T")
@@ -251,7 +251,7 @@ def _scored(
         queries=query_list,
         documents=document_list,
         pairs=pair_up(len(query_list), len(document_list)),
-        rerank=fit_documents,
+        names=RERANK_NAMES if fit_documents else SCORE_NAMES,
         max_tokens_per_doc=max_tokens_per_doc,
         fit_documents=fit_documents,
         scorer=scorer,

@@ -256,12 +256,17 @@ def documented(
     request: type[BaseModel] | None = None,
     *more_requests: type[BaseModel],
     errors: type[BaseModel] | tuple[type[BaseModel], ...] = ErrorBody,
+    also: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """Route keywords that document a request body (read by the route itself; one of several
-    where the route serves several API families' shapes), responses (`response` a model,
-    or a union of models) and the shape of its errors."""
-    responses: dict[int | str, dict[str, Any]] = {200: {"model": response}}
-    statuses = _ERRORS if request is not None else {s: _ERRORS[s] for s in (404, 401, 500)}
+    where the route serves several API families' shapes), responses (`response` a model, a
+    union of models, or for an answer that is not JSON its OpenAPI response object) and the
+    shape of its errors (a route without a body: 401, 404, 500 and those `also` names)."""
+    answer = response if isinstance(response, dict) else {"model": response}
+    responses: dict[int | str, dict[str, Any]] = {200: answer}
+    statuses = (
+        _ERRORS if request is not None else {s: _ERRORS[s] for s in sorted({404, 401, 500, *also})}
+    )
     bodies = errors if isinstance(errors, tuple) else (errors,)
     for status, description in statuses.items():
         responses[status] = {"model": _error_model(bodies, status), "description": description}

@@ -94,6 +94,12 @@ class Inputs(Generic[WireT]):
     field: str
     count: Callable[[WireT], int]
     cut_with: str | None = None
+    # The field as a body names it, where it may be named otherwise (vLLM's `text_1` for
+    # `queries`).
+    field_in: Callable[[WireT], str] | None = None
+
+    def field_of(self, wire: WireT) -> str:
+        return self.field if self.field_in is None else self.field_in(wire)
 
 
 def every_model(tasks: TaskSet) -> bool:
@@ -189,7 +195,7 @@ async def _serve(
     model = getattr(wire, endpoint.model_field) if endpoint.model_field else None
     service = state.model_for(request.scope, model)
     for inputs in (endpoint.inputs, *endpoint.more_inputs):
-        state.check_batch(inputs.count(wire), inputs.field)
+        state.check_batch(inputs.count(wire), inputs.field_of(wire))
     served = endpoint.translate(Call(wire, service, state))
     # Its lane and its vectors' spaces before anything is fetched (a 409 does no work).
     step = step_of(request)

@@ -49,7 +49,8 @@ class EmbedRequest:
     # template writes its own: vLLM's add_special_tokens, false for chat).
     add_special_tokens: bool = True
     # What image inputs (`ImageInput`, for an image-text model) may be and come from, and how
-    # errors name one ("input 3"; Cohere's "images[3]").
+    # errors name one: a format of its index ("input {}", Cohere's "images[{}]"), or a chat
+    # request's one input where it lies ("messages[1].content[0]").
     media: MediaPolicy = field(default_factory=MediaPolicy)
     image_names: str = "input {}"
 

@@ -26,6 +26,11 @@ from poolserve.models.kinds import Head
 from poolserve.tasks.image_inputs import has_images, with_images
 from poolserve.tasks.input_steps import l2_normalize, tokenize_inputs
 
+# How errors name a query and a document: each a format taking its index in its list, or
+# without "{}" a request's one query (a rerank's "query", TEI's "source_sentence").
+SCORE_NAMES = ("queries[{}]", "documents[{}]")
+RERANK_NAMES = ("query", "documents[{}]")
+
 
 @dataclass(frozen=True)
 class ScoreRequest:
@@ -34,18 +39,14 @@ class ScoreRequest:
     documents: list[str] | list[str | ImageInput]
     # (query index, document index) of each score, in response order.
     pairs: list[tuple[int, int]]
-    # A rerank (one query, named "query" in errors) rather than a score of pairs.
-    rerank: bool = False
     # Documents are cut to this many tokens (their own, special tokens not counted) before
     # anything else (Cohere's option).
     max_tokens_per_doc: int | None = None
     # A document too long for the model is cut to the room beside its query, not refused: the
     # rerank APIs' default, as Cohere, Jina and Voyage do.
     fit_documents: bool = False
-    # How the request names its one query and its documents' field, where not "query" and
-    # "documents" (text-embeddings-inference's `query` and `texts`, `source_sentence` and
-    # `sentences`).
-    names: tuple[str, str] | None = None
+    # How errors name a query and a document (SCORE_NAMES' forms).
+    names: tuple[str, str] = SCORE_NAMES
     # One of the model's ways of scoring (`Scorer.names`: BGE-M3's dense, sparse, colbert or
     # m3); None: its default.
     scorer: str | None = None
@@ -95,27 +96,24 @@ def text_namer(request: ScoreRequest) -> Callable[[int], str]:
     """Names an index into `_texts(request)` as the request does: "queries[0]" ("query" for a
     rerank), "documents[3]"."""
     queries = len(request.queries)
-    query, documents = request.names or ("query", "documents")
-    one_query = request.rerank or request.names is not None
+    query, documents = request.names
 
     def name(index: int) -> str:
-        if index >= queries:
-            return f"{documents}[{index - queries}]"
-        return query if one_query else f"queries[{index}]"
+        return documents.format(index - queries) if index >= queries else query.format(index)
 
     return name
 
 
 def document_position(request: ScoreRequest) -> Callable[[int], int | None]:
     """An index into `_texts(request)` as the position in the request's list an error names:
-    a document's in `documents`, a query's in `queries` (None for a rerank's one query)."""
+    a document's in its list, a query's in its list (None for a request's one query)."""
     queries = len(request.queries)
-    one_query = request.rerank or request.names is not None
+    listed_queries = "{}" in request.names[0]
 
     def position(index: int) -> int | None:
         if index >= queries:
             return index - queries
-        return None if one_query else index
+        return index if listed_queries else None
 
     return position
 

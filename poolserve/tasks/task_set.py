@@ -149,6 +149,7 @@ def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
         scorer = TemplateScorer(
             max_model_len=limit, template=spec.score_template, classifier=classifier
         )
+        scorer.check_room(tokenizer)
     elif kind == "cross_encoder":
         assert classifier is not None
         scorer = CrossEncoderScorer(max_model_len=limit, classifier=classifier)

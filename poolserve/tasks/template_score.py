@@ -8,16 +8,16 @@ document's end until the whole prompt fits (the template's own text and the quer
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from poolserve.engine.context import ServeContext
-from poolserve.errors import InputTooLongError, InvalidRequestError
+from poolserve.errors import InputTooLongError, InvalidRequestError, SettingError
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.score_template import ScoreTemplate
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.input_steps import bound_text
+from poolserve.tasks.input_steps import bound_text, param_of
 from poolserve.tasks.score import ScoreRequest, text_namer
 
 # Cutting the document by the overflow's token count leaves the prompt a token or two off where
@@ -34,6 +34,17 @@ class TemplateScorer:
         self.max_model_len = max_model_len
         self.template = template
         self.classifier = classifier
+
+    def check_room(self, tokenizer: TextTokenizer) -> None:
+        """Refuse to start where the prompt template alone fills the model's length: every
+        pair would be refused."""
+        needs = len(self.encode(tokenizer, "", ""))
+        if needs >= self.max_model_len:
+            raise SettingError(
+                f"--max-model-len {self.max_model_len} leaves no room for a query or a document "
+                f"in {self.template.name}'s prompt, which takes {needs} tokens of its own; "
+                "raise it"
+            )
 
     def inputs(self, request: ScoreRequest) -> Sequence[Any]:
         return request.pairs
@@ -82,27 +93,56 @@ class TemplateScorer:
             ids = self.encode(tokenizer, query, document)
             if fitting:
                 ids = self._cut(tokenizer, query, document, ids, limit)
-            if limit < len(ids) <= self.max_model_len and truncate is not None:
-                # The client's own cap is below what the prompt needs, and the model's is not:
-                # the cap is the number to change.
-                raise InvalidRequestError(
-                    f"truncate_prompt_tokens {truncate} leaves no room for pair {start + offset}: "
-                    f"{self.template.name}'s prompt with the query takes {len(ids)} tokens even "
-                    f"with the document cut; raise it (at most the model's {self.max_model_len}; "
-                    "-1 for that)",
-                    param="truncate_prompt_tokens",
-                )
             if len(ids) > limit:
-                raise InputTooLongError(
-                    f"pair {start + offset} (query and document in {self.template.name}'s prompt)",
-                    f"has {len(ids)} tokens, but the model accepts at most {limit}",
-                    cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
-                    "`max_tokens_per_doc`",
-                    param="documents",
-                    index=start + offset,
+                self._refuse(
+                    tokenizer,
+                    query,
+                    ids,
+                    truncate,
+                    pair=start + offset,
+                    names=(name(query_index), name(queries + doc_index)),
                 )
             results.append(TokenizedText(ids, None, "classify"))
         return results
+
+    def _refuse(
+        self,
+        tokenizer: TextTokenizer,
+        query: str,
+        ids: list[int],
+        truncate: int | None,
+        *,
+        pair: int,
+        names: tuple[str, str],
+    ) -> NoReturn:
+        """Why a pair's prompt (`ids`, its document cut where cutting was asked) does not fit,
+        in the words of what to change: the query, where with the template it fills the model's
+        room before any document; the client's `truncate_prompt_tokens`, where it is below what
+        the prompt needs and the model's limit is not; else the document."""
+        query_name, document_name = names
+        bare = len(self.encode(tokenizer, query, ""))
+        if bare > self.max_model_len:
+            raise InvalidRequestError(
+                f"{query_name} takes {bare} tokens in {self.template.name}'s prompt before any "
+                f"document, more than the {self.max_model_len} the model accepts; shorten it",
+                param=param_of(query_name),
+            )
+        if truncate is not None and len(ids) <= self.max_model_len:
+            raise InvalidRequestError(
+                f"truncate_prompt_tokens {truncate} leaves no room for pair {pair}: "
+                f"{self.template.name}'s prompt with the query takes {len(ids)} tokens even "
+                f"with the document cut; raise it (at most the model's {self.max_model_len}; "
+                "-1 for that)",
+                param="truncate_prompt_tokens",
+            )
+        raise InputTooLongError(
+            f"pair {pair} (query and document in {self.template.name}'s prompt)",
+            f"has {len(ids)} tokens, but the model accepts at most {self.max_model_len}",
+            cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
+            "`max_tokens_per_doc`",
+            param=param_of(document_name),
+            index=pair,
+        )
 
     def _cut(
         self, tokenizer: TextTokenizer, query: str, document: str, ids: list[int], limit: int

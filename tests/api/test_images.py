@@ -383,6 +383,11 @@ async def test_a_malformed_image_url_is_a_400_naming_the_field_on_every_route(
                     {"queries": CAPTIONS[0], "documents": {"content": [image_part(source)]}},
                     "documents",
                 ),
+                (
+                    "/v1/embeddings",
+                    {"messages": [{"role": "user", "content": [image_part(source)]}]},
+                    "messages",
+                ),
             ):
                 response = await client.post(path, json=body)
                 error = assert_openai_error(response, 400)
@@ -396,14 +401,33 @@ async def test_a_malformed_image_url_is_a_400_naming_the_field_on_every_route(
         error = assert_openai_error(response, 400)
         assert "images.example.org is not in --allowed-media-domains" in error["message"], error
         assert "not a valid URL" not in error["message"], error
-        # A bad image among the documents is the documents' fault, not the query's.
+        # A bad image is named where it lies: among the documents (not the query), under the
+        # field the body used, in a message's content.
         bad = "data:image/png;base64,@@not base64@@"
-        for path, body in (
-            ("/rerank", {"query": CAPTIONS[0], "documents": [CAPTIONS[1], {"image": bad}]}),
-            ("/score", {"queries": CAPTIONS[0], "documents": {"content": [image_part(bad)]}}),
+        chat = [{"role": "user", "content": [{"type": "text", "text": ""}, image_part(bad)]}]
+        for path, body, param, where in (
+            (
+                "/rerank",
+                {"query": CAPTIONS[0], "documents": [CAPTIONS[1], {"image": bad}]},
+                "documents",
+                "documents[1]",
+            ),
+            (
+                "/score",
+                {"queries": CAPTIONS[0], "documents": {"content": [image_part(bad)]}},
+                "documents",
+                "documents[0]",
+            ),
+            (
+                "/score",
+                {"text_1": CAPTIONS[0], "text_2": {"content": [image_part(bad)]}},
+                "text_2",
+                "text_2[0]",
+            ),
+            ("/v1/embeddings", {"messages": chat}, "messages", "messages[0].content[1]"),
         ):
             error = assert_openai_error(await client.post(path, json=body), 400)
-            assert error["param"] == "documents", (path, error)
+            assert error["param"] == param and where in error["message"], (path, error)
 
 
 def image_part(url: str) -> dict[str, Any]:

@@ -231,7 +231,7 @@ async def test_sparse_and_late_interaction_servers_document_only_the_routes_they
 
 async def test_every_operation_documents_the_500_a_bug_can_still_answer(engine: Any) -> None:
     """UnexpectedErrorMiddleware answers a bug with a 500 (the connection kept): every
-    operation that documents its errors lists it, in OpenAI's shape at least."""
+    operation lists it, in OpenAI's shape at least; /health its 503 (a dead runner)."""
     async with serving(engine) as client:
         spec = (await client.get("/openapi.json")).json()
     ours = [
@@ -246,5 +246,7 @@ async def test_every_operation_documents_the_500_a_bug_can_still_answer(engine: 
         if any(status.startswith("4") for status in operation["responses"])
     ]
     assert len(documented) > 20
-    for path, method, operation in documented:
+    for path, method, operation in ours:
         assert "500" in operation["responses"], (method, path)
+    for method in ("get", "head"):
+        assert "503" in spec["paths"]["/health"][method]["responses"]

@@ -155,6 +155,24 @@ async def test_score_bad_sides_are_400(client: httpx.AsyncClient, body: dict[str
     assert_openai_error(await client.post("/score", json=body), 400)
 
 
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"text_1": "q"}, "text_2"),
+        ({"queries": "q", "text_1": "q", "documents": ["d"]}, "text_1"),
+        ({"text_1": "q", "text_2": ["d", ""]}, "text_2"),
+        ({"text_1": ["", "q"], "text_2": ["d", "d"]}, "text_1"),
+    ],
+    ids=["no text_2", "queries and text_1", "empty text_2 item", "empty text_1 item"],
+)
+async def test_score_errors_name_the_fields_the_body_used(
+    client: httpx.AsyncClient, body: dict[str, Any], param: str
+) -> None:
+    """vLLM's older `text_1`/`text_2` are named as sent, not as `queries`/`documents`."""
+    error = assert_openai_error(await client.post("/score", json=body), 400)
+    assert error["param"] == param, error
+
+
 @pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])
 @pytest.mark.parametrize(
     ("body", "param"),

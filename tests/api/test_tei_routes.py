@@ -5,6 +5,7 @@ TEI's error shape on TEI routes."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from poolserve import Engine
-from poolserve.errors import InvalidRequestError
-from tests.api.helpers import load_engine, post_ok, serving
+from poolserve.errors import InvalidRequestError, SettingError
+from tests.api.helpers import assert_openai_error, load_engine, post_ok, serving
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
 pytestmark = pytest.mark.anyio
@@ -254,21 +255,53 @@ async def test_predict_pairs_on_a_cross_encoder(cross_encoder_dir: Path) -> None
     )
 
 
-async def test_an_llm_reranker_is_a_reranker_and_a_cap_below_its_prompt_is_the_clients(
+async def test_an_llm_reranker_is_a_reranker_and_its_length_errors_name_what_to_change(
     tmp_path: Path,
 ) -> None:
     """A Qwen3-Reranker served as a cross-encoder (no classifier head: its score is the LLM's
-    yes/no answer) is what TEI's clients call a reranker, not an embedding model; a
-    `truncate_prompt_tokens` below its own prompt template's length is the client's number to
-    raise, not the model's limit."""
+    yes/no answer) is what TEI's clients call a reranker, not an embedding model. A pair too
+    long for its prompt names what to change: a `truncate_prompt_tokens` below the template's
+    own length (the client's number to raise, not the model's limit), a query that fills the
+    prompt before any document (by the field the body used), or the document."""
     from poolserve import ModelConfig
     from tests.model_zoo import make_qwen3_reranker_0_6b
 
     directory = make_qwen3_reranker_0_6b(tmp_path / "qwen3-reranker")
-    config = ModelConfig(model=str(directory), task="cross_encoder", dtype="float32")
+    config = ModelConfig(
+        model=str(directory), task="cross_encoder", dtype="float32", max_model_len=160
+    )
+    long_query, long_document = "cat " * 70, "a cat is an animal " * 40
+    refusals = [
+        # The client's cap below the template's own ~106 tokens: the cap is what to raise.
+        ("/rerank", {"query": "cat", "documents": ["d"], "truncate_prompt_tokens": 50}),
+        # A query that fills the model's room before any document: the query, by its field.
+        ("/rerank", {"query": long_query, "documents": ["d"]}),
+        ("/score", {"queries": [long_query], "documents": ["d"]}),
+        ("/score", {"text_1": long_query, "text_2": ["d"]}),
+        ("/score", {"text_1": "cat", "text_2": ["d", long_document]}),
+    ]
     with Engine(model_config=config) as engine:
         async with serving(engine) as client:
             info = (await client.get("/info")).json()
+            errors = [
+                assert_openai_error(await client.post(path, json=body), 400)
+                for path, body in refusals
+            ]
+            cut = {"query": "cat", "documents": ["d", long_document]}
+            assert len((await post_ok(client, "/rerank", cut))["results"]) == 2
     assert info["model_type"] == {
         "reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}
     }
+    assert [error["param"] for error in errors] == [
+        "truncate_prompt_tokens",
+        "query",
+        "queries",
+        "text_1",
+        "text_2",
+    ]
+    assert "raise it (at most the model's 160" in errors[0]["message"], errors[0]
+    assert errors[3]["message"].startswith("text_1[0] takes"), errors[3]
+    assert errors[4]["message"].startswith("pair 1 "), errors[4]
+    # A length the template alone fills refuses to start, in one line.
+    with pytest.raises(SettingError, match="max_model_len=64 leaves no room"):
+        Engine(model_config=replace(config, max_model_len=64))

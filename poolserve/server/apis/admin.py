@@ -133,8 +133,12 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
     return json_response(orjson.dumps(_model_card(state, service, model_id)))
 
 
-@ROUTES.get("/health", **documented(Health))
-@ROUTES.head("/health", operation_id="health_head")
+@ROUTES.get("/health", **documented(Health, also=(503,)))
+@ROUTES.head(
+    "/health",
+    operation_id="health_head",
+    **documented({"description": "every model runner is alive (no body)"}, also=(503,)),
+)
 async def health(request: Request) -> Response:
     models = state_of(request).models
     dead = [service.served_name for service in models if not service.alive]
@@ -160,7 +164,7 @@ async def version() -> Response:
 
 @ROUTES.get(
     "/metrics",
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+    **documented({"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}),
 )
 async def metrics(request: Request) -> Response:
     """Prometheus exposition (rendered in the CPU pool)."""

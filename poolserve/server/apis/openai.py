@@ -40,7 +40,8 @@ def _embeddings(call: Call[EmbeddingRequest]) -> Served:
 def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
     wire, service = call.wire, call.service
     if service.tasks.images:
-        return _served(call, EmbedRequest([_one_input(wire)]))
+        one, where = _one_input(wire)
+        return _served(call, EmbedRequest([one], image_names=where))
     if any(isinstance(part, ImageInput) for m in wire.messages for part in m.parts()):
         raise InvalidRequestError(
             f"messages hold an image, and {service.served_name} embeds text only; send images "
@@ -71,12 +72,17 @@ def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
     return _served(call, request)
 
 
-def _one_input(wire: ChatEmbeddingRequest) -> str | ImageInput:
+def _one_input(wire: ChatEmbeddingRequest) -> tuple[str | ImageInput, str]:
     """What an image-text model embeds of a conversation (it has no chat template): its one
-    image, or its text (vLLM's rule for CLIP: one or the other, not both)."""
-    parts = [part for message in wire.messages for part in message.parts()]
-    images = [part for part in parts if isinstance(part, ImageInput)]
-    texts = [part for part in parts if isinstance(part, str) and part.strip()]
+    image, or its text (vLLM's rule for CLIP: one or the other, not both); and how errors name
+    it ("messages[1].content[0]")."""
+    located = [
+        (part, f"messages[{m}].content[{p}]")
+        for m, message in enumerate(wire.messages)
+        for p, part in enumerate(message.parts())
+    ]
+    images = [(part, where) for part, where in located if isinstance(part, ImageInput)]
+    texts = [part for part, _ in located if isinstance(part, str) and part.strip()]
     if len(images) > 1 or (images and texts):
         raise InvalidRequestError(
             "an image-text model embeds one image or one text per conversation; these messages "
@@ -84,7 +90,7 @@ def _one_input(wire: ChatEmbeddingRequest) -> str | ImageInput:
             "own)",
             param="messages",
         )
-    return images[0] if images else "\n".join(texts)
+    return images[0] if images else ("\n".join(texts), "messages")
 
 
 def _served(call: Call[Any], request: EmbedRequest) -> Served:
@@ -114,7 +120,7 @@ def _served(call: Call[Any], request: EmbedRequest) -> Served:
         "endianness": wire.endianness,
     }
     images = [
-        (f"input {index}", each)
+        (request.image_names.format(index), each)
         for index, each in enumerate(request.inputs)
         if isinstance(each, ImageInput)
     ]

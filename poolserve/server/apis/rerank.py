@@ -19,7 +19,7 @@ from poolserve.server.apis.envelope import usage
 from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel
 from poolserve.server.schemas import Documented, Usage
 from poolserve.server.template import Call, Endpoint, Inputs, Served, scorers
-from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+from poolserve.tasks.score import RERANK_NAMES, ScoreRequest, pair_up, ranked
 
 PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
 
@@ -123,7 +123,7 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         queries=[wire.query],
         documents=documents,
         pairs=pair_up(1, len(documents)),
-        rerank=True,
+        names=RERANK_NAMES,
         max_tokens_per_doc=wire.max_tokens_per_doc,
         fit_documents=True,
         scorer=wire.scorer,

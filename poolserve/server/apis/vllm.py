@@ -71,12 +71,29 @@ class ScoreRequest(ScoringRequest):
     text_1: TextOrTexts | None = Field(default=None, description=TEXT_OR_TEXTS)
     text_2: Documents | None = Field(default=None, description=DOCUMENTS_DESCRIPTION)
 
+    def fields(self) -> tuple[str, str]:
+        """The fields that hold the queries and the documents: `queries`/`text_1`,
+        `documents`/`text_2` (vLLM's older names); one of each pair, not both."""
+        for name, older in (("queries", "text_1"), ("documents", "text_2")):
+            if getattr(self, name) is not None and getattr(self, older) is not None:
+                raise InvalidRequestError(
+                    f"send `{name}` or `{older}` (its older name), not both", param=older
+                )
+        sent_new = self.queries is not None or self.documents is not None
+        if not sent_new and (self.text_1 is not None or self.text_2 is not None):
+            return "text_1", "text_2"
+        return (
+            "queries" if self.text_1 is None else "text_1",
+            "documents" if self.text_2 is None else "text_2",
+        )
+
     def sides(self) -> tuple[list[str], list[str | ImageInput]]:
-        first = self.queries if self.queries is not None else self.text_1
-        second = self.documents if self.documents is not None else self.text_2
+        first_field, second_field = self.fields()
+        first, second = getattr(self, first_field), getattr(self, second_field)
         if first is None or second is None:
             raise InvalidRequestError(
-                "send `queries` and `documents` (or `text_1` and `text_2`)", param="queries"
+                "send `queries` and `documents` (or `text_1` and `text_2`)",
+                param=first_field if first is None else second_field,
             )
         queries = [first] if isinstance(first, str) else first
         if isinstance(second, ScoreContent):
@@ -205,16 +222,18 @@ def _score(call: Call[ScoreRequest]) -> Served:
     task = service.tasks.score
     assert task is not None  # model_for chose a model that serves this route
     queries, documents = wire.sides()
+    query_field, document_field = wire.fields()
     internal = ScoreInternal(
         queries=queries,
         documents=documents,
         pairs=pair_up(len(queries), len(documents)),
+        names=(f"{query_field}[{{}}]", f"{document_field}[{{}}]"),
         max_tokens_per_doc=wire.max_tokens_per_doc,
         scorer=wire.scorer,
         media=call.state.media,
     )
     images = [
-        (f"documents[{index}]", each)
+        (f"{document_field}[{index}]", each)
         for index, each in enumerate(documents)
         if isinstance(each, ImageInput)
     ]
@@ -250,8 +269,12 @@ def _count(wire: InputRequest) -> int:
 
 
 INPUTS = Inputs[Any]("input", _count)
-QUERIES = Inputs[ScoreRequest]("queries", lambda wire: len(wire.sides()[0]))
-DOCUMENTS = Inputs[ScoreRequest]("documents", lambda wire: len(wire.sides()[1]))
+QUERIES = Inputs[ScoreRequest](
+    "queries", lambda wire: len(wire.sides()[0]), field_in=lambda wire: wire.fields()[0]
+)
+DOCUMENTS = Inputs[ScoreRequest](
+    "documents", lambda wire: len(wire.sides()[1]), field_in=lambda wire: wire.fields()[1]
+)
 ENDPOINTS = [
     Endpoint(
         "/classify",

@@ -36,7 +36,7 @@ from poolserve.server.template import (
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import quantize
-from poolserve.tasks.score import ScoreRequest, pair_up, ranked
+from poolserve.tasks.score import RERANK_NAMES, ScoreRequest, pair_up, ranked
 
 OutputDType = Literal["float", "int8", "uint8", "binary", "ubinary"]
 # Voyage's input types, as the Cohere names the model's prompts are looked up by.
@@ -244,7 +244,7 @@ def _rerank(call: Call[VoyageRerankRequest]) -> Served:
     task = service.tasks.score
     assert task is not None  # model_for chose a model that serves this route
     documents = wire.documents
-    internal = ScoreRequest([wire.query], documents, pair_up(1, len(documents)), rerank=True)
+    internal = ScoreRequest([wire.query], documents, pair_up(1, len(documents)), names=RERANK_NAMES)
     params = service.pooling_params(
         PoolingOptions(truncate_prompt_tokens=-1 if wire.truncation else None)
     )

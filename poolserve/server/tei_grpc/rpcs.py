@@ -205,7 +205,7 @@ def _rerank_stream(messages: Sequence[Any], service: ModelService, state: Servin
         texts,
         pair_up(len(queries), len(texts)),
         fit_documents=not first.truncate,
-        names=("query", "text"),
+        names=("query", "text[{}]"),
     )
     options = PoolingOptions(
         truncate_prompt_tokens=-1 if first.truncate else None,

@@ -168,7 +168,12 @@ def _predict_pairs(
             "[text, text] pairs need a cross-encoder; send texts", param="inputs"
         )
     queries, documents = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-    internal = ScoreRequest(queries, documents, pair_up(len(queries), len(documents)))
+    internal = ScoreRequest(
+        queries,
+        documents,
+        pair_up(len(queries), len(documents)),
+        names=("inputs[{}][0]", "inputs[{}][1]"),
+    )
     encode = partial(
         predictions_body,
         labels=service.tasks.classify.classifier.labels[:1],
@@ -199,7 +204,7 @@ def _similarity(call: Call[TeiSimilarityRequest]) -> Served:
         [wire.inputs.source_sentence],
         sentences,
         pair_up(1, len(sentences)),
-        names=("source_sentence", "sentences"),
+        names=("source_sentence", "sentences[{}]"),
     )
     return Served(task, internal, params, similarity_body, wire.request_timeout)
 
@@ -230,9 +235,8 @@ def rerank_served(call: Call[TeiRerankRequest]) -> Served:
         [wire.query],
         wire.texts,
         pair_up(1, len(wire.texts)),
-        rerank=True,
         fit_documents=wire.truncate is None,
-        names=("query", "texts"),
+        names=("query", "texts[{}]"),
     )
     params = service.pooling_params(
         PoolingOptions(
