@@ -210,6 +210,8 @@ class ServerConfig:
         root = self.allowed_local_media_path
         if root is not None and not Path(root).expanduser().is_dir():
             raise SettingError(f"--allowed-local-media-path {root} is not a folder")
+        if self.otlp_endpoint is not None:
+            check_otlp_endpoint(self.otlp_endpoint)
         if self.grpc_port is not None and self.grpc_port == self.port:
             raise SettingError(
                 f"--grpc-port {self.grpc_port} is the HTTP --port too; give gRPC a port of its own"
@@ -245,3 +247,13 @@ class ServerConfig:
                 f"--max-request-tokens {request} is less than the model's length limit "
                 f"{max_model_len}: one full-length input could never be served"
             )
+
+
+def check_otlp_endpoint(endpoint: str) -> None:
+    """Refuse an endpoint without a scheme: OTLP's exporter then speaks TLS, which a collector
+    written `host:4317` in its own docs usually does not, and every export would fail."""
+    if "://" not in endpoint:
+        raise SettingError(
+            f"--otlp-endpoint {endpoint!r} has no scheme; write http://{endpoint} for a "
+            f"plaintext collector or https://{endpoint} for TLS"
+        )

@@ -14,7 +14,7 @@ from poolserve.engine.context import ServeContext
 from poolserve.errors import InputTooLongError
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.tasks.classify import ClassifierHead
-from poolserve.tasks.input_steps import bound_text
+from poolserve.tasks.input_steps import bound_text, param_of
 from poolserve.tasks.score import ScoreRequest, document_limit, text_namer
 
 
@@ -78,12 +78,13 @@ class CrossEncoderScorer:
         )
         for offset, (ids, _) in enumerate(encoded):
             if len(ids) > self.max_model_len:
+                document = name(queries + inputs[offset][1])
                 raise InputTooLongError(
                     f"pair {start + offset} (query and document together)",
                     f"has {len(ids)} tokens, but the model accepts at most {self.max_model_len}",
                     cut_with="`truncate_prompt_tokens` (-1 for the model's maximum) or "
                     "`max_tokens_per_doc`",
-                    param="documents",
+                    param=param_of(document),
                     index=start + offset,
                 )
         return [TokenizedText(ids, types, "classify") for ids, types in encoded]

@@ -24,7 +24,7 @@ from poolserve.inputs.images.sources import ImageInput
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.image_inputs import has_images, with_images
-from poolserve.tasks.input_steps import l2_normalize, tokenize_inputs
+from poolserve.tasks.input_steps import l2_normalize, param_of, tokenize_inputs
 
 # How errors name a query and a document: each a format taking its index in its list, or
 # without "{}" a request's one query (a rerank's "query", TEI's "source_sentence").
@@ -317,18 +317,19 @@ class ScoreTask:
 
     def inputs(self, ctx: ServeContext[ScoreRequest]) -> Sequence[Any]:
         request = ctx.request
+        documents = param_of(request.names[1])
         if not getattr(self.scorer, "takes_images", False) and has_images(request.documents):
             raise InvalidRequestError(
-                "documents hold an image, and this model scores text only; send images to an "
+                f"{documents} hold an image, and this model scores text only; send images to an "
                 "image-text model (CLIP, SigLIP)",
-                param="documents",
+                param=documents,
             )
         images = sum(isinstance(each, ImageInput) for each in request.documents)
         if images > request.media.max_images:
             raise PayloadTooLargeError(
-                f"documents hold {images} images, more than the {request.media.max_images} one "
+                f"{documents} hold {images} images, more than the {request.media.max_images} one "
                 "request may have here (--max-images-per-request); split it",
-                param="documents",
+                param=documents,
             )
         chosen, names = ctx.request.scorer, self.scorer.names
         if chosen is not None and chosen not in names:

@@ -232,6 +232,11 @@ async def test_pair_over_the_limit_needs_truncation_on_score(client: httpx.Async
     error = assert_openai_error(await client.post("/score", json=body), 400)
     assert "truncate_prompt_tokens" in error["message"]
     assert "512" in error["message"]
+    assert error["param"] == "documents", error
+    # Sent under vLLM's older names, the error names them.
+    body = {"text_1": QUERIES[0], "text_2": [DOCUMENTS[0], LONG_DOCUMENT]}
+    error = assert_openai_error(await client.post("/score", json=body), 400)
+    assert error["param"] == "text_2", error
 
 
 @pytest.mark.parametrize("path", RERANK_PATHS)

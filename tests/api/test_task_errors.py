@@ -162,8 +162,21 @@ async def test_score_bad_sides_are_400(client: httpx.AsyncClient, body: dict[str
         ({"queries": "q", "text_1": "q", "documents": ["d"]}, "text_1"),
         ({"text_1": "q", "text_2": ["d", ""]}, "text_2"),
         ({"text_1": ["", "q"], "text_2": ["d", "d"]}, "text_1"),
+        (
+            {
+                "text_1": "q",
+                "text_2": {"content": [{"type": "image_url", "image_url": {"url": "x.png"}}]},
+            },
+            "text_2",
+        ),
     ],
-    ids=["no text_2", "queries and text_1", "empty text_2 item", "empty text_1 item"],
+    ids=[
+        "no text_2",
+        "queries and text_1",
+        "empty text_2 item",
+        "empty text_1 item",
+        "image in text_2 of a text model",
+    ],
 )
 async def test_score_errors_name_the_fields_the_body_used(
     client: httpx.AsyncClient, body: dict[str, Any], param: str
