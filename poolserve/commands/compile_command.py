@@ -4,7 +4,9 @@ Each model is loaded and its main head compiled ahead of time for the thread cou
 run it at with the same flags on this machine (backends/torch/aot.py keys the cache by them, and by
 the CPU's instruction set: run it where the server will run, or on the same kind of CPU), and its
 gain over eager measured there (backends/torch/compile_gain.py: `serve` then skips what does not
-pay). A model already in the cache is only checked.
+pay). A model already in the cache is only checked. With `--backend auto` (the default) it
+also measures every engine and precision, torch compiled among them, and keeps the choice that
+`serve` then reads (backends/choice/).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
         )
     spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
     backend = backend_for(engine)(spec, engine, collate_for(spec))
+    from poolserve.backends.choice.auto_backend import AutoBackend  # loads torch
+
+    if isinstance(backend, AutoBackend):
+        # Measured anew, torch compiled in each precision, with no time bound: `serve` reads it.
+        backend.ahead_of_time = True
     fetch_weights(served.model.model, served.model.revision, spec.layout.directory)
     backend.load()
     report = backend.report

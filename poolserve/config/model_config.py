@@ -8,23 +8,14 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from poolserve.config.engine_table import ENGINES
 from poolserve.config.fields import setting
 
 # The model backends by name (`--backend`): each the module whose `make_backend` builds one
-# (names only: nothing here imports a backend). A backend is a package under backends/ and one
-# line here.
-BACKENDS = {
-    "torch": "poolserve.backends.torch.torch_backend",
-    "onnxruntime": "poolserve.backends.onnxruntime.ort_backend",
-    "openvino": "poolserve.backends.openvino.ov_backend",
-}
+# (names only: nothing here imports a backend); what each can run is in config/engine_table.py.
+BACKENDS = {entry.name: entry.module for entry in ENGINES}
 # The pip extra each backend's libraries come with (torch is a dependency of poolserve itself).
-BACKEND_EXTRAS = {"onnxruntime": "onnx", "openvino": "openvino"}
-# `--backend auto`: measured on an AVX-512 VNNI CPU (docs/benchmarks.md), ONNX Runtime's int8
-# beats torch's float32, where torch's own int8 loses the vectors; OpenVINO's int8 serves more
-# but answers one request at about twice ONNX Runtime's latency, and needs its own extra; for
-# float32 and bf16 torch is as fast or faster.
-AUTO_BACKEND = {"int8": "onnxruntime", "off": "torch"}
+BACKEND_EXTRAS = {entry.name: entry.extra for entry in ENGINES if entry.extra is not None}
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -210,12 +201,19 @@ class EngineConfig:
         "engine's measured rate): those requests wait about this long at most for a runner, "
         "however much background work is queued; 0: batches as large as any",
     )
+    # torch in Python (measuring every engine adds seconds to a first start); the commands
+    # default to auto.
     backend: str = setting(
-        "auto",
+        "torch",
+        cli_default="auto",
         choices=("auto", *BACKENDS),
-        help="what runs the model (torch: PyTorch, eager or compiled; onnxruntime, openvino: "
-        "the main head exported to ONNX at first start, cached, and run by that runtime; auto: "
-        "onnxruntime for --quantize int8, else torch)",
+        help="what runs the model: auto: each engine installed (torch eager or compiled, ONNX "
+        "Runtime, OpenVINO) in each precision the CPU runs well (int8 with --quantize int8) "
+        "timed on real text at its first start, the fastest within the quality gate served, "
+        "the choice kept in the cache under POOLSERVE_CACHE_DIR (`poolserve compile` measures "
+        "it ahead of time); torch: PyTorch; onnxruntime, openvino: the main head exported to "
+        "ONNX, cached, and run by that runtime (openvino in bf16 where the CPU has it and it "
+        "is measured faster, unless --dtype says)",
     )
     # See backends/onnxruntime/int8.py and backends/quality_gate.py.
     quantize: Quantize = setting(

@@ -27,6 +27,7 @@ from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
+    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
@@ -306,6 +307,11 @@ class EngineCore:
     def quantization(self) -> QuantizationReport | None:
         """The quantized model's quality gate (None where nothing is quantized)."""
         return self.backend.quantization
+
+    @property
+    def choice(self) -> EngineChoice | None:
+        """How `--backend auto` chose the engine (None where it was asked for)."""
+        return self.backend.choice
 
     @property
     def packed_heads(self) -> frozenset[Head]:

@@ -72,6 +72,36 @@ class QuantizationReport:
     seconds: float
 
 
+@dataclass(frozen=True)
+class EngineTrial:
+    """One engine and precision `--backend auto` tried (backends/choice/): its speed over the
+    probe (None: not measured), how its outputs compare with torch float32's (the quality
+    gate's figures, and `error`, the worst relative L2 distance), and what came of it: "chosen",
+    "slower", or why it was left out (not installed, failed to load or export, off the gate)."""
+
+    engine: str
+    precision: str
+    sentences_per_second: float | None
+    # One sentence alone, median milliseconds (what a quiet server's request waits).
+    single_ms: float | None
+    figures: Mapping[str, float]
+    error: float | None
+    outcome: str
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """How `--backend auto` chose the engine and precision a model runs in: every trial, and
+    whether they were measured at this start, read from the cache, or not needed (one
+    candidate)."""
+
+    engine: str
+    precision: str
+    trials: tuple[EngineTrial, ...]
+    source: Literal["measured", "cached", "only candidate"]
+    seconds: float = 0.0
+
+
 class Backend(Protocol):
     """What the engine asks of a model backend."""
 
@@ -102,6 +132,11 @@ class Backend(Protocol):
     @property
     def quantization(self) -> QuantizationReport | None:
         """The quantized model's quality gate (once loaded; None where nothing is quantized)."""
+        ...
+
+    @property
+    def choice(self) -> EngineChoice | None:
+        """How `--backend auto` chose the engine (once loaded; None where it was asked for)."""
         ...
 
     def load(self) -> None:

@@ -119,8 +119,9 @@ def running_server(
     faults: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """`poolserve serve --dtype float32 --runners 1 --compile off FLAGS` on a free port (through
-    the fault launcher when `faults` is given); stopped with SIGTERM when the block ends."""
+    """`poolserve serve --dtype float32 --runners 1 --compile off --backend torch FLAGS` on a
+    free port (through the fault launcher when `faults` is given); stopped with SIGTERM when
+    the block ends."""
     port = free_port()
     log = directory / f"server-{port}.log"
     module = "tests.e2e.faults" if faults is not None else "poolserve"
@@ -129,7 +130,7 @@ def running_server(
     # compile, which adds most of a minute per server.
     command = [
         *(sys.executable, "-m", module, "serve", "--port", str(port)),
-        *("--dtype", "float32", "--runners", "1", "--compile", "off"),
+        *("--dtype", "float32", "--runners", "1", "--compile", "off", "--backend", "torch"),
     ]
     environment = {**server_env(), "PYTHONUNBUFFERED": "1", **(env or {})}
     if faults is not None:

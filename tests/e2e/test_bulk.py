@@ -45,7 +45,8 @@ def write_corpus(path: Path) -> None:
 def embed_command(corpus: Path, output: Path, *extra: str) -> list[str]:
     return [
         *(sys.executable, "-m", "poolserve", "embed", str(corpus), "--output", str(output)),
-        *("--dtype", "float32", "--compile", "off", "--part-rows", str(PART_ROWS)),
+        *("--dtype", "float32", "--compile", "off", "--backend", "torch"),
+        *("--part-rows", str(PART_ROWS)),
         *("--log-level", "debug", *extra),
     ]
 

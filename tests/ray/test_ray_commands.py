@@ -41,7 +41,8 @@ def test_embed_on_ray_resumes_and_matches_the_engine(
         file.write(orjson.dumps({"text": " ".join(WORDS * 30), "key": "too-long"}) + b"\n")
     command = [
         *(sys.executable, "-m", "poolserve", "embed", str(corpus), "--output", str(output)),
-        *("--id-field", "key", "--dtype", "float32", "--compile", "off", "--part-rows", "250"),
+        *("--id-field", "key", "--dtype", "float32", "--compile", "off", "--backend", "torch"),
+        *("--part-rows", "250"),
         *("--ray", "--replicas", "2", "--ray-address", ray_address, "--log-level", "debug"),
     ]
     kill_after_part(command, 2)
@@ -65,7 +66,7 @@ def test_serve_on_ray_starts_serves_and_stops(tmp_path: Path, engine: Any) -> No
     log = tmp_path / "serve.log"
     command = [
         *(sys.executable, "-m", "poolserve", "serve", "--ray", "--replicas", "2"),
-        *("--port", str(port), "--dtype", "float32", "--compile", "off"),
+        *("--port", str(port), "--dtype", "float32", "--compile", "off", "--backend", "torch"),
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(

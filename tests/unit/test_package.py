@@ -16,7 +16,9 @@ SOURCES = sorted(PACKAGE.rglob("*.py"))
 # The backends that load the model in torch: the torch backend, and the ONNX Runtime backend
 # built on it (it exports the torch model and checks against it).
 # The backends built on the torch backend (the graph runtimes load the model in torch).
-TORCH_BACKENDS = tuple(PACKAGE / "backends" / name for name in ("torch", "onnxruntime", "openvino"))
+TORCH_BACKENDS = tuple(
+    PACKAGE / "backends" / name for name in ("torch", "onnxruntime", "openvino", "choice")
+)
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -80,6 +82,7 @@ for module in pkgutil.walk_packages(poolserve.__path__, "poolserve."):
             "poolserve.backends.torch",
             "poolserve.backends.onnxruntime",
             "poolserve.backends.openvino",
+            "poolserve.backends.choice",
             "poolserve.__main__",
         )
     ):

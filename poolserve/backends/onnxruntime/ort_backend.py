@@ -32,7 +32,7 @@ from poolserve.backends.onnxruntime.int8_cache import ORT_INT8, Quantizer, int8_
 from poolserve.backends.onnxruntime.onnx_export import exported, graph_inputs
 from poolserve.backends.probe import calibration_split
 from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.device import place
+from poolserve.backends.torch.device import cpu_precisions, place
 from poolserve.backends.torch.executor import (
     CompiledForward,
     CompiledRun,
@@ -72,13 +72,25 @@ def graph_backend(
     in float32 or int8; a setting it cannot honour is refused now."""
     if model.layout.vision is not None:
         raise SettingError(f"--backend {name} serves text models; use --backend torch")
-    if model.dtype not in ("auto", "float32"):
+    precision = "float32" if model.dtype == "auto" else model.dtype
+    if precision not in kind.PRECISIONS:
         raise SettingError(
-            f"--backend {name} runs float32 (or int8 with --quantize int8), not --dtype "
-            f"{model.dtype}; leave --dtype out or use --backend torch"
+            f"--backend {name} runs {' or '.join(kind.PRECISIONS)} (or int8 with --quantize "
+            f"int8), not --dtype {model.dtype}; leave --dtype out or use --backend torch"
+        )
+    if precision != "float32" and precision not in cpu_precisions():
+        raise SettingError(
+            f"--backend {name} --dtype {precision} needs a CPU that runs it natively "
+            "(AVX512-BF16 or AMX); this one runs float32: leave --dtype out"
+        )
+    if config.quantize != "off" and precision != "float32":
+        raise SettingError(
+            f"--quantize {config.quantize} quantizes the float32 graph: leave --dtype out"
         )
     if config.compile == "on":
         raise SettingError(f"--compile on is the torch backend's; {name} optimizes its own graph")
+    # The torch module is loaded in float32 whatever the runtime runs: it is what is exported
+    # and the reference the int8 gate checks against.
     placed = place(replace(model, dtype="float32"))
     if placed.device != "cpu":
         raise SettingError(f"--backend {name} runs on the CPU; use --backend torch for CUDA")
@@ -93,6 +105,7 @@ def graph_backend(
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         quantize=config.quantize,
         gate=config.quantize_gate,
+        precision=precision,
     )
 
 
@@ -105,6 +118,8 @@ class OrtBackend(TorchBackend):
     RUNTIME = "ONNX Runtime"
     # How its int8 graphs are made (int8_cache.py).
     QUANTIZER: Quantizer = ORT_INT8
+    # The float precisions the runtime runs the graph in (config/engine_table.py says the same).
+    PRECISIONS: tuple[str, ...] = ("float32",)
 
     def __init__(
         self,
@@ -118,6 +133,7 @@ class OrtBackend(TorchBackend):
         max_batch_size: int,
         quantize: Quantize,
         gate: QuantizeGate,
+        precision: str = "float32",
     ) -> None:
         super().__init__(
             spec,
@@ -132,6 +148,13 @@ class OrtBackend(TorchBackend):
         )
         self._quantize = quantize
         self._gate = gate
+        # What the runtime computes in (the torch module stays float32).
+        self._precision = precision
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model as placed here, in the precision the runtime runs it in."""
+        return replace(self._spec, dtype=self._precision)
 
     def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
         """Padded batches, always (see above): said in `_speed_up`'s line."""
@@ -154,7 +177,7 @@ class OrtBackend(TorchBackend):
             spec.name,
             head,
             self.RUNTIME,
-            "int8" if self.quantization and self.quantization.served == "int8" else "float32",
+            "int8" if self.quantization and self.quantization.served == "int8" else self._precision,
             "padded batches in length buckets",
         )
 

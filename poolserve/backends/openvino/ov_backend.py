@@ -11,8 +11,10 @@ measures each activation's range as it runs (docs/benchmarks.md).
 
 Each compiled model runs at a fixed number of inference threads per stream, with a stream for
 each runner that may run it at once, unpinned (the runners share the cores with the
-tokenizers), at float32 precision (OpenVINO would otherwise run bf16 on a CPU
-that has it, which `--dtype` decides, not the runtime). A runner thread keeps its own infer
+tokenizers), at the precision `--dtype` names: float32, or bf16 on a CPU with AVX512-BF16 or
+AMX (OpenVINO's own default there; poolserve pins it, so that what runs is what was asked for,
+or what `--backend auto` measured behind the gate: backends/choice/). On a 2-core AMD EPYC
+without AMX bf16 ran 1.6x its float32 (docs/benchmarks.md). A runner thread keeps its own infer
 request of each compiled model.
 """
 
@@ -50,6 +52,7 @@ class OvBackend(OrtBackend):
     FASTER_FORWARD: CompileSource = "openvino"
     RUNTIME = "OpenVINO"
     QUANTIZER: Quantizer = OPENVINO_INT8
+    PRECISIONS = ("float32", "bfloat16")
 
     @functools.cached_property
     def _core(self) -> Any:
@@ -58,7 +61,11 @@ class OvBackend(OrtBackend):
     def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
         # Every runner may run a count up to its own at once; more (lent cores) one at a time.
         streams = self._runners if threads <= self._threads else 1
-        return OvRun(self._core, graph, target, threads, streams)
+        return OvRun(self._core, graph, target, threads, streams, _HINTS[self._precision])
+
+
+# OpenVINO's names of the precisions it runs.
+_HINTS = {"float32": "f32", "bfloat16": "bf16"}
 
 
 class OvRun:
@@ -67,13 +74,19 @@ class OvRun:
     measured, two threads on one stream ran 1.08x one thread's work, on two streams 1.70x)."""
 
     def __init__(
-        self, core: Any, graph: Path, target: AotTarget, threads: int, streams: int
+        self,
+        core: Any,
+        graph: Path,
+        target: AotTarget,
+        threads: int,
+        streams: int,
+        precision: str = "f32",
     ) -> None:
         config = {
             "INFERENCE_NUM_THREADS": threads * streams,
             "NUM_STREAMS": streams,
             "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_PRECISION_HINT": precision,
             "ENABLE_CPU_PINNING": False,
         }
         self._compiled = core.compile_model(str(graph), "CPU", config)

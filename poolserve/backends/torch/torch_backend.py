@@ -20,11 +20,7 @@ from poolserve.backends.torch.batch_invariant import invariant_module
 from poolserve.backends.torch.cached_start import StartSettings, cached_start
 from poolserve.backends.torch.deferred_module import DeferredModule, deferred_module
 from poolserve.backends.torch.device import place
-from poolserve.backends.torch.executor import (
-    CompiledForward,
-    ModelExecutor,
-    use_threads,
-)
+from poolserve.backends.torch.executor import CompiledForward, ModelExecutor, use_threads
 from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.jit import can_compile, just_in_time
 from poolserve.backends.torch.loader import choose_packing, load_module, log_packed
@@ -35,6 +31,7 @@ from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
     CompileReport,
+    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
@@ -52,8 +49,8 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
     engine's runners are; a setting that cannot work here is refused now, before any load."""
     if config.quantize != "off":
         raise SettingError(
-            f"--quantize {config.quantize} runs on onnxruntime, not --backend torch: leave "
-            "--backend out (auto) or pass --backend onnxruntime"
+            f"--quantize {config.quantize} runs on onnxruntime or openvino, not --backend "
+            "torch: pass --backend auto (the faster of them, measured) or name one"
         )
     placed = place(model)
     runners, threads = runner_layout(config, placed.device)
@@ -120,6 +117,7 @@ class TorchBackend:
         self._known_gains: dict[int, compile_gain.Gain] = {}
         self.precision: PrecisionReport | None = None  # how `--dtype auto` chose, if it did
         self.quantization: QuantizationReport | None = None  # nothing quantized here
+        self.choice: EngineChoice | None = None  # the engine was named, not chosen here
 
     @property
     def spec(self) -> ModelSpec:

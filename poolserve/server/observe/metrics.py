@@ -56,6 +56,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine_metrics()
+        yield from self._choice_metrics()
         yield from self._cache_metrics()
         admission = self._admission
         gauges = (
@@ -82,6 +83,34 @@ class EngineCollector(Collector):
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)
+
+    def _choice_metrics(self) -> Iterator[Metric]:
+        """What `--backend auto` measured for each model it chose for: each trial's speed and
+        whether it serves."""
+        labels = ("model", "engine", "precision")
+        speed = GaugeMetricFamily(
+            "poolserve_engine_trial_sentences_per_second",
+            "Sentences per second each engine and precision ran the start-up probe at "
+            "(--backend auto)",
+            labels=labels,
+        )
+        chosen = GaugeMetricFamily(
+            "poolserve_engine_chosen",
+            "1 for the engine and precision --backend auto serves the model with, 0 for the others",
+            labels=labels,
+        )
+        for service in self._models:
+            choice = service.core.choice
+            if choice is None:
+                continue
+            for trial in choice.trials:
+                key = (service.served_name, trial.engine, trial.precision)
+                if trial.sentences_per_second is not None:
+                    speed.add_metric(key, trial.sentences_per_second)
+                serves = (trial.engine, trial.precision) == (choice.engine, choice.precision)
+                chosen.add_metric(key, float(serves))
+        yield speed
+        yield chosen
 
     def _cache_metrics(self) -> Iterator[Metric]:
         """The result cache's counters, for the models that have one (--cache-bytes)."""

@@ -155,8 +155,9 @@ def test_int8_that_breaks_is_refused_in_one_line_or_served_unquantized(
 
 
 def test_settings_it_cannot_honour_are_refused_before_loading(runtime: str) -> None:
+    dtype = "bfloat16" if runtime == "onnxruntime" else "float16"
     with pytest.raises(ModelLoadError, match=f"backend {runtime} runs float32"):
         Engine(
-            model_config=ModelConfig(dtype="bfloat16"),
+            model_config=ModelConfig(dtype=dtype),
             engine_config=EngineConfig(backend=runtime, **SMALL),
         )

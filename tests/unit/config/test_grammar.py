@@ -20,9 +20,14 @@ def configs(*argv: str) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
     return configs_from_args(parse_args(["serve", *argv]))
 
 
-def test_defaults_are_the_dataclass_defaults_but_the_server_compiles() -> None:
-    """Only --compile differs: a server compiles where it can, the Python API when asked."""
-    assert configs() == (ModelConfig(), replace(EngineConfig(), compile="auto"), ServerConfig())
+def test_defaults_are_the_dataclass_defaults_but_the_server_compiles_and_chooses() -> None:
+    """Only --compile and --backend differ: a server compiles where it can and measures the
+    engines, the Python API when asked."""
+    assert configs() == (
+        ModelConfig(),
+        replace(EngineConfig(), compile="auto", backend="auto"),
+        ServerConfig(),
+    )
 
 
 def test_flags() -> None:
@@ -54,6 +59,7 @@ def test_flags() -> None:
         torch_threads=1,
         runners=3,
         compile="off",
+        backend="auto",
     )
     assert server == ServerConfig(
         host="0.0.0.0",
@@ -110,6 +116,7 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         torch_threads=2,
         runners=4,
         compile="on",
+        backend="auto",
     )
     assert server == ServerConfig(
         host="::",

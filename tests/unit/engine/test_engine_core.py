@@ -50,6 +50,7 @@ class FakeBackend:
         self.report = CompileReport("eager")
         self.precision = None
         self.quantization = None
+        self.choice = None
         self.load_threads: list[str] = []
         self.executor_threads: list[str] = []
 

@@ -110,6 +110,13 @@ class TeiInfo(Documented):
         "one (scheme, what is served, the figures over the probe, what fell short); null where "
         "nothing is quantized",
     )
+    engine: dict[str, Any] | None = Field(
+        None,
+        description="poolserve's: how --backend auto chose the engine and precision (the one "
+        "chosen, measured now or read from the cache, and each trial: sentences/s over the "
+        "probe, one sentence's milliseconds, the gate's figures against torch float32, and "
+        "its outcome); null where the engine was named",
+    )
 
 
 class SparseResponse(RootModel[list[list[SparseEntry]]]):

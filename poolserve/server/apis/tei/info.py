@@ -3,6 +3,7 @@ in TEI's words (a route written out by hand: it runs no task)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve._version import __version__
-from poolserve.engine.model_backend import PrecisionReport, QuantizationReport
+from poolserve.engine.model_backend import EngineChoice, PrecisionReport, QuantizationReport
 from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
@@ -62,6 +63,20 @@ def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:
         **service.tasks.prompts.card(),
         "precision": _precision(service.core.precision),
         "quantization": _quantization(service.core.quantization),
+        "engine": _engine(service.core.choice),
+    }
+
+
+def _engine(choice: EngineChoice | None) -> dict[str, Any] | None:
+    """How `--backend auto` chose the engine, with every trial (poolserve's own field; null
+    where the engine was named)."""
+    if choice is None:
+        return None
+    return {
+        "chosen": {"engine": choice.engine, "precision": choice.precision},
+        "source": choice.source,
+        "seconds": choice.seconds,
+        "trials": [asdict(trial) for trial in choice.trials],
     }
 
 

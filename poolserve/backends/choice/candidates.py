@@ -1,0 +1,81 @@
+"""What `--backend auto` may choose among for a model on this machine: each installed engine
+(config/engine_table.py) in each precision both it and the CPU run well, or int8 with `--quantize
+int8`, narrowed by what was asked for (`--dtype`, `--compile on`, an engine named by
+`--backend`), and what was left out with the reason (shown in the choice's table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poolserve.backends.torch.device import cpu_precisions
+from poolserve.config import EngineConfig
+from poolserve.config.engine_table import ENGINE_BY_NAME, ENGINES, EngineEntry
+from poolserve.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One engine in one precision ("int8": quantized by that engine, behind its gate)."""
+
+    engine: str
+    precision: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.precision}"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What to try, in the order tried (torch float32 first: the reference), and what was left
+    out, each with why."""
+
+    tried: tuple[Candidate, ...]
+    left_out: tuple[tuple[Candidate, str], ...]
+
+
+def engines_asked(config: EngineConfig) -> tuple[EngineEntry, ...]:
+    """`--backend auto`: every engine; a named one: that one alone."""
+    return ENGINES if config.backend == "auto" else (ENGINE_BY_NAME[config.backend],)
+
+
+def candidates(spec: ModelSpec, config: EngineConfig) -> Candidates:
+    """The candidates for `spec` (placed: its device chosen, its dtype as asked) under
+    `config`."""
+    tried: list[Candidate] = []
+    left_out: list[tuple[Candidate, str]] = []
+    precisions = _precisions(spec, config)
+    for entry in engines_asked(config):
+        why = _why_not(entry, spec, config)
+        for precision in precisions:
+            candidate = Candidate(entry.name, precision)
+            runs = entry.int8 if precision == "int8" else precision in entry.precisions
+            if not runs:
+                continue
+            if why is not None:
+                left_out.append((candidate, why))
+            else:
+                tried.append(candidate)
+    return Candidates(tuple(tried), tuple(left_out))
+
+
+def _precisions(spec: ModelSpec, config: EngineConfig) -> tuple[str, ...]:
+    """int8 with `--quantize int8`; else the dtype asked, or (auto) each the device runs well."""
+    if config.quantize == "int8":
+        return ("int8",)
+    if spec.dtype != "auto":
+        return (spec.dtype,)
+    return cpu_precisions()
+
+
+def _why_not(entry: EngineEntry, spec: ModelSpec, config: EngineConfig) -> str | None:
+    """Why `entry` cannot run `spec` here (None: it can)."""
+    if spec.device != "cpu" and not entry.cuda:
+        return f"runs on the CPU, and the model is on {spec.device}"
+    if spec.layout.vision is not None and not entry.images:
+        return "serves text models only"
+    if config.compile == "on" and entry.name != "torch":
+        return "--compile on compiles torch"
+    if not entry.installed():
+        return f"not installed (pip install 'poolserve[{entry.extra}]')"
+    return None

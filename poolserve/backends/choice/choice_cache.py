@@ -1,0 +1,104 @@
+"""The measured choice of `--backend auto`, kept for the next start
+(`POOLSERVE_CACHE_DIR/engine-choice/<key>.json`). The key holds everything the measurement
+depends on: the CPU (model name and instruction set), the model's files, kind, head and
+attention, the candidates and the settings that shape each one's speed (threads, runners,
+packing, int8 and its gate), the text it is timed on, and the versions of every engine installed (an
+engine installed or upgraded since is measured anew). An entry is written whole and renamed
+into place; one that cannot be read is measured again."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from poolserve.backends.choice.candidates import Candidates
+from poolserve.backends.probe import calibration_texts, probe_texts
+from poolserve.backends.torch.aot_cache import cpu_identity, files_digest
+from poolserve.config import EngineConfig
+from poolserve.config.engine_table import ENGINES
+from poolserve.engine.model_backend import EngineChoice, EngineTrial
+from poolserve.models.spec import ModelSpec
+
+# Bumped when what an entry holds, or how it is measured, changes.
+FORMAT = 1
+# Libraries whose versions change what an engine runs (beside the engines themselves).
+_LIBRARIES = ("transformers", "onnx", "onnxscript", "nncf")
+
+
+def choice_file(
+    root: Path, spec: ModelSpec, config: EngineConfig, found: Candidates, threads: int
+) -> Path:
+    """Where the choice for this model, machine, candidates and settings is kept."""
+    parts = {
+        "format": FORMAT,
+        "cpu": cpu_identity(),
+        "model_files": files_digest(spec.layout.directory),
+        "kind": spec.kind,
+        "head": spec.heads[0],
+        "attention": spec.attention,
+        "max_model_len": spec.max_model_len,
+        "candidates": [candidate.label for candidate in found.tried],
+        "threads": threads,
+        "runners": config.runners,
+        "cores": config.cores,
+        "packing": config.packing,
+        "compile": config.compile,
+        "max_batch_size": config.max_batch_size,
+        "single_thread_tokens": config.single_thread_tokens,
+        "quantize_gate": config.quantize_gate,
+        "texts": hashlib.sha256(
+            "\n".join(probe_texts() + calibration_texts()).encode()
+        ).hexdigest(),
+        "versions": _versions(),
+    }
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+    return root / "engine-choice" / f"{key}.json"
+
+
+def _versions() -> dict[str, str | None]:
+    names = (*(entry.package for entry in ENGINES), *_LIBRARIES)
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def cached_choice(path: Path) -> EngineChoice | None:
+    """The choice an earlier start measured (None: none, or unreadable: measure)."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        trials = tuple(
+            EngineTrial(
+                engine=str(row["engine"]),
+                precision=str(row["precision"]),
+                sentences_per_second=_number(row["sentences_per_second"]),
+                single_ms=_number(row["single_ms"]),
+                figures={str(k): float(v) for k, v in row["figures"].items()},
+                error=_number(row["error"]),
+                outcome=str(row["outcome"]),
+            )
+            for row in entry["trials"]
+        )
+        return EngineChoice(
+            str(entry["engine"]), str(entry["precision"]), trials, "cached", float(entry["seconds"])
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def save_choice(path: Path, choice: EngineChoice) -> None:
+    """Keep the choice for the next start (written whole, then renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(asdict(choice)), encoding="utf-8")
+    staging.replace(path)

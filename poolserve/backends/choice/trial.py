@@ -1,0 +1,152 @@
+"""One candidate of `--backend auto` tried: built as the backend that would serve it (its engine
+and precision forced), loaded and warmed up on the calling runner thread, its main head run over
+real text shipped with the package on the runner's own threads, and its outputs judged against
+torch float32's.
+
+The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration.txt (5-60
+tokens, every other one, so their lengths spread as the file's do) sorted by length in batches
+of 32, as a loaded server's scheduler forms them; sentences per second, the median of timed
+passes (as many as fit in `PASS_SECONDS`, at least `MIN_PASSES`). 16 sentences of the probe
+(backends/probe.txt) one at a time are timed too, and shown, not chosen by. The judge is the
+quality gate int8 already has (backends/quality_gate.py: cosines for vectors, probabilities and
+labels for scores), and for a float precision also precision.py's tolerance (a relative L2
+distance of 0.045, a cosine of about 0.999), so a lower precision is held to what `--dtype auto`
+always held it to.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from poolserve.backends import quality_gate
+from poolserve.backends.choice.candidates import Candidate
+from poolserve.backends.probe import calibration_texts, probe_texts
+from poolserve.backends.torch.precision import TOLERANCE, probe_batches, worst_error
+from poolserve.config import EngineConfig
+from poolserve.config.engine_table import ENGINE_BY_NAME
+from poolserve.config.model_config import Quantize
+from poolserve.engine.collate import Batch
+from poolserve.engine.model_backend import Backend, Collate, EngineTrial, Forward
+from poolserve.models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+TIMED_SENTENCES = 256
+PASS_SECONDS = 1.5
+MIN_PASSES = 2
+MAX_PASSES = 9
+SINGLE_SENTENCES = 16
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The probe's outputs and timings on one backend."""
+
+    outputs: list[np.ndarray]
+    sentences_per_second: float
+    single_ms: float
+    # How long one pass of the batches took (the next trials' time is estimated from it).
+    pass_seconds: float
+
+
+@dataclass
+class Tried:
+    """A candidate's trial: its row, and its backend where it loaded and passed (kept while it
+    is the fastest so far: the winner serves without being loaded again), and how long the
+    trial took (the next ones' time is estimated from the first's)."""
+
+    candidate: Candidate
+    trial: EngineTrial
+    backend: Backend | None = None
+    probe: Probe | None = None
+    seconds: float = 0.0
+
+    @staticmethod
+    def left_out(candidate: Candidate, why: str, seconds: float = 0.0) -> Tried:
+        row = EngineTrial(candidate.engine, candidate.precision, None, None, {}, None, why)
+        return Tried(candidate, row, seconds=seconds)
+
+    @property
+    def rate(self) -> float:
+        return 0.0 if self.probe is None else self.probe.sentences_per_second
+
+    def settle(self, outcome: str) -> None:
+        """Its outcome, and its backend closed and let go (it will not serve)."""
+        self.trial = replace(self.trial, outcome=outcome)
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+
+def candidate_config(
+    candidate: Candidate, config: EngineConfig, *, compiling: bool
+) -> EngineConfig:
+    """`config` with the candidate's engine forced; torch runs what the compile cache holds
+    (`compiling`: compiles as `config` asks), the graph runtimes compile their own graphs."""
+    if candidate.engine == "torch":
+        compile = config.compile if compiling or config.compile == "off" else "cached"
+    else:
+        compile = "off"
+    quantize: Quantize = "int8" if candidate.precision == "int8" else "off"
+    return replace(config, backend=candidate.engine, compile=compile, quantize=quantize)
+
+
+def build(candidate: Candidate, spec: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
+    """The candidate's backend (not loaded): its factory refuses what it cannot run."""
+    dtype = "float32" if candidate.precision == "int8" else candidate.precision
+    module = importlib.import_module(ENGINE_BY_NAME[candidate.engine].module)
+    backend: Backend = module.make_backend(replace(spec, dtype=dtype), config, collate)
+    return backend
+
+
+def run_probe(backend: Backend, collate: Collate, threads: int) -> Probe:
+    """Load `backend` (on this thread), warm a runner's forward up and run the probe."""
+    backend.load()
+    forward = backend.executor()
+    spec = backend.spec
+    packed = spec.heads[0] in backend.packed_heads
+    texts = calibration_texts()[:: len(calibration_texts()) // TIMED_SENTENCES]
+    batches = probe_batches(spec, collate, packed=packed, texts=texts[:TIMED_SENTENCES])
+    singles = [
+        batch
+        for text in probe_texts()[:SINGLE_SENTENCES]
+        for batch in probe_batches(spec, collate, packed=packed, texts=[text])
+    ]
+    started = time.perf_counter()
+    outputs = _outputs(forward, batches, threads)  # the warm-up pass
+    first = time.perf_counter() - started
+    passes = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(first, 1e-6))))
+    seconds = statistics.median(_timed(forward, batches, threads) for _ in range(passes))
+    single = statistics.median(_timed(forward, [batch], threads) for batch in singles)
+    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds)
+
+
+def judge(
+    candidate: Candidate, probe: Probe, reference: Sequence[np.ndarray], head: str
+) -> tuple[dict[str, float], float, tuple[str, ...]]:
+    """The gate's figures against the reference, the worst relative distance, and what falls
+    short (empty: it passes)."""
+    figures = quality_gate.figures(head, reference, probe.outputs)  # type: ignore[arg-type]
+    error = worst_error(probe.outputs, reference)
+    failures = quality_gate.failures(figures)
+    if candidate.precision != "int8" and error > TOLERANCE:
+        failures += (f"relative error {error:.4f} > {TOLERANCE}",)
+    return figures, error, failures
+
+
+def _outputs(forward: Forward, batches: Sequence[Batch], threads: int) -> list[np.ndarray]:
+    return [output for batch in batches for output in forward(batch, threads)]
+
+
+def _timed(forward: Forward, batches: Sequence[Batch], threads: int) -> float:
+    started = time.perf_counter()
+    for batch in batches:
+        forward(batch, threads)
+    return time.perf_counter() - started

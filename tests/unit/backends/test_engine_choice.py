@@ -1,0 +1,240 @@
+"""`--backend auto`: the candidates the machine and the flags allow, the fastest that passes the
+gate chosen (a failing engine and one off the gate left out, with why), the choice cached and read
+at the next start, and on a real tiny model every candidate run and its answers served."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.backends.choice import auto_backend, candidates
+from poolserve.backends.choice.auto_backend import AutoBackend
+from poolserve.backends.choice.candidates import Candidate
+from poolserve.backends.choice.choice_cache import cached_choice, choice_file
+from poolserve.backends.choice.trial import Probe
+from poolserve.backends.torch.device import place
+from poolserve.engine.engine_core import collate_for
+from poolserve.engine.model_backend import CompileReport
+from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.describe import prepare_model
+from poolserve.models.spec import ModelSpec
+
+ALL = ("float32", "bfloat16")
+REFERENCE = [np.array([1.0, 0.0, 0.0]), np.array([0.0, 2.0, 1.0])]
+
+
+@pytest.fixture
+def spec(monkeypatch: pytest.MonkeyPatch) -> ModelSpec:
+    """The bundled model on a CPU that runs float32 and bf16, every engine installed."""
+    monkeypatch.setattr(candidates, "cpu_precisions", lambda: ALL)
+    return place(dataclasses.replace(prepare_model(ModelConfig()), dtype="auto"))
+
+
+def labels(spec: ModelSpec, **config: Any) -> list[str]:
+    found = candidates.candidates(spec, EngineConfig(backend="auto", **config))
+    return [candidate.label for candidate in found.tried]
+
+
+def test_the_candidates_are_each_engine_in_each_precision_narrowed_by_the_flags(
+    spec: ModelSpec,
+) -> None:
+    everything = ["torch float32", "torch bfloat16", "onnxruntime float32"]
+    everything += ["openvino float32", "openvino bfloat16"]
+    assert labels(spec) == everything
+    assert labels(dataclasses.replace(spec, dtype="float32")) == [
+        "torch float32",
+        "onnxruntime float32",
+        "openvino float32",
+    ]
+    assert labels(spec, quantize="int8") == ["onnxruntime int8", "openvino int8"]
+    assert labels(spec, compile="on") == ["torch float32", "torch bfloat16"]
+    named = candidates.candidates(spec, EngineConfig(backend="openvino"))
+    assert [c.label for c in named.tried] == ["openvino float32", "openvino bfloat16"]
+    on_cuda = candidates.candidates(
+        dataclasses.replace(spec, device="cuda", dtype="bfloat16"), EngineConfig(backend="auto")
+    )
+    assert [c.label for c in on_cuda.tried] == ["torch bfloat16"]
+    assert dict(on_cuda.left_out)[Candidate("openvino", "bfloat16")].startswith("runs on the CPU")
+
+
+def test_an_engine_not_installed_is_left_out_naming_its_extra(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = candidates.EngineEntry.installed
+    monkeypatch.setattr(
+        candidates.EngineEntry, "installed", lambda self: self.name != "openvino" and real(self)
+    )
+    found = candidates.candidates(spec, EngineConfig(backend="auto"))
+    assert "openvino bfloat16" not in [c.label for c in found.tried]
+    why = dict(found.left_out)[Candidate("openvino", "bfloat16")]
+    assert why == "not installed (pip install 'poolserve[openvino]')"
+    monkeypatch.setattr(candidates.EngineEntry, "installed", lambda self: False)
+    with pytest.raises(SettingError) as refused:
+        auto_backend.make_backend(spec, EngineConfig(backend="auto", quantize="int8"), None)  # type: ignore[arg-type]
+    assert refused.value.cli_message.startswith(
+        "no engine can run this model with --quantize int8 here (onnxruntime int8: not installed"
+    )
+
+
+class Fake:
+    """A candidate's backend whose probe the test decides."""
+
+    def __init__(self, candidate: Candidate, spec: ModelSpec) -> None:
+        self.candidate = candidate
+        self.spec = dataclasses.replace(spec, dtype=candidate.precision)
+        self.packed_heads: frozenset[str] = frozenset()
+        self.report = CompileReport("eager")
+        self.precision = self.quantization = self.choice = None
+        self.loaded = self.closed = False
+
+    def load(self) -> None:
+        self.loaded = True
+
+    def executor(self) -> Any:
+        return lambda batch, threads: []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def faked(
+    monkeypatch: pytest.MonkeyPatch, rates: dict[str, tuple[float, float] | Exception]
+) -> list[Fake]:
+    """Each candidate's backend a Fake whose probe runs at the given rate, its outputs off
+    float32's by the given relative error (or whose load raises)."""
+    built: list[Fake] = []
+
+    def build(candidate: Candidate, spec: ModelSpec, config: Any, collate: Any) -> Fake:
+        outcome = rates[candidate.label]
+        if isinstance(outcome, Exception):
+            raise outcome
+        built.append(Fake(candidate, spec))
+        return built[-1]
+
+    def run_probe(backend: Fake, collate: Any, threads: int) -> Probe:
+        rate, error = rates[backend.candidate.label]  # type: ignore[misc]
+        outputs = [vector * (1 + error) for vector in REFERENCE]
+        return Probe(outputs, rate, 1.0, 0.01)
+
+    monkeypatch.setattr(auto_backend, "build", build)
+    monkeypatch.setattr(auto_backend, "run_probe", run_probe)
+    return built
+
+
+def choose(spec: ModelSpec, **config: Any) -> AutoBackend:
+    backend = auto_backend.make_backend(
+        spec, EngineConfig(backend="auto", **config), collate_for(spec)
+    )
+    assert isinstance(backend, AutoBackend)
+    backend.load()
+    return backend
+
+
+def test_the_fastest_within_the_gate_serves_and_the_others_say_why_not(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path))
+    built = faked(
+        monkeypatch,
+        {
+            "torch float32": (100.0, 0.0),
+            "torch bfloat16": (300.0, 0.01),
+            "onnxruntime float32": ModelLoadError("the exporter broke"),
+            "openvino float32": (150.0, 0.0),
+            "openvino bfloat16": (900.0, 0.2),  # the fastest, but far off float32
+        },
+    )
+    backend = choose(spec)
+    choice = backend.choice
+    assert choice is not None and choice.source == "measured"
+    assert (choice.engine, choice.precision) == ("torch", "bfloat16")
+    outcomes = {f"{t.engine} {t.precision}": t.outcome for t in choice.trials}
+    assert outcomes["torch float32"] == "slower"
+    assert outcomes["torch bfloat16"] == "chosen"
+    assert outcomes["onnxruntime float32"] == "failed: the exporter broke"
+    assert outcomes["openvino float32"] == "slower"
+    assert outcomes["openvino bfloat16"].startswith("off the gate: relative error 0.2000 > 0.045")
+    # The winner serves as it was tried (compile off: nothing to build again); the rest closed.
+    serving = [fake for fake in built if not fake.closed]
+    assert [fake.candidate.label for fake in serving] == ["torch bfloat16"]
+    assert backend.spec.dtype == "bfloat16"
+
+
+def test_the_choice_is_cached_and_a_restart_reads_it_without_trials(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path))
+    rates: dict[str, tuple[float, float] | Exception] = {
+        "torch float32": (100.0, 0.0),
+        "torch bfloat16": (300.0, 0.01),
+        "onnxruntime float32": (200.0, 0.0),
+        "openvino float32": (150.0, 0.0),
+        "openvino bfloat16": (400.0, 0.0),
+    }
+    faked(monkeypatch, rates)
+    first = choose(spec)
+    assert first.choice is not None and first.choice.engine == "openvino"
+    auto = EngineConfig(backend="auto")
+    path = choice_file(tmp_path, spec, auto, candidates.candidates(spec, auto), 1)
+    assert path.exists() and cached_choice(path) is not None
+
+    def untimed(*args: Any) -> Probe:
+        raise AssertionError("a restart must not measure")
+
+    monkeypatch.setattr(auto_backend, "run_probe", untimed)
+    built = faked(monkeypatch, rates)
+    monkeypatch.setattr(auto_backend, "run_probe", untimed)
+    again = choose(spec)
+    assert again.choice is not None and again.choice.source == "cached"
+    assert again.choice.trials == first.choice.trials
+    assert [fake.candidate.label for fake in built] == ["openvino bfloat16"]
+    # Another set of candidates (here: float32 only) is another entry, measured anew.
+    in_float32 = dataclasses.replace(spec, dtype="float32")
+    other = choice_file(tmp_path, in_float32, auto, candidates.candidates(in_float32, auto), 1)
+    assert other != path
+
+
+def test_a_forced_engine_and_precision_builds_that_backend_without_choosing(
+    spec: ModelSpec,
+) -> None:
+    from poolserve.backends.openvino.ov_backend import OvBackend
+
+    config = EngineConfig(backend="openvino")
+    forced = auto_backend.make_backend(
+        dataclasses.replace(spec, dtype="bfloat16"), config, collate_for(spec)
+    )
+    assert isinstance(forced, OvBackend) and forced.spec.dtype == "bfloat16"
+    assert forced.choice is None
+    measured = auto_backend.make_backend(spec, config, collate_for(spec))
+    assert isinstance(measured, AutoBackend)
+
+
+@pytest.mark.slow
+def test_every_candidate_runs_a_real_tiny_model_and_the_winner_answers_as_float32_does(
+    classifier_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path))
+    texts = ["The quick brown fox jumps over the lazy dog.", "Short one."]
+    model = ModelConfig(model=str(classifier_dir))
+    with Engine(model_config=model, engine_config=EngineConfig(backend="auto")) as engine:
+        choice = engine.core.choice
+        assert choice is not None and choice.source == "measured"
+        measured = [t for t in choice.trials if t.sentences_per_second is not None]
+        assert {f"{t.engine} {t.precision}" for t in measured} >= {
+            "torch float32",
+            "onnxruntime float32",
+            "openvino float32",
+        }
+        chosen = [t for t in choice.trials if t.outcome == "chosen"]
+        assert len(chosen) == 1
+        passed = [t for t in measured if t.outcome in ("chosen", "slower")]
+        assert chosen[0].sentences_per_second == max(t.sentences_per_second or 0 for t in passed)
+        got = engine.classify(texts)
+    reference = ModelConfig(model=str(classifier_dir), dtype="float32")
+    with Engine(model_config=reference) as torch_float32:
+        np.testing.assert_allclose(got, torch_float32.classify(texts), atol=0.02)
