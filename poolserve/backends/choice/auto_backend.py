@@ -57,11 +57,12 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Ba
     only one candidate is left, that candidate's backend itself."""
     placed = place(model)
     found = candidates(placed, config)
+    if config.backend != "auto" and len(found.tried) <= 1:
+        # The named engine's own factory builds it, or refuses what it cannot run in its words.
+        only = found.tried[0] if found.tried else Candidate(config.backend, placed.dtype)
+        return build(only, model, candidate_config(only, config, compiling=True), collate)
     if not found.tried:
         raise SettingError(refusal(config, found))
-    if config.backend != "auto" and len(found.tried) == 1:
-        only = found.tried[0]
-        return build(only, model, candidate_config(only, config, compiling=True), collate)
     return AutoBackend(placed, config, collate, found)
 
 

@@ -29,9 +29,15 @@ import torch
 from poolserve._environment import cache_dir
 from poolserve.backends import quality_gate
 from poolserve.backends.onnxruntime.int8_cache import ORT_INT8, Quantizer, int8_graphs
-from poolserve.backends.onnxruntime.onnx_export import exported, graph_inputs
+from poolserve.backends.onnxruntime.onnx_export import (
+    entry_of,
+    exported,
+    graph_inputs,
+    valid_model,
+)
 from poolserve.backends.probe import calibration_split
 from poolserve.backends.torch.aot_cache import AotTarget
+from poolserve.backends.torch.deferred_module import deferred_module
 from poolserve.backends.torch.device import cpu_precisions, place
 from poolserve.backends.torch.executor import (
     CompiledForward,
@@ -156,6 +162,28 @@ class OrtBackend(TorchBackend):
         """The model as placed here, in the precision the runtime runs it in."""
         return replace(self._spec, dtype=self._precision)
 
+    def _restart_from_the_cache(self) -> bool:
+        """Serve the main head from its float32 graph alone where the cache holds it (the
+        runtime holds the weights): the torch module is built at its first call, for another
+        head (a restart then skips transformers' model code and the weights). int8 is not
+        restarted so: its gate's figures come with the quantized graph, read at load."""
+        if self._quantize != "off":
+            return False
+        spec, root = self._spec, cache_dir()
+        for with_types in (True, False) if spec.kind == "cross_encoder" else (False,):
+            target = AotTarget(
+                spec.heads[0], 0, with_types, self._max_batch_size, with_pool_mask=True
+            )
+            graph = valid_model(entry_of(root, spec, target)[0])
+            if graph is None:
+                continue
+            self._module = deferred_module(spec, "off", frozenset())
+            self._compiled = (self._forward(target, graph),)
+            self.report = CompileReport(self.FASTER_FORWARD)
+            self._log_runtime(target.head)
+            return True
+        return False
+
     def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
         """Padded batches, always (see above): said in `_speed_up`'s line."""
 
@@ -172,9 +200,12 @@ class OrtBackend(TorchBackend):
             graphs = self._quantized(module, targets, graphs)
         self._compiled = tuple(self._forward(target, graphs[target]) for target in targets)
         self.report = CompileReport(self.FASTER_FORWARD)
+        self._log_runtime(head)
+
+    def _log_runtime(self, head: str) -> None:
         logger.info(
             "%s: the %s head runs on %s (%s, %s)",
-            spec.name,
+            self._spec.name,
             head,
             self.RUNTIME,
             "int8" if self.quantization and self.quantization.served == "int8" else self._precision,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from poolserve import Engine, EngineConfig, ModelConfig
+from poolserve.backends.torch.deferred_module import DeferredModule
 from poolserve.errors import ModelLoadError
 from tests.reference import st_encode
 from tests.tiny_models import (
@@ -73,6 +74,19 @@ def test_embeddings_equal_sentence_transformers(load: Any, runtime: str, st_mode
     got = engine.embed(TEXTS)
     np.testing.assert_allclose(got, st_encode(st_model, TEXTS), atol=2e-5)
     assert engine.core.quantization is None and engine.core.compiled == runtime
+
+
+def test_a_restart_serves_the_cached_graph_and_loads_the_torch_module_only_when_needed(
+    load: Any, st_model: Any
+) -> None:
+    load(None).embed(TEXTS[:1])  # the graph in the cache (exported by the first start)
+    engine = load(None)
+    module = engine.core.backend._module
+    assert isinstance(module, DeferredModule) and not module.built
+    np.testing.assert_allclose(engine.embed(TEXTS), st_encode(st_model, TEXTS), atol=2e-5)
+    assert not module.built
+    engine.pool(TEXTS[:1], task="token_embed")  # another head: the torch module, built now
+    assert module.built
 
 
 def test_cross_encoder_scores_equal_sentence_transformers(
