@@ -1,9 +1,10 @@
 """`--backend auto`'s choice beside the raw engines, in one run: what the chooser measured (its
 table, from an empty cache), the raw engines with nothing around them (benchmarks/raw_engines.py:
 2,000 real sentences sorted by length in batches of 32, on the process's threads), and the
-engine auto chose through `Engine.embed` over the same sentences, as a ratio of the fastest
-raw non-quantized engine. Served figures (HTTP, the server's defaults) come from
-`benchmarks.paired` or `benchmarks.peers` run after it.
+engine auto chose through `Engine.embed` over the same sentences, and `poolserve serve` at its
+defaults (reading that choice) under two HTTP loads of real prose, each as a ratio of the
+fastest raw non-quantized engine: c=8 requests of 32 sentences (sentences/s) and c=64 requests
+of one sentence (requests/s; benchmarks/loadgen.py, closed loop, keep-alive sockets).
 
     .venv/bin/python -m benchmarks.engine_choice            # --no-raw: the choice alone
 """
@@ -11,6 +12,7 @@ raw non-quantized engine. Served figures (HTTP, the server's defaults) come from
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import statistics
@@ -18,9 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
+
+import orjson
 
 from benchmarks.corpus import sentences
+from benchmarks.loadgen import build_request, run_load
 from benchmarks.peers import cpu_model
+from benchmarks.server_process import running_server
 from poolserve import Engine, EngineConfig
 from poolserve.backends.choice.choice_table import row_text
 
@@ -30,6 +38,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--no-raw", action="store_true", help="skip the raw engines")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each served load")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as cache:
@@ -49,20 +58,24 @@ def main() -> None:
         rate = len(texts) / statistics.median(passes)
         engine.close()
 
-    print(f"CPU: {cpu_model()}; measured in {choice.seconds:.1f} s (ready after {ready:.1f} s)")
-    print(f"--backend auto serves {choice.engine} {choice.precision}")
-    for trial in choice.trials:
-        print(f"    {row_text(trial)}")
-    print(f"\nEngine.embed, --backend auto: {rate:.0f} sentences/s ({args.count} real sentences)")
-    if args.no_raw:
-        return
-    raw = subprocess.run(
-        [sys.executable, "-m", "benchmarks.raw_engines", "--count", str(args.count)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    table = raw[raw.index("| engine") :]
+        print(f"CPU: {cpu_model()}; measured in {choice.seconds:.1f} s (ready after {ready:.1f} s)")
+        print(f"--backend auto serves {choice.engine} {choice.precision}")
+        for trial in choice.trials:
+            print(f"    {row_text(trial)}")
+        print(f"\nEngine.embed, --backend auto: {rate:.0f} sentences/s ({args.count} sentences)")
+        if args.no_raw:
+            return
+        # The raw engines' run reads the same cache: its `--backend auto` row serves this choice.
+        raw = subprocess.run(
+            [sys.executable, "-m", "benchmarks.raw_engines", "--count", str(args.count)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if raw.returncode != 0:
+            sys.exit(f"benchmarks.raw_engines failed:\n{raw.stderr[-4000:]}")
+        served = _served(texts, args.seconds)
+    table = raw.stdout[raw.stdout.index("| engine") :]
     print("\nThe raw engines, the same run:\n")
     print(table)
     floats = {
@@ -71,10 +84,36 @@ def main() -> None:
         if "int8" not in label and not label.startswith("poolserve")
     }
     fastest = max(floats, key=floats.__getitem__)
-    print(
-        f"auto ÷ the fastest raw float engine ({fastest}, {floats[fastest]:.0f}): "
-        f"{rate / floats[fastest]:.2f}"
-    )
+    limit = floats[fastest]
+    print(f"The fastest raw float engine: {fastest}, {limit:.0f} sentences/s\n")
+    print("| poolserve, --backend auto | sentences/s | ÷ the fastest raw |")
+    print("|---|---:|---:|")
+    print(f"| Engine.embed, 2,000 sentences as they come | {rate:.0f} | {rate / limit:.2f} |")
+    for label, value in served.items():
+        print(f"| `poolserve serve` (defaults), {label} | {value:.0f} | {value / limit:.2f} |")
+
+
+def _served(texts: list[str], seconds: float) -> dict[str, float]:
+    """`poolserve serve` at its defaults (the choice read from the cache) under two loads."""
+    with running_server([]) as port:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/info") as answer:
+            engine = orjson.loads(answer.read())["engine"]
+        chosen = f"{engine['chosen']['engine']} {engine['chosen']['precision']}"
+        print(f"poolserve serve chose {chosen} ({engine['source']})")
+
+        def requests(inputs: Callable[[int], object], count: int) -> list[bytes]:
+            path = "/v1/embeddings"
+            body = [orjson.dumps({"input": inputs(i)}) for i in range(count)]
+            return [build_request("127.0.0.1", port, path, each) for each in body]
+
+        batches = requests(lambda i: texts[i * 32 % len(texts) :][:32], 64)
+        singles = requests(lambda i: texts[i * 7 % len(texts)], 256)
+        c8 = asyncio.run(run_load("127.0.0.1", port, batches, concurrency=8, seconds=seconds))
+        c64 = asyncio.run(run_load("127.0.0.1", port, singles, concurrency=64, seconds=seconds))
+    return {
+        "c=8 × 32 sentences": c8.throughput * 32,
+        "c=64 × one sentence (requests/s)": c64.throughput,
+    }
 
 
 if __name__ == "__main__":

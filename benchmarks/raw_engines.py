@@ -113,8 +113,8 @@ def main() -> None:
             rows += _openvino_rows(python, graph, feeds, calibration, args.passes, Path(scratch))
 
     for label, config in (
-        ("poolserve Engine.embed, defaults", EngineConfig()),
-        ("poolserve Engine.embed, --quantize int8", EngineConfig(quantize="int8")),
+        ("poolserve Engine.embed, --backend auto", EngineConfig(backend="auto")),
+        ("poolserve Engine.embed, --quantize int8", EngineConfig(backend="auto", quantize="int8")),
     ):
         with Engine(engine_config=config) as engine:
             engine.embed(ordered[:256])

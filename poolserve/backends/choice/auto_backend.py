@@ -22,10 +22,18 @@ from pathlib import Path
 import numpy as np
 
 from poolserve._environment import cache_dir
-from poolserve.backends.choice.candidates import Candidate, Candidates, candidates
+from poolserve.backends.choice.candidates import REFERENCE, Candidate, Candidates, candidates
 from poolserve.backends.choice.choice_cache import cached_choice, choice_file, save_choice
 from poolserve.backends.choice.choice_table import describe, left_out_rows, refusal
-from poolserve.backends.choice.trial import Tried, build, candidate_config, judge, run_probe
+from poolserve.backends.choice.trial import (
+    Tried,
+    build,
+    candidate_config,
+    duel,
+    judge,
+    near,
+    run_probe,
+)
 from poolserve.backends.progress import progress
 from poolserve.backends.torch.device import place
 from poolserve.config import EngineConfig
@@ -49,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 BUDGET_SECONDS = 30.0
 LARGE_MODEL_BYTES = 2 << 30
-REFERENCE = Candidate("torch", "float32")
 
 
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
@@ -190,7 +197,7 @@ class AutoBackend:
                 why = f"not timed: past the {BUDGET_SECONDS:.0f} s a first start may measure for"
                 rows.append(Tried.left_out(candidate, why))
                 continue
-            row = self._try(candidate, reference)
+            row = self._try(candidate, reference, best)
             rows.append(row)
             if reference is None:
                 if row.probe is None:
@@ -201,14 +208,23 @@ class AutoBackend:
                 reference = row.probe.outputs
             if candidate not in self._found.tried:
                 row.settle("the reference (not a candidate)")
-            elif row.backend is None:
+            elif row.backend is None or row.probe is None:
                 continue
-            elif best is None or row.rate > best.rate:
-                if best is not None:
-                    best.settle("slower")
+            elif best is None or best.probe is None:
                 best = row
+            elif row.probe.first_pass_only:
+                times = row.probe.pass_seconds / best.probe.pass_seconds
+                row.settle(f"slower (its first pass took {times:.1f}x the fastest's)")
             else:
-                row.settle("slower")
+                if near(row.probe, best.probe):
+                    retimed = duel(best.probe, row.probe, self._threads)
+                    best.retimed(retimed[0])
+                    row.retimed(retimed[1])
+                if row.rate > best.rate:
+                    best.settle("slower")
+                    best = row
+                else:
+                    row.settle("slower")
         return rows, best
 
     def _past_budget(self, first: Tried, started: float) -> bool:
@@ -217,13 +233,17 @@ class AutoBackend:
         elapsed = time.perf_counter() - started
         return not self.ahead_of_time and elapsed + first.seconds > BUDGET_SECONDS
 
-    def _try(self, candidate: Candidate, reference: list[np.ndarray] | None) -> Tried:
-        """One trial: its row, its backend loaded where it passed the gate."""
+    def _try(
+        self, candidate: Candidate, reference: list[np.ndarray] | None, best: Tried | None
+    ) -> Tried:
+        """One trial: its row, its backend loaded where it passed the gate (`best`: the
+        fastest so far, whose pass a slower one's first pass is cut off at)."""
         started = time.perf_counter()
         config = candidate_config(candidate, self._config, compiling=self.ahead_of_time)
         try:
             backend = build(candidate, self._spec, config, self._collate)
-            probe = run_probe(backend, self._collate, self._threads)
+            fastest = None if best is None or best.probe is None else best.probe.pass_seconds
+            probe = run_probe(backend, self._collate, self._threads, fastest)
         except Exception as exc:  # a candidate that cannot load or export is left out
             why = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
             logger.warning("%s: %s left out: %s", self._spec.name, candidate.label, why)

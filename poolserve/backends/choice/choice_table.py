@@ -29,9 +29,10 @@ def row_text(trial: EngineTrial) -> str:
     if trial.sentences_per_second is None:
         return f"{head} {trial.outcome}"
     figures = ", ".join(f"{key} {value:.4f}" for key, value in trial.figures.items())
+    single = "not timed" if trial.single_ms is None else f"{trial.single_ms:6.2f} ms"
     return (
         f"{head} {trial.sentences_per_second:8.0f} sentences/s (batches of 32), "
-        f"{trial.single_ms or 0.0:6.2f} ms one sentence; {figures}; {trial.outcome}"
+        f"{single} one sentence; {figures}; {trial.outcome}"
     )
 
 

@@ -7,7 +7,11 @@ The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration
 tokens, every other one, so their lengths spread as the file's do) sorted by length in batches
 of 32, as a loaded server's scheduler forms them; sentences per second, the median of timed
 passes (as many as fit in `PASS_SECONDS`, at least `MIN_PASSES`). 16 sentences of the probe
-(backends/probe.txt) one at a time are timed too, and shown, not chosen by. The judge is the
+(backends/probe.txt) one at a time are timed too, and shown, not chosen by. A candidate whose
+first timed pass takes `CUT_OFF` times the fastest's pass is slower, and is not timed further
+(the warm-up pass cannot tell: a graph runtime's first pass over new shapes can take twice its
+steady time, OpenVINO's does). Two within `NEAR` of each other
+are timed again in turn (`duel`), so a sequential trial's noise does not decide. The judge is the
 quality gate int8 already has (backends/quality_gate.py: cosines for vectors, probabilities and
 labels for scores), and for a float precision also precision.py's tolerance (a relative L2
 distance of 0.045, a cosine of about 0.999), so a lower precision is held to what `--dtype auto`
@@ -43,17 +47,26 @@ PASS_SECONDS = 1.5
 MIN_PASSES = 2
 MAX_PASSES = 9
 SINGLE_SENTENCES = 16
+CUT_OFF = 1.5
+NEAR = 1.1
+DUEL_PASSES = 5
 
 
 @dataclass(frozen=True)
 class Probe:
-    """The probe's outputs and timings on one backend."""
+    """The probe's outputs and timings on one backend, and what re-times it (`duel`)."""
 
     outputs: list[np.ndarray]
     sentences_per_second: float
-    single_ms: float
-    # How long one pass of the batches took (the next trials' time is estimated from it).
+    single_ms: float | None  # None: not timed (its first timed pass was past the cut-off)
+    # How long one pass of the batches took (the median of the timed ones, or the one).
     pass_seconds: float
+    forward: Forward
+    batches: Sequence[Batch]
+
+    @property
+    def first_pass_only(self) -> bool:
+        return self.single_ms is None
 
 
 @dataclass
@@ -76,6 +89,11 @@ class Tried:
     @property
     def rate(self) -> float:
         return 0.0 if self.probe is None else self.probe.sentences_per_second
+
+    def retimed(self, probe: Probe) -> None:
+        """Its rate as `probe` (timed again) measured it."""
+        self.probe = probe
+        self.trial = replace(self.trial, sentences_per_second=probe.sentences_per_second)
 
     def settle(self, outcome: str) -> None:
         """Its outcome, and its backend closed and let go (it will not serve)."""
@@ -106,8 +124,12 @@ def build(candidate: Candidate, spec: ModelSpec, config: EngineConfig, collate: 
     return backend
 
 
-def run_probe(backend: Backend, collate: Collate, threads: int) -> Probe:
-    """Load `backend` (on this thread), warm a runner's forward up and run the probe."""
+def run_probe(
+    backend: Backend, collate: Collate, threads: int, fastest: float | None = None
+) -> Probe:
+    """Load `backend` (on this thread), warm a runner's forward up and run the probe
+    (`fastest`: the fastest pass so far, in seconds; a first timed pass past `CUT_OFF` times it
+    ends the probe there)."""
     backend.load()
     forward = backend.executor()
     spec = backend.spec
@@ -122,10 +144,37 @@ def run_probe(backend: Backend, collate: Collate, threads: int) -> Probe:
     started = time.perf_counter()
     outputs = _outputs(forward, batches, threads)  # the warm-up pass
     first = time.perf_counter() - started
+    timed = [_timed(forward, batches, threads)]
+    if fastest is not None and timed[0] > CUT_OFF * fastest:
+        return Probe(outputs, len(outputs) / timed[0], None, timed[0], forward, batches)
     passes = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(first, 1e-6))))
-    seconds = statistics.median(_timed(forward, batches, threads) for _ in range(passes))
+    timed += [_timed(forward, batches, threads) for _ in range(passes - 1)]
+    seconds = statistics.median(timed)
     single = statistics.median(_timed(forward, [batch], threads) for batch in singles)
-    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds)
+    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds, forward, batches)
+
+
+def near(one: Probe, other: Probe) -> bool:
+    """Whether the two are close enough that the order their trials ran in could flip them."""
+    rates = sorted((one.sentences_per_second, other.sentences_per_second))
+    return rates[1] <= NEAR * rates[0]
+
+
+def duel(one: Probe, other: Probe, threads: int) -> tuple[Probe, Probe]:
+    """Both timed again, a pass of each in turn (`DUEL_PASSES` each): the same moments of the
+    machine's noise fall on both. Their rates are those passes' medians."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(DUEL_PASSES):
+        for probe, seconds in zip((one, other), times, strict=True):
+            seconds.append(_timed(probe.forward, probe.batches, threads))
+    return tuple(  # type: ignore[return-value]
+        replace(
+            probe,
+            sentences_per_second=len(probe.outputs) / statistics.median(seconds),
+            pass_seconds=statistics.median(seconds),
+        )
+        for probe, seconds in zip((one, other), times, strict=True)
+    )
 
 
 def judge(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from poolserve import Engine, EngineConfig, ModelConfig
-from poolserve.backends.choice import auto_backend, candidates
+from poolserve.backends.choice import auto_backend, candidates, trial
 from poolserve.backends.choice.auto_backend import AutoBackend
 from poolserve.backends.choice.candidates import Candidate
 from poolserve.backends.choice.choice_cache import cached_choice, choice_file
@@ -43,8 +43,9 @@ def labels(spec: ModelSpec, **config: Any) -> list[str]:
 def test_the_candidates_are_each_engine_in_each_precision_narrowed_by_the_flags(
     spec: ModelSpec,
 ) -> None:
-    everything = ["torch float32", "torch bfloat16", "onnxruntime float32"]
-    everything += ["openvino float32", "openvino bfloat16"]
+    # The reference first, then the lower precision (timed before the budget can run out).
+    everything = ["torch float32", "torch bfloat16", "openvino bfloat16"]
+    everything += ["onnxruntime float32", "openvino float32"]
     assert labels(spec) == everything
     assert labels(dataclasses.replace(spec, dtype="float32")) == [
         "torch float32",
@@ -54,7 +55,7 @@ def test_the_candidates_are_each_engine_in_each_precision_narrowed_by_the_flags(
     assert labels(spec, quantize="int8") == ["onnxruntime int8", "openvino int8"]
     assert labels(spec, compile="on") == ["torch float32", "torch bfloat16"]
     named = candidates.candidates(spec, EngineConfig(backend="openvino"))
-    assert [c.label for c in named.tried] == ["openvino float32", "openvino bfloat16"]
+    assert [c.label for c in named.tried] == ["openvino bfloat16", "openvino float32"]
     on_cuda = candidates.candidates(
         dataclasses.replace(spec, device="cuda", dtype="bfloat16"), EngineConfig(backend="auto")
     )
@@ -116,10 +117,10 @@ def faked(
         built.append(Fake(candidate, spec))
         return built[-1]
 
-    def run_probe(backend: Fake, collate: Any, threads: int) -> Probe:
+    def run_probe(backend: Fake, collate: Any, threads: int, fastest: Any = None) -> Probe:
         rate, error = rates[backend.candidate.label]  # type: ignore[misc]
         outputs = [vector * (1 + error) for vector in REFERENCE]
-        return Probe(outputs, rate, 1.0, 0.01)
+        return Probe(outputs, rate, 1.0, len(outputs) / rate, backend.executor(), [])
 
     monkeypatch.setattr(auto_backend, "build", build)
     monkeypatch.setattr(auto_backend, "run_probe", run_probe)
@@ -197,6 +198,105 @@ def test_the_choice_is_cached_and_a_restart_reads_it_without_trials(
     in_float32 = dataclasses.replace(spec, dtype="float32")
     other = choice_file(tmp_path, in_float32, auto, candidates.candidates(in_float32, auto), 1)
     assert other != path
+
+
+class Clock:
+    """trial.py's clock: it moves only as a costed forward runs a batch."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class Costed(Fake):
+    """A backend each of whose batches takes `costs[i]` on the clock at its i-th pass (the
+    last cost from then on)."""
+
+    def __init__(self, spec: ModelSpec, clock: Clock, batches: int, *costs: float) -> None:
+        super().__init__(Candidate("torch", "float32"), spec)
+        self.clock, self.batches, self.costs, self.runs = clock, batches, costs, 0
+
+    def executor(self) -> Any:
+        def forward(batch: Any, threads: int) -> list[np.ndarray]:
+            self.clock.now += self.costs[min(self.runs // self.batches, len(self.costs) - 1)]
+            self.runs += 1
+            return [np.zeros(3)] * len(batch.items)
+
+        return forward
+
+
+def test_a_first_pass_past_the_cut_off_ends_the_probe_and_near_rates_are_timed_again(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(trial, "time", clock)
+    collate = collate_for(spec)
+    count = len(trial.calibration_texts()[:: len(trial.calibration_texts()) // 256][:256])
+    batches = -(-count // 32)
+    # The fastest so far took 1.0 s a pass. A warm-up pass of 2.5 s does not decide; a first
+    # timed pass of 1.6 s is past 1.5x it: not timed on.
+    slow = Costed(spec, clock, batches, 2.5 / batches, 1.6 / batches)
+    probe = trial.run_probe(slow, collate, 1, fastest=1.0)
+    assert probe.first_pass_only and probe.single_ms is None
+    assert slow.runs == 2 * batches and probe.sentences_per_second == pytest.approx(count / 1.6)
+    # A warm-up of 2.5 s, then 1.2 s a pass (within the cut-off): its timed passes decide.
+    warming = Costed(spec, clock, batches, 2.5 / batches, 1.2 / batches)
+    timed = trial.run_probe(warming, collate, 1, fastest=1.0)
+    assert not timed.first_pass_only
+    assert timed.sentences_per_second == pytest.approx(count / 1.2)
+    # Two within 10 % are timed again in turn, each rate its new passes' median.
+    other = Costed(spec, clock, batches, 1.1 / batches)
+    rival = trial.run_probe(other, collate, 1)
+    assert trial.near(timed, rival) and not trial.near(timed, probe)
+    warming.costs, other.costs = (1.0 / batches,), (1.3 / batches,)
+    again, rival_again = trial.duel(timed, rival, 1)
+    assert again.sentences_per_second == pytest.approx(count / 1.0)
+    assert rival_again.sentences_per_second == pytest.approx(count / 1.3)
+
+
+def test_a_candidate_cut_off_or_dueled_says_so_in_the_table(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path))
+    rates: dict[str, tuple[float, float] | Exception] = {
+        "torch float32": (100.0, 0.0),
+        "torch bfloat16": (300.0, 0.01),
+        "openvino bfloat16": (310.0, 0.0),  # near torch bf16: both timed again
+        "onnxruntime float32": (120.0, 0.0),  # its first pass is past the cut-off
+        "openvino float32": (150.0, 0.0),
+    }
+    faked(monkeypatch, rates)
+    timed_again: list[tuple[str, str]] = []
+
+    def duel(one: Probe, other: Probe, threads: int) -> tuple[Probe, Probe]:
+        timed_again.append((one.forward.label, other.forward.label))
+        # Timed in turn, torch bf16 turns out the faster of the two.
+        return dataclasses.replace(one, sentences_per_second=320.0), other
+
+    def cut_off(probe: Probe, label: str) -> Probe:
+        if label != "onnxruntime float32":
+            return probe
+        return dataclasses.replace(probe, single_ms=None, pass_seconds=3 * probe.pass_seconds)
+
+    faked_probe = auto_backend.run_probe
+
+    def run_probe(backend: Fake, collate: Any, threads: int, fastest: Any = None) -> Probe:
+        probe = faked_probe(backend, collate, threads, fastest)
+        forward = backend.executor()
+        forward.label = backend.candidate.label
+        return cut_off(dataclasses.replace(probe, forward=forward), backend.candidate.label)
+
+    monkeypatch.setattr(auto_backend, "run_probe", run_probe)
+    monkeypatch.setattr(auto_backend, "duel", duel)
+    choice = choose(spec).choice
+    assert choice is not None and (choice.engine, choice.precision) == ("torch", "bfloat16")
+    assert timed_again == [("torch bfloat16", "openvino bfloat16")]
+    rows = {f"{t.engine} {t.precision}": t for t in choice.trials}
+    assert rows["torch bfloat16"].sentences_per_second == 320.0
+    assert rows["openvino bfloat16"].outcome == "slower"
+    assert rows["onnxruntime float32"].outcome.startswith("slower (its first pass took ")
 
 
 def test_a_forced_engine_and_precision_builds_that_backend_without_choosing(
