@@ -214,7 +214,7 @@ class AutoBackend:
                 best = row
             elif row.probe.first_pass_only:
                 times = row.probe.pass_seconds / best.probe.pass_seconds
-                row.settle(f"slower (its first pass took {times:.1f}x the fastest's)")
+                row.settle(f"slower (its first timed pass took {times:.1f}x the fastest's)")
             else:
                 if near(row.probe, best.probe):
                     retimed = duel(best.probe, row.probe, self._threads)

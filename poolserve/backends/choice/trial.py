@@ -5,17 +5,18 @@ torch float32's.
 
 The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration.txt (5-60
 tokens, every other one, so their lengths spread as the file's do) sorted by length in batches
-of 32, as a loaded server's scheduler forms them; sentences per second, the median of timed
-passes (as many as fit in `PASS_SECONDS`, at least `MIN_PASSES`). 16 sentences of the probe
-(backends/probe.txt) one at a time are timed too, and shown, not chosen by. A candidate whose
-first timed pass takes `CUT_OFF` times the fastest's pass is slower, and is not timed further
-(the warm-up pass cannot tell: a graph runtime's first pass over new shapes can take twice its
-steady time, OpenVINO's does). Two within `NEAR` of each other
-are timed again in turn (`duel`), so a sequential trial's noise does not decide. The judge is the
-quality gate int8 already has (backends/quality_gate.py: cosines for vectors, probabilities and
-labels for scores), and for a float precision also precision.py's tolerance (a relative L2
-distance of 0.045, a cosine of about 0.999), so a lower precision is held to what `--dtype auto`
-always held it to.
+of 32; sentences per second, the median of timed passes (as many as fit in `PASS_SECONDS`, at
+least `MIN_PASSES`). A loaded server's scheduler forms other batches for some engines (torch
+packs about 60 sentences under its token budget): the trial does not time those yet
+(docs/benchmarks.md, the request cost). 16 sentences of the probe (backends/probe.txt) one at a
+time are timed too, and shown, not chosen by. A candidate whose first timed pass takes
+`CUT_OFF` times the fastest's pass is slower, and is not timed further (the warm-up pass cannot
+tell: a graph runtime's first pass over new shapes can take twice its steady time, OpenVINO's
+does). Two within `NEAR` of each other are timed again in turn (`duel`), so a sequential
+trial's noise does not decide. The judge is the quality gate int8 already has
+(backends/quality_gate.py: cosines for vectors, probabilities and labels for scores), and for a
+float precision also precision.py's tolerance (a relative L2 distance of 0.045, a cosine of
+about 0.999), so a lower precision is held to what `--dtype auto` always held it to.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Probe:
     single_ms: float | None  # None: not timed (its first timed pass was past the cut-off)
     # How long one pass of the batches took (the median of the timed ones, or the one).
     pass_seconds: float
-    forward: Forward
+    # What times it again; None once its backend is let go (nothing may hold the model then).
+    forward: Forward | None
     batches: Sequence[Batch]
 
     @property
@@ -98,6 +100,8 @@ class Tried:
     def settle(self, outcome: str) -> None:
         """Its outcome, and its backend closed and let go (it will not serve)."""
         self.trial = replace(self.trial, outcome=outcome)
+        if self.probe is not None:
+            self.probe = replace(self.probe, forward=None, batches=())
         if self.backend is not None:
             self.backend.close()
             self.backend = None
@@ -166,6 +170,7 @@ def duel(one: Probe, other: Probe, threads: int) -> tuple[Probe, Probe]:
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(DUEL_PASSES):
         for probe, seconds in zip((one, other), times, strict=True):
+            assert probe.forward is not None  # both still loaded
             seconds.append(_timed(probe.forward, probe.batches, threads))
     return tuple(  # type: ignore[return-value]
         replace(
