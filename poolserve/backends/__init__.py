@@ -1,8 +1,9 @@
 """Model backends, one package each (`torch/`, `onnxruntime/`, `openvino/`), each with a module
-whose `make_backend` builds one (engine/model_backend.py says what a backend is), and `auto/`,
-which measures the installed ones and serves the fastest. `backend_for` imports the one
-`--backend` names; the names and what each engine runs live with the setting
-(config/engine_table.py), so that the flags name them without loading any backend's libraries."""
+whose `make_backend` builds one (engine/model_backend.py says what a backend is), and `choice/`
+(`--backend auto`), which measures the installed ones and serves the fastest. `backend_for`
+imports the one `--backend` names; the names and what each engine runs live with the setting
+(config/engine_table.py), so that the flags name them without loading any backend's
+libraries."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def backend_for(config: EngineConfig) -> BackendFactory:
     if entry is None:
         known = ", ".join(ENGINE_BY_NAME)
         raise SettingError(f"unknown --backend {name!r}; the backends: auto, {known}")
-    factory = _factory(entry.module, name, config)
+    factory = _factory(entry.module, name, config)  # first: a missing library says so
     chooses = name != "torch" and len(entry.precisions) > 1  # torch measures its own (precision.py)
     return _factory(AUTO_MODULE, name, config) if chooses else factory
 

@@ -11,11 +11,9 @@ from typing import Literal
 from poolserve.config.engine_table import ENGINES
 from poolserve.config.fields import setting
 
-# The model backends by name (`--backend`): each the module whose `make_backend` builds one
-# (names only: nothing here imports a backend); what each can run is in config/engine_table.py.
-BACKENDS = {entry.name: entry.module for entry in ENGINES}
-# The pip extra each backend's libraries come with (torch is a dependency of poolserve itself).
-BACKEND_EXTRAS = {entry.name: entry.extra for entry in ENGINES if entry.extra is not None}
+# The model backends by name (`--backend`): their modules, extras and what each can run are in
+# config/engine_table.py (names only: nothing here imports a backend).
+BACKENDS = tuple(entry.name for entry in ENGINES)
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]

@@ -8,8 +8,9 @@ declared here with what "none" means (`packed_heads` empty, `report` eager, `clo
 free), so the engine asks and never probes.
 
 A backend is a package under `poolserve/backends/` whose module has a `make_backend` factory,
-and one line naming it (config/model_config.py: `BACKENDS`, the `--backend` choices). Tests wrap
-a backend to inject faults (a slow or failing forward) without touching the engine's internals.
+and one entry naming it (config/engine_table.py: its `--backend` name, module, extra and what
+it runs). Tests wrap a backend to inject faults (a slow or failing forward) without touching the
+engine's internals.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from poolserve.backends.choice.candidates import Candidates
 from poolserve.backends.probe import calibration_texts, probe_texts
-from poolserve.backends.torch.aot_cache import cpu_identity, files_digest
+from poolserve.backends.torch.aot_cache import keyed_file, measured_on, write_json
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINES
 from poolserve.engine.model_backend import EngineChoice, EngineTrial
@@ -34,11 +34,7 @@ def choice_file(
     """Where the choice for this model, machine, candidates and settings is kept."""
     parts = {
         "format": FORMAT,
-        "cpu": cpu_identity(),
-        "model_files": files_digest(spec.layout.directory),
-        "kind": spec.kind,
-        "head": spec.heads[0],
-        "attention": spec.attention,
+        **measured_on(spec),
         "max_model_len": spec.max_model_len,
         "candidates": [candidate.label for candidate in found.tried],
         "threads": threads,
@@ -54,8 +50,7 @@ def choice_file(
         ).hexdigest(),
         "versions": _versions(),
     }
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
-    return root / "engine-choice" / f"{key}.json"
+    return keyed_file(root, "engine-choice", parts)
 
 
 def _versions() -> dict[str, str | None]:
@@ -98,7 +93,4 @@ def _number(value: object) -> float | None:
 
 def save_choice(path: Path, choice: EngineChoice) -> None:
     """Keep the choice for the next start (written whole, then renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps(asdict(choice)), encoding="utf-8")
-    staging.replace(path)
+    write_json(path, asdict(choice))

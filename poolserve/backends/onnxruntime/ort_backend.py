@@ -50,6 +50,7 @@ from poolserve.backends.torch.module import PoolingModule
 from poolserve.backends.torch.precision import probe_batches
 from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.config import EngineConfig
+from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize, QuantizeGate
 from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import (
@@ -75,13 +76,15 @@ def graph_backend(
     kind: type[OrtBackend], name: str, model: ModelSpec, config: EngineConfig, collate: Collate
 ) -> OrtBackend:
     """A backend that runs the main head's exported graph (`kind`, `--backend name`) on the CPU
-    in float32 or int8; a setting it cannot honour is refused now."""
+    in a precision the engine runs (config/engine_table.py) or int8; a setting it cannot honour
+    is refused now."""
     if model.layout.vision is not None:
         raise SettingError(f"--backend {name} serves text models; use --backend torch")
     precision = "float32" if model.dtype == "auto" else model.dtype
-    if precision not in kind.PRECISIONS:
+    precisions = ENGINE_BY_NAME[name].precisions
+    if precision not in precisions:
         raise SettingError(
-            f"--backend {name} runs {' or '.join(kind.PRECISIONS)} (or int8 with --quantize "
+            f"--backend {name} runs {' or '.join(precisions)} (or int8 with --quantize "
             f"int8), not --dtype {model.dtype}; leave --dtype out or use --backend torch"
         )
     if precision != "float32" and precision not in cpu_precisions():
@@ -124,8 +127,6 @@ class OrtBackend(TorchBackend):
     RUNTIME = "ONNX Runtime"
     # How its int8 graphs are made (int8_cache.py).
     QUANTIZER: Quantizer = ORT_INT8
-    # The float precisions the runtime runs the graph in (config/engine_table.py says the same).
-    PRECISIONS: tuple[str, ...] = ("float32",)
 
     def __init__(
         self,

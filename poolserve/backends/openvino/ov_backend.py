@@ -52,7 +52,6 @@ class OvBackend(OrtBackend):
     FASTER_FORWARD: CompileSource = "openvino"
     RUNTIME = "OpenVINO"
     QUANTIZER: Quantizer = OPENVINO_INT8
-    PRECISIONS = ("float32", "bfloat16")
 
     @functools.cached_property
     def _core(self) -> Any:

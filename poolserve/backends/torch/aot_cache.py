@@ -115,6 +115,33 @@ def cpu_identity() -> str:
     )
 
 
+def measured_on(spec: ModelSpec) -> dict[str, Any]:
+    """What a measurement of `spec` on this machine depends on beside its own settings (the
+    precision and engine choices' keys): the CPU's instruction set and the model's files,
+    kind, main head and attention."""
+    return {
+        "cpu": cpu_identity(),
+        "model_files": files_digest(spec.layout.directory),
+        "kind": spec.kind,
+        "head": spec.heads[0],
+        "attention": spec.attention,
+    }
+
+
+def keyed_file(root: Path, family: str, parts: dict[str, Any]) -> Path:
+    """`root/family/<hash of parts>.json`: where a measurement keyed by `parts` is kept."""
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+    return root / family / f"{key}.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """`data` kept at `path` for the next start: written whole, then renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(data), encoding="utf-8")
+    staging.replace(path)
+
+
 def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
     """Everything an entry's code depends on; its hash names the entry."""
     import transformers

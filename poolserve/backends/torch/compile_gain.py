@@ -26,7 +26,7 @@ from pathlib import Path
 from poolserve.backends.probe import probe_texts
 from poolserve.backends.progress import progress
 from poolserve.backends.torch import precision
-from poolserve.backends.torch.aot_cache import AotTarget, entry_for
+from poolserve.backends.torch.aot_cache import AotTarget, entry_for, write_json
 from poolserve.backends.torch.executor import CompiledForward, ModelExecutor
 from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import Collate, CompileReport, Forward
@@ -80,10 +80,7 @@ def cached_gain(path: Path) -> Gain | None:
 
 def save_gain(path: Path, gain: Gain) -> None:
     """Keep the figures for the next start (written whole, then renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps(asdict(gain)), encoding="utf-8")
-    staging.replace(path)
+    write_json(path, asdict(gain))
 
 
 def probe(spec: ModelSpec, collate: Collate, packed: bool) -> list[Batch]:

@@ -30,7 +30,7 @@ import torch
 
 from poolserve.backends.probe import probe_texts
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.aot_cache import cpu_identity, files_digest
+from poolserve.backends.torch.aot_cache import keyed_file, measured_on, write_json
 from poolserve.backends.torch.device import cpu_precisions
 from poolserve.backends.torch.executor import ModelExecutor
 from poolserve.engine.collate import Batch, text_item
@@ -81,19 +81,14 @@ def cache_file(root: Path, spec: ModelSpec, threads: int) -> Path:
 
     parts = {
         "format": FORMAT,
-        "cpu": cpu_identity(),
-        "model_files": files_digest(spec.layout.directory),
-        "kind": spec.kind,
-        "head": spec.heads[0],
-        "attention": spec.attention,
+        **measured_on(spec),
         "threads": threads,
         "precisions": cpu_precisions(),
         "probe": hashlib.sha256("\n".join(probe_texts()).encode()).hexdigest(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
-    return root / "precision" / f"{key}.json"
+    return keyed_file(root, "precision", parts)
 
 
 def cached_choice(path: Path) -> PrecisionReport | None:
@@ -112,10 +107,7 @@ def cached_choice(path: Path) -> PrecisionReport | None:
 
 def save_choice(path: Path, report: PrecisionReport) -> None:
     """Keep the choice for the next start (written whole, then renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps({**asdict(report), "source": "measured"}), encoding="utf-8")
-    staging.replace(path)
+    write_json(path, {**asdict(report), "source": "measured"})
 
 
 def measure(
