@@ -227,6 +227,18 @@ class Scheduler:
         self._idle = idle
         self._idle_changed.notify_all()
 
+    def drain(self, runners: int) -> list[list[WorkItem]]:
+        """Every waiting item popped as the batches `runners` free runners would take them one
+        after another (each sharing what waits with those still free), without waiting for any
+        (`--backend auto` times a candidate over these: backends/choice/trial.py)."""
+        batches: list[list[WorkItem]] = []
+        with self._condition:
+            while self._waiting:
+                items = self._form_batch(share=max(1, runners - len(batches)))
+                if items:
+                    batches.append(items)
+        return batches
+
     # -- the runner threads -----------------------------------------------------------------
 
     def next_batch(self) -> Assignment | None:

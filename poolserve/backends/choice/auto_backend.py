@@ -84,7 +84,8 @@ class AutoBackend:
         self._config = config
         self._collate = collate
         self._found = found
-        self._threads = runner_layout(config, spec.device)[1] or 1
+        self._runners, threads = runner_layout(config, spec.device)
+        self._threads = threads or 1
         self._chosen: Backend | None = None
         self.choice: EngineChoice | None = None
         # Set by `poolserve compile`: measure anew, torch compiled, with no time bound.
@@ -243,7 +244,9 @@ class AutoBackend:
         try:
             backend = build(candidate, self._spec, config, self._collate)
             fastest = None if best is None or best.probe is None else best.probe.pass_seconds
-            probe = run_probe(backend, self._collate, self._threads, fastest)
+            probe = run_probe(
+                backend, self._collate, self._config, self._runners, self._threads, fastest
+            )
         except Exception as exc:  # a candidate that cannot load or export is left out
             why = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
             logger.warning("%s: %s left out: %s", self._spec.name, candidate.label, why)

@@ -31,7 +31,7 @@ def row_text(trial: EngineTrial) -> str:
     figures = ", ".join(f"{key} {value:.4f}" for key, value in trial.figures.items())
     single = "not timed" if trial.single_ms is None else f"{trial.single_ms:6.2f} ms"
     return (
-        f"{head} {trial.sentences_per_second:8.0f} sentences/s (batches of 32), "
+        f"{head} {trial.sentences_per_second:8.0f} sentences/s (requests of 32), "
         f"{single} one sentence; {figures}; {trial.outcome}"
     )
 

@@ -4,11 +4,13 @@ real text shipped with the package on the runner's own threads, and its outputs 
 torch float32's.
 
 The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration.txt (5-60
-tokens, every other one, so their lengths spread as the file's do) sorted by length in batches
-of 32; sentences per second, the median of timed passes (as many as fit in `PASS_SECONDS`, at
-least `MIN_PASSES`). A loaded server's scheduler forms other batches for some engines (torch
-packs about 60 sentences under its token budget): the trial does not time those yet
-(docs/benchmarks.md, the request cost). 16 sentences of the probe (backends/probe.txt) one at a
+tokens, every other one, so their lengths spread as the file's do) as requests of 32 waiting at
+once, in the batches the engine's own scheduler forms from them for the runners (`drain`): so
+each engine is timed in the batches it would serve, packed ones for a backend that packs,
+length buckets for a padded one (measured: served, torch packed about 60 sentences a batch where
+OpenVINO's buckets held 27, and batches of 32 for both had ranked them the other way round).
+Sentences per second, the median of timed passes (as many as fit in `PASS_SECONDS`, at least
+`MIN_PASSES`). 16 sentences of the probe (backends/probe.txt) one at a
 time are timed too, and shown, not chosen by. A candidate whose first timed pass takes
 `CUT_OFF` times the fastest's pass is slower, and is not timed further (the warm-up pass cannot
 tell: a graph runtime's first pass over new shapes can take twice its steady time, OpenVINO's
@@ -37,8 +39,12 @@ from poolserve.backends.torch.precision import TOLERANCE, probe_batches, worst_e
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize
-from poolserve.engine.collate import Batch
+from poolserve.engine.collate import Batch, text_item
 from poolserve.engine.model_backend import Backend, Collate, EngineTrial, Forward
+from poolserve.engine.scheduler import Scheduler
+from poolserve.engine.stats import EngineStats
+from poolserve.engine.work import RequestGroup
+from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -48,6 +54,7 @@ PASS_SECONDS = 1.5
 MIN_PASSES = 2
 MAX_PASSES = 9
 SINGLE_SENTENCES = 16
+REQUEST_SENTENCES = 32
 CUT_OFF = 1.5
 NEAR = 1.1
 DUEL_PASSES = 5
@@ -128,26 +135,69 @@ def build(candidate: Candidate, spec: ModelSpec, config: EngineConfig, collate: 
     return backend
 
 
+def served_batches(
+    spec: ModelSpec,
+    collate: Collate,
+    packed: bool,
+    config: EngineConfig,
+    runners: int,
+    texts: Sequence[str],
+) -> tuple[list[Batch], list[int]]:
+    """`texts` batched as a loaded server batches them: requests of `REQUEST_SENTENCES` all
+    waiting at once, in the batches the engine's scheduler forms for its free runners (its token
+    budget and batch size; packed, or padded in length buckets, as the backend runs them); and
+    where each of the batches' outputs goes in `texts`."""
+    ids = TextTokenizer(spec.tokenizer).encode_batch(list(texts), truncate_to=spec.max_model_len)
+    scheduler = Scheduler(
+        max_batch_tokens=config.max_batch_tokens,
+        max_batch_size=config.max_batch_size,
+        window=config.schedule_window,
+        stats=EngineStats(),
+        bucket_padding_tokens=config.bucket_padding_tokens,
+        packs=lambda head: packed,
+    )
+    head = spec.heads[0]
+    starts: dict[int, int] = {}
+    for start in range(0, len(ids), REQUEST_SENTENCES):
+        chunk = ids[start : start + REQUEST_SENTENCES]
+        group = RequestGroup(len(chunk))
+        starts[id(group)] = start
+        scheduler.submit(text_item(group, i, each, head=head) for i, each in enumerate(chunk))
+    picked = scheduler.drain(runners)
+    places = [starts[id(item.group)] + item.index for items in picked for item in items]
+    return [collate(items, packed) for items in picked], places
+
+
 def run_probe(
-    backend: Backend, collate: Collate, threads: int, fastest: float | None = None
+    backend: Backend,
+    collate: Collate,
+    config: EngineConfig,
+    runners: int,
+    threads: int,
+    fastest: float | None = None,
 ) -> Probe:
-    """Load `backend` (on this thread), warm a runner's forward up and run the probe
-    (`fastest`: the fastest pass so far, in seconds; a first timed pass past `CUT_OFF` times it
-    ends the probe there)."""
+    """Load `backend` (on this thread), warm a runner's forward up and run the probe in the
+    batches `config`'s scheduler forms for `runners` (`fastest`: the fastest pass so far, in
+    seconds; a first timed pass past `CUT_OFF` times it ends the probe there)."""
     backend.load()
     forward = backend.executor()
     spec = backend.spec
     packed = spec.heads[0] in backend.packed_heads
     texts = calibration_texts()[:: len(calibration_texts()) // TIMED_SENTENCES]
-    batches = probe_batches(spec, collate, packed=packed, texts=texts[:TIMED_SENTENCES])
+    batches, places = served_batches(
+        spec, collate, packed, config, runners, texts[:TIMED_SENTENCES]
+    )
     singles = [
         batch
         for text in probe_texts()[:SINGLE_SENTENCES]
         for batch in probe_batches(spec, collate, packed=packed, texts=[text])
     ]
     started = time.perf_counter()
-    outputs = _outputs(forward, batches, threads)  # the warm-up pass
+    produced = _outputs(forward, batches, threads)  # the warm-up pass
     first = time.perf_counter() - started
+    outputs: list[np.ndarray] = [produced[0]] * len(produced)
+    for place, output in zip(places, produced, strict=True):
+        outputs[place] = output  # in the texts' order, whatever batches each engine formed
     timed = [_timed(forward, batches, threads)]
     if fastest is not None and timed[0] > CUT_OFF * fastest:
         return Probe(outputs, len(outputs) / timed[0], None, timed[0], forward, batches)

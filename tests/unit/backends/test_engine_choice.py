@@ -117,7 +117,7 @@ def faked(
         built.append(Fake(candidate, spec))
         return built[-1]
 
-    def run_probe(backend: Fake, collate: Any, threads: int, fastest: Any = None) -> Probe:
+    def run_probe(backend: Fake, *args: Any) -> Probe:
         rate, error = rates[backend.candidate.label]  # type: ignore[misc]
         outputs = [vector * (1 + error) for vector in REFERENCE]
         return Probe(outputs, rate, 1.0, len(outputs) / rate, backend.executor(), [])
@@ -200,6 +200,21 @@ def test_the_choice_is_cached_and_a_restart_reads_it_without_trials(
     assert other != path
 
 
+def test_a_trial_runs_the_batches_the_scheduler_forms_packed_or_in_length_buckets(
+    spec: ModelSpec,
+) -> None:
+    collate, config = collate_for(spec), EngineConfig()
+    texts = trial.calibration_texts()[::8][:256]
+    padded, places = trial.served_batches(spec, collate, False, config, 2, texts)
+    packed, packed_places = trial.served_batches(spec, collate, True, config, 2, texts)
+    # Every text's output goes back to its place, whichever batches the engine formed.
+    assert sorted(places) == sorted(packed_places) == list(range(len(texts)))
+    assert all(batch.packed is None for batch in padded)
+    assert all(batch.packed is not None for batch in packed)
+    # Packed rows take short inputs whatever their lengths; length buckets cut them.
+    assert len(packed) < len(padded)
+
+
 class Clock:
     """trial.py's clock: it moves only as a costed forward runs a batch."""
 
@@ -233,22 +248,23 @@ def test_a_first_pass_past_the_cut_off_ends_the_probe_and_near_rates_are_timed_a
     clock = Clock()
     monkeypatch.setattr(trial, "time", clock)
     collate = collate_for(spec)
-    count = len(trial.calibration_texts()[:: len(trial.calibration_texts()) // 256][:256])
-    batches = -(-count // 32)
+    texts = trial.calibration_texts()[:: len(trial.calibration_texts()) // 256][:256]
+    count, config = len(texts), EngineConfig()
+    batches = len(trial.served_batches(spec, collate, False, config, 2, texts)[0])
     # The fastest so far took 1.0 s a pass. A warm-up pass of 2.5 s does not decide; a first
     # timed pass of 1.6 s is past 1.5x it: not timed on.
     slow = Costed(spec, clock, batches, 2.5 / batches, 1.6 / batches)
-    probe = trial.run_probe(slow, collate, 1, fastest=1.0)
+    probe = trial.run_probe(slow, collate, config, 2, 1, fastest=1.0)
     assert probe.first_pass_only and probe.single_ms is None
     assert slow.runs == 2 * batches and probe.sentences_per_second == pytest.approx(count / 1.6)
     # A warm-up of 2.5 s, then 1.2 s a pass (within the cut-off): its timed passes decide.
     warming = Costed(spec, clock, batches, 2.5 / batches, 1.2 / batches)
-    timed = trial.run_probe(warming, collate, 1, fastest=1.0)
+    timed = trial.run_probe(warming, collate, config, 2, 1, fastest=1.0)
     assert not timed.first_pass_only
     assert timed.sentences_per_second == pytest.approx(count / 1.2)
     # Two within 10 % are timed again in turn, each rate its new passes' median.
     other = Costed(spec, clock, batches, 1.1 / batches)
-    rival = trial.run_probe(other, collate, 1)
+    rival = trial.run_probe(other, collate, config, 2, 1)
     assert trial.near(timed, rival) and not trial.near(timed, probe)
     warming.costs, other.costs = (1.0 / batches,), (1.3 / batches,)
     again, rival_again = trial.duel(timed, rival, 1)
@@ -282,8 +298,8 @@ def test_a_candidate_cut_off_or_dueled_says_so_in_the_table(
 
     faked_probe = auto_backend.run_probe
 
-    def run_probe(backend: Fake, collate: Any, threads: int, fastest: Any = None) -> Probe:
-        probe = faked_probe(backend, collate, threads, fastest)
+    def run_probe(backend: Fake, *args: Any) -> Probe:
+        probe = faked_probe(backend, *args)
         forward = backend.executor()
         forward.label = backend.candidate.label
         return cut_off(dataclasses.replace(probe, forward=forward), backend.candidate.label)
