@@ -195,9 +195,8 @@ def run_probe(
     started = time.perf_counter()
     produced = _outputs(forward, batches, threads)  # the warm-up pass
     first = time.perf_counter() - started
-    outputs: list[np.ndarray] = [produced[0]] * len(produced)
-    for place, output in zip(places, produced, strict=True):
-        outputs[place] = output  # in the texts' order, whatever batches each engine formed
+    # In the texts' order, whatever batches each engine formed (the judge compares by place).
+    outputs = [produced[i] for i in sorted(range(len(places)), key=places.__getitem__)]
     timed = [_timed(forward, batches, threads)]
     if fastest is not None and timed[0] > CUT_OFF * fastest:
         return Probe(outputs, len(outputs) / timed[0], None, timed[0], forward, batches)
