@@ -8,7 +8,7 @@ tokens, every other one, so their lengths spread as the file's do) as requests o
 once, in the batches the engine's own scheduler forms from them for the runners (`drain`): so
 each engine is timed in the batches it would serve, packed ones for a backend that packs,
 length buckets for a padded one (measured: served, torch packed about 60 sentences a batch where
-OpenVINO's buckets held 27, and batches of 32 for both had ranked them the other way round).
+OpenVINO's buckets held 27, which batches of 32 for both do not show).
 Sentences per second, the median of timed passes (as many as fit in `PASS_SECONDS`, at least
 `MIN_PASSES`). 16 sentences of the probe (backends/probe.txt) one at a
 time are timed too, and shown, not chosen by. A candidate whose first timed pass takes
