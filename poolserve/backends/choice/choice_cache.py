@@ -23,7 +23,7 @@ from poolserve.engine.model_backend import EngineChoice, EngineTrial
 from poolserve.models.spec import ModelSpec
 
 # Bumped when what an entry holds, or how it is measured, changes.
-FORMAT = 1
+FORMAT = 2
 # Libraries whose versions change what an engine runs (beside the engines themselves).
 _LIBRARIES = ("transformers", "onnx", "onnxscript", "nncf")
 
