@@ -1,9 +1,11 @@
-"""The one shared thread pool for CPU work: tokenization, post-processing, response building.
+"""The one shared thread pool for CPU work: post-processing, response building, and tokenizing
+the requests too large for a runner to prepare itself (engine/preparations.py).
 
 Its size is explicit (`--cpu-workers`). Its queue serves higher priority lanes first, with aging
 (lane_executor.py); a job runs at the default priority unless its caller names one. Several
 models may share it (one server, one pool): each of its threads lazily builds its own processor
-(a tokenizer: fast tokenizers are not re-entrant) of each model it prepares inputs for.
+(a tokenizer: fast tokenizers are not re-entrant) of each model it prepares inputs for; so
+does each runner thread that prepares them (`processor` serves any thread).
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ class CpuPool:
             processor = processors[key] = build(key)
         return processor
 
+    def post_at(
+        self,
+        priority: int,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        dropped: Callable[[], Any] | None = None,
+    ) -> None:
+        """`fn(*args)` in the pool, in `priority`'s lane, with no future: `fn` handles its own
+        errors; `dropped()` runs instead if the pool closes first."""
+        try:
+            self._executor.post(priority, fn, *args, dropped=dropped)
+        except RuntimeError as exc:  # the executor was shut down
+            raise EngineUnavailableError("the engine is closed; it takes no more work") from exc
+
+    def holding(self) -> contextlib.AbstractContextManager[None]:
+        """Jobs the calling thread posts meanwhile are queued together at the end (a runner
+        finishing a batch's requests wakes the pool once)."""
+        return self._executor.holding()
+
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         return self.submit_at(DEFAULT_PRIORITY, fn, *args, **kwargs)
 
@@ -78,17 +100,21 @@ class CpuPool:
         """
         result: Future[T] = Future()
 
-        def copy_outcome(stage: Future[Any]) -> None:
-            # The waiter may cancel `result` from its own thread at any moment.
-            with contextlib.suppress(InvalidStateError):
-                if stage.cancelled():  # closing the pool dropped it before it ran
-                    result.set_exception(
-                        EngineUnavailableError("the engine closed before this request finished")
-                    )
-                elif (error := stage.exception()) is not None:
-                    result.set_exception(error)
-                else:
-                    result.set_result(stage.result())
+        def closed() -> None:
+            with contextlib.suppress(InvalidStateError):  # the waiter may have cancelled it
+                result.set_exception(
+                    EngineUnavailableError("the engine closed before this request finished")
+                )
+
+        def run_next(next_stage: Callable[[A], T], value: A) -> None:
+            try:
+                outcome = next_stage(value)
+            except BaseException as exc:  # the waiter gets it; the worker lives on
+                with contextlib.suppress(InvalidStateError):
+                    result.set_exception(exc)
+            else:
+                with contextlib.suppress(InvalidStateError):
+                    result.set_result(outcome)
 
         # `source` keeps this callback (and so `fn` and what it holds: the request's group,
         # whose future is `source`) after calling it: a reference cycle that only the garbage
@@ -100,15 +126,14 @@ class CpuPool:
             next_stage = pending.pop()
             if done.cancelled():  # the waiter cancelled the request
                 result.cancel()
-            elif done.exception() is not None:
-                copy_outcome(done)
+            elif (error := done.exception()) is not None:
+                with contextlib.suppress(InvalidStateError):
+                    result.set_exception(error)
             elif result.set_running_or_notify_cancel():
                 try:
-                    stage = self.submit_at(priority, next_stage, done.result())
+                    self.post_at(priority, run_next, next_stage, done.result(), dropped=closed)
                 except EngineUnavailableError as exc:
                     result.set_exception(exc)
-                else:
-                    stage.add_done_callback(copy_outcome)
 
         source.add_done_callback(start_next)
         return result

@@ -138,6 +138,9 @@ class EngineCore:
         self._loaded: Future[None] = Future()
         self._on_dead: list[Callable[[], None]] = []
         self._processor_key = processor_key(self.model)
+        # Whether the runners prepare small requests themselves (`prepare`): a text model's
+        # (an image is decoded and resized in the CPU pool).
+        self.runners_prepare = self.model.layout.vision is None
 
     def _new_runner(self, index: int) -> Runner:
         return Runner(
@@ -148,6 +151,7 @@ class EngineCore:
             self.stats,
             threads=self._threads or 1,
             on_death=self._runner_died,
+            deliveries=self.cpu.holding,
         )
 
     @property
@@ -255,6 +259,17 @@ class EngineCore:
     def open_group(self, size: int, priority: int = DEFAULT_PRIORITY) -> RequestGroup:
         return RequestGroup(size, priority)
 
+    def prepare(
+        self, priority: int, fn: Callable[..., None], *args: object, dropped: Callable[[], None]
+    ) -> None:
+        """Have a runner call `fn(*args)`, a small request's preparation that submits its
+        items, before its next batch (engine/preparations.py: no thread is woken under load);
+        `dropped()` instead if the engine stops first (or its last runner dies)."""
+        try:
+            self._scheduler.prepare(priority, (fn, args, dropped))
+        except SchedulerClosedError as exc:
+            raise EngineUnavailableError("the server is shutting down; retry elsewhere") from exc
+
     def submit(self, items: Iterable[WorkItem]) -> None:
         """Hand prepared items to the scheduler (those the result cache cannot answer)."""
         if not self.alive:
@@ -337,6 +352,8 @@ class EngineCore:
                 self._loaded.set_exception(exc)
                 raise
             self._loaded.set_result(None)
+        if self.runners_prepare:  # the runner's own tokenizer, before its first request
+            self.processor()
         return self.backend.executor()
 
     def when_dead(self, callback: Callable[[], None]) -> None:

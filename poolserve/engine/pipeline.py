@@ -1,9 +1,9 @@
 """The request template: one request driven through every stage, the same for every entrance.
 
-    validate ─► preprocess (CPU pool, chunk by chunk) ─► submit ─► [engine]
+    validate ─► preprocess (a runner, or the CPU pool chunk by chunk) ─► submit ─► [engine]
              ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
-`serve` (async, for HTTP, with an API family's encoder), `run_async`, `submit` and `run_sync`
+`begin` (for HTTP and gRPC, with an API family's encoder), `run_async`, `submit` and `run_sync`
 (the Python API, results) drive the same stages of a task (engine/context.py's `Task`), so
 every entrance gives identical results. Each stage after validation runs off the event loop and
 hands over to the next by itself.
@@ -24,6 +24,10 @@ from poolserve.engine.context import Encoder, ServeContext, Task
 from poolserve.engine.engine_core import EngineCore
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, PoolserveError
+
+# The most characters a request's inputs may have for a runner to prepare them itself (about
+# a millisecond of tokenizing; a text's length, a token-id list's ids, a conversation's turns).
+RUNNER_PREPARES_CHARS = 16_384
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -127,17 +131,36 @@ def _prepare_in_turn(
             group.fail(exc)
 
 
+def _dropped(group: RequestGroup) -> Callable[[], None]:
+    """What fails `group` if its next stage is dropped unrun (its caller would otherwise wait
+    for it forever)."""
+
+    def dropped() -> None:
+        group.fail(EngineUnavailableError("the engine closed before this request ran"))
+
+    return dropped
+
+
 def _submit_for(
     engine: EngineCore, group: RequestGroup, fn: Callable[..., None], *args: Any
 ) -> None:
     """Queue one of `group`'s stages in the CPU pool; if closing the pool drops it before it
-    runs, the group fails (its caller would otherwise wait for it forever)."""
+    runs, the group fails."""
+    engine.cpu.post_at(group.priority, fn, *args, dropped=_dropped(group))
 
-    def dropped(stage: Future[None]) -> None:
-        if stage.cancelled():
-            group.fail(EngineUnavailableError("the engine closed before this request ran"))
 
-    engine.cpu.submit_at(group.priority, fn, *args).add_done_callback(dropped)
+def prepared_by_runner(engine: EngineCore, inputs: Sequence[Any]) -> bool:
+    """Whether a runner prepares these inputs itself (EngineCore.prepare): one chunk of text
+    (token ids, conversations) of at most RUNNER_PREPARES_CHARS, on a text model. A larger
+    request is prepared in the CPU pool, chunk by chunk, while the runners run batches."""
+    if len(inputs) > engine.config.tokenize_chunk_size or not engine.runners_prepare:
+        return False
+    size = 0
+    for each in inputs:
+        if not isinstance(each, str | list):  # an image, for the pool (and its errors)
+            return False
+        size += len(each)
+    return size <= RUNNER_PREPARES_CHARS
 
 
 def start(
@@ -162,7 +185,14 @@ def start(
         group.future.set_result([])
         return finished, group
     try:
-        if chained:
+        if prepared_by_runner(engine, inputs):
+            engine.prepare(
+                group.priority,
+                _prepare_chunk,
+                *(engine, task, ctx, group, 0, inputs),
+                dropped=_dropped(group),
+            )
+        elif chained:
             _submit_for(engine, group, _prepare_in_turn, engine, task, ctx, group, 0, inputs)
         else:
             for index in range(chunks):
@@ -190,17 +220,18 @@ async def _awaited(finished: Future[T], group: RequestGroup) -> T:
         raise
 
 
-async def serve(
+def begin(
     engine: EngineCore,
     task: Task[RequestT, ResultT],
     ctx: ServeContext[RequestT],
     encode: Encoder[RequestT, ResultT],
-) -> bytes:
-    """Run one request through every stage without doing CPU work on the event loop: every
+) -> tuple[Future[bytes], RequestGroup]:
+    """Start one request through every stage without doing CPU work on the event loop: every
     stage after validation runs off the loop and hands over to the next by itself (tokenize and
-    submit in the pool, forward on the runner, post-process and encode in the pool), so the
-    loop wakes once per request. Returns the response body."""
-    return await _awaited(*start(engine, task, ctx, partial(_finish, task, ctx, encode)))
+    submit on a runner or in the pool, forward on the runner, post-process and encode in the
+    pool), so the loop wakes once per request. The future holds the response body; cancel the
+    group to drop what has not run."""
+    return start(engine, task, ctx, partial(_finish, task, ctx, encode))
 
 
 async def run_async(

@@ -10,6 +10,7 @@ If the thread itself dies, it fails the batch it held, reports itself dead and t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ class Runner:
         *,
         threads: int = 1,
         on_death: Callable[[], None] = lambda: None,
+        deliveries: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.index = index
         self._scheduler = scheduler
@@ -46,6 +48,9 @@ class Runner:
         # Intra-op threads of this runner's batches (times 1 + runners lent to a batch).
         self._threads = threads
         self._on_death = on_death
+        # Held around a batch's deliveries: the CPU-pool jobs they start (each finished
+        # request's answer) queued together.
+        self._deliveries = deliveries
         self._died = threading.Event()
         # Completes once this runner's forward is ready (or with the loading error).
         self.ready: Future[None] = Future()
@@ -134,5 +139,6 @@ class Runner:
             seconds=ended - started,
             held_bytes=batch.held_bytes,
         )
-        for row, item in enumerate(items):
-            item.deliver(outputs[row], ended)
+        with self._deliveries():
+            for row, item in enumerate(items):
+                item.deliver(outputs[row], ended)

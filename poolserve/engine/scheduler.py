@@ -41,7 +41,8 @@ endless stream of higher-lane work: a request `d` lanes below the highest waitin
 by at most max(`AGING_BATCHES` × d, `MAX_PASSED_OVER`) batches in a row, then seeds the next one
 unless another has been passed over longer.
 
-One condition variable wakes the runners; nothing polls.
+Runners also run small requests' preparations (`prepare`, engine/preparations.py) before they
+form their next batch. One condition variable wakes the runners; nothing polls.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from poolserve.engine.batch_picking import (
     PACK_FREELY_TOKENS,
@@ -62,8 +62,9 @@ from poolserve.engine.batch_picking import (
     pick_around,
 )
 from poolserve.engine.lanes import AGING_BATCHES, FOREGROUND_MEMORY, is_background
+from poolserve.engine.preparations import Preparation, Preparations, run_all
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.work import WorkItem
+from poolserve.engine.work import Assignment, WorkItem, items_left
 from poolserve.models.kinds import Head
 
 # A waiting request passed over by this many batches in a row seeds the next one (see above).
@@ -72,29 +73,6 @@ MAX_PASSED_OVER = 8
 
 class SchedulerClosedError(Exception):
     """Raised by `submit` once the scheduler no longer accepts work."""
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """A batch for one runner, and how many idle runners lend it their cores until it is done
-    (the runner hands them back with `Scheduler.batch_ended`)."""
-
-    items: list[WorkItem]
-    borrowed: int = 0
-
-    @property
-    def padded_tokens(self) -> int:
-        return len(self.items) * max(item.cost for item in self.items)
-
-    @property
-    def tokens(self) -> int:
-        return sum(item.cost for item in self.items)
-
-
-def items_left(queue: deque[WorkItem]) -> int:
-    """Items of the queue's request not yet handed to a runner (waiting or not yet submitted)."""
-    group = queue[0].group
-    return group.items - group.submitted - group.cached + len(queue)
 
 
 class Scheduler:
@@ -147,6 +125,8 @@ class Scheduler:
         # Runners blocked in `next_batch`, and how many of those are lent to a running batch.
         self._idle = 0
         self._lent = 0
+        # Small requests' preparations waiting for a runner (`prepare`).
+        self._preparing = Preparations()
 
     # -- called from any thread -------------------------------------------------------------
 
@@ -171,6 +151,15 @@ class Scheduler:
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             self._condition.notify()
 
+    def prepare(self, priority: int, preparation: Preparation) -> None:
+        """Have a runner run a small request's `preparation` first (an idle one is woken)."""
+        with self._condition:
+            if self._closed:
+                raise SchedulerClosedError("the engine is shutting down")
+            self._preparing.add(priority, preparation)
+            if self._idle > self._lent:
+                self._condition.notify()
+
     def close(self) -> None:
         """Accept no more work; the queue drains, then `next_batch` returns None."""
         with self._condition:
@@ -182,12 +171,15 @@ class Scheduler:
         with self._condition:
             self._closed = True
             items = [item for queue in self._waiting.values() for item in queue]
+            dropped = self._preparing.take()
             self._waiting.clear()
             self._last_served.clear()
             self._lane_items.clear()
             self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
+        for _, _, on_drop in dropped:
+            on_drop()
         return items
 
     @property
@@ -212,11 +204,6 @@ class Scheduler:
     def peak_tokens_in_work(self) -> int:
         """The most tokens ever in work at once."""
         return self._peak_tokens
-
-    @property
-    def idle_runners(self) -> int:
-        """Runners waiting in `next_batch` (lent ones included)."""
-        return self._idle
 
     def wait_for_idle_runners(self, count: int, timeout: float) -> bool:
         """Block until exactly `count` runners wait in `next_batch` (a hook for tests)."""
@@ -247,6 +234,8 @@ class Scheduler:
             self._set_idle(self._idle + 1)
             while True:
                 self._condition.wait_for(self._may_take)
+                if self._prepared_waiting():
+                    continue
                 if not self._waiting:
                     self._set_idle(self._idle - 1)
                     return None
@@ -289,7 +278,21 @@ class Scheduler:
         )
 
     def _may_take(self) -> bool:
-        return self._closed or (bool(self._waiting) and self._idle > self._lent)
+        return self._closed or (bool(self._waiting or self._preparing) and self._idle > self._lent)
+
+    def _prepared_waiting(self) -> bool:
+        """Run the waiting preparations, if any, outside the lock (they submit), not idle."""
+        if not self._preparing:
+            return False
+        preparations = self._preparing.take()
+        self._set_idle(self._idle - 1)
+        self._condition.release()
+        try:
+            run_all(preparations)
+        finally:
+            self._condition.acquire()
+            self._set_idle(self._idle + 1)
+        return True
 
     def _form_batch(self, share: int) -> list[WorkItem]:
         """Pop a batch: the oldest item of the request with the fewest items left, with that

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -195,3 +196,26 @@ class WorkItem:
         if self.sink is not None:
             self.sink.resolve(output)
         self.group.set_output(self.index, output, ended_at, self.part)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A batch for one runner, and how many idle runners lend it their cores until it is done
+    (the runner hands them back with `Scheduler.batch_ended`)."""
+
+    items: list[WorkItem]
+    borrowed: int = 0
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.items) * max(item.cost for item in self.items)
+
+    @property
+    def tokens(self) -> int:
+        return sum(item.cost for item in self.items)
+
+
+def items_left(queue: deque[WorkItem]) -> int:
+    """Items of the queue's request not yet handed to a runner (waiting or not yet submitted)."""
+    group = queue[0].group
+    return group.items - group.submitted - group.cached + len(queue)

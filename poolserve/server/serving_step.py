@@ -17,7 +17,7 @@ from typing import Any
 
 from poolserve.engine.context import ServeContext
 from poolserve.engine.lanes import DEFAULT_PRIORITY, header_priority, request_priority
-from poolserve.engine.pipeline import serve
+from poolserve.engine.pipeline import begin
 from poolserve.errors import (
     ConflictError,
     EngineUnavailableError,
@@ -175,6 +175,11 @@ def answer_metadata(ctx: ServeContext[Any]) -> dict[str, str]:
     return answer
 
 
+# A request still running this long after it reached the engine watches for its caller going
+# (`run_served`): one answered sooner (almost all) costs the loop no watcher at all.
+WATCH_AFTER = 0.25
+
+
 async def run_served(
     step: Step,
     service: ModelService,
@@ -188,7 +193,11 @@ async def run_served(
     The time limit counts from the request's admission; the caller's deadline is its own. If
     the caller goes, either passes or the server's grace period ends first, the request's work
     is cancelled: its items still queued never reach the model. Cancelled itself (a gRPC call's
-    caller went), it cancels the work too."""
+    caller went), it cancels the work too.
+
+    The loop awaits the answer's future alone: the time limit is a timer, the grace period a
+    callback, and `gone()` runs (as a task) only once the request has run `WATCH_AFTER`
+    seconds."""
     state = step.state
     limit = time_limit(step, served.timeout)
     now = time.monotonic()
@@ -197,26 +206,53 @@ async def run_served(
         limit_wait = max(0.0, limit - (now - step.ticket.admitted_at))
     deadline_wait = None if step.deadline is None else max(0.0, step.deadline - now)
     wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
-    work = asyncio.ensure_future(serve(service.core, served.task, ctx, served.encode))
-    watcher = asyncio.ensure_future(gone()) if gone is not None else None
+    finished, group = begin(service.core, served.task, ctx, served.encode)
+    loop = asyncio.get_running_loop()
+    answer = asyncio.wrap_future(finished, loop=loop)
+    why: list[str] = []
+
+    def stop(reason: str) -> None:
+        if not answer.done():
+            why.append(reason)
+            answer.cancel()
+
+    def grace_ended(_: object) -> None:
+        stop("grace")
+
+    watcher: asyncio.Future[Any] | None = None
+
+    def watch() -> None:
+        nonlocal watcher
+        assert gone is not None
+        watcher = asyncio.ensure_future(gone(), loop=loop)
+        watcher.add_done_callback(lambda task: None if task.cancelled() else stop("gone"))
+
+    timers = [loop.call_later(wait, stop, "limit")] if wait is not None else []
+    if gone is not None:
+        timers.append(loop.call_later(WATCH_AFTER, watch))
     grace_over = state.grace.over()
-    waits = (work, grace_over) if watcher is None else (work, watcher, grace_over)
+    grace_over.add_done_callback(grace_ended)
     try:
-        done, _ = await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        body = await answer
+    except asyncio.CancelledError:
+        group.cancel()
+        if not why:  # this call itself was cancelled
+            raise
     except BaseException:
-        work.cancel()
+        group.cancel()
         raise
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-    if work in done:
-        body = work.result()
+    else:
         state.metrics.observe_stages(ctx)
         return body
-    work.cancel()
-    if watcher is not None and watcher in done:
+    finally:
+        for timer in timers:
+            timer.cancel()
+        grace_over.remove_done_callback(grace_ended)
+        if watcher is not None:
+            watcher.cancel()
+    if why[0] == "gone":
         return None
-    if grace_over in done:
+    if why[0] == "grace":
         raise EngineUnavailableError("the server shut down before this request finished; retry it")
     if limit is None or (deadline_wait is not None and deadline_wait < (limit_wait or 0.0)):
         raise RequestTimeoutError(

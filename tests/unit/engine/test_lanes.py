@@ -26,6 +26,8 @@ from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import InvalidRequestError
 
+WAIT = 5
+
 
 def scheduler(**options: object) -> tuple[Scheduler, EngineStats]:
     stats = EngineStats()
@@ -191,6 +193,36 @@ def test_a_shut_down_pool_cancels_what_waits_and_refuses_more() -> None:
         pool.submit(0, lambda: None)
     release.set()
     assert running.result() == (None, True)
+
+
+def test_jobs_posted_while_holding_are_queued_together_at_the_end_in_their_lanes() -> None:
+    pool = LaneExecutor(1, thread_name_prefix="test-lanes")
+    order: list[int] = []
+    done = threading.Event()
+    with pool.holding():
+        pool.post(10, order.append, 0)
+        pool.post(0, order.append, 1)
+        pool.post(10, lambda: (order.append(2), done.set()))
+        assert order == []  # not queued yet: nothing can have run them
+    assert done.wait(WAIT)
+    assert order == [1, 0, 2]
+    pool.shutdown()
+
+
+def test_a_shut_down_pool_drops_posted_jobs_and_those_still_held() -> None:
+    pool = LaneExecutor(1, thread_name_prefix="test-lanes")
+    release, started = threading.Event(), threading.Event()
+    pool.post(0, lambda: (started.set(), release.wait()))
+    assert started.wait(WAIT)
+    dropped: list[str] = []
+    pool.post(0, pytest.fail, dropped=lambda: dropped.append("queued"))
+    with pool.holding():
+        pool.post(0, pytest.fail, dropped=lambda: dropped.append("held"))
+        pool.shutdown(wait=False)
+    assert dropped == ["queued", "held"]
+    with pytest.raises(RuntimeError):
+        pool.post(0, pytest.fail)
+    release.set()
 
 
 # -- a request's priority -------------------------------------------------------------------------

@@ -409,3 +409,61 @@ def test_a_large_request_under_a_steady_stream_of_small_ones_is_passed_over_a_bo
     gaps = [b - a for a, b in zip([-1, *served_large], served_large, strict=False)]
     assert max(gaps) <= MAX_PASSED_OVER + 1, gaps
     assert len(served_large) >= 60 // (MAX_PASSED_OVER + 1)
+
+
+# -- preparations run by the runners ------------------------------------------------------------
+
+
+def test_a_runner_runs_what_waits_to_be_prepared_before_it_forms_its_batch() -> None:
+    """Three requests' preparations queued while the runner was busy: the runner runs them
+    all (higher lanes first), and its next batch holds what they submitted."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    ran: list[str] = []
+    threads: list[str] = []
+
+    def prepare(name: str, length: int) -> None:
+        ran.append(name)
+        threads.append(threading.current_thread().name)
+        scheduler.submit(items_of_lengths([length]))
+
+    never = pytest.fail
+    scheduler.prepare(5, (prepare, ("background", 3), never))
+    scheduler.prepare(0, (prepare, ("first", 4), never))
+    scheduler.prepare(0, (prepare, ("second", 5), never))
+    assignment = next_batch_in_thread(scheduler).result(WAIT)
+    assert ran == ["first", "second", "background"]
+    assert set(threads) == {threads[0]} and threads[0] != threading.current_thread().name
+    assert assignment is not None and sorted(item.cost for item in assignment.items) == [3, 4, 5]
+
+
+def test_an_idle_runner_is_woken_to_prepare() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    (pending,) = idle_runners(scheduler, 1)
+    scheduler.prepare(0, (lambda: scheduler.submit(items_of_lengths([7])), (), pytest.fail))
+    assignment = pending.result(WAIT)
+    assert assignment is not None and [item.cost for item in assignment.items] == [7]
+
+
+def test_preparations_not_run_when_the_scheduler_aborts_are_dropped_and_more_refused() -> None:
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    dropped: list[int] = []
+    for index in range(3):
+        scheduler.prepare(0, (pytest.fail, (), lambda index=index: dropped.append(index)))
+    assert scheduler.abort() == []
+    assert dropped == [0, 1, 2]
+    with pytest.raises(SchedulerClosedError):
+        scheduler.prepare(0, (pytest.fail, (), pytest.fail))
+
+
+def test_a_preparation_that_raises_leaves_the_runner_serving() -> None:
+    """Something not an Exception escaping a preparation (it has failed its request first) is
+    logged; the runner runs the next one and forms its batch."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    scheduler.prepare(0, (interrupted, (), pytest.fail))
+    scheduler.prepare(0, (lambda: scheduler.submit(items_of_lengths([2])), (), pytest.fail))
+    assignment = next_batch_in_thread(scheduler).result(WAIT)
+    assert assignment is not None and [item.cost for item in assignment.items] == [2]

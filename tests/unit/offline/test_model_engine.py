@@ -167,6 +167,30 @@ def test_an_interrupt_while_tokenizing_fails_the_request_instead_of_hanging(
     assert engine.embed(["still serving"]).shape == (1, DIM)
 
 
+def test_a_small_request_is_prepared_by_a_runner_and_a_large_one_in_the_pool(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request of one chunk is tokenized on the runner that will run it (no thread woken
+    for it under load); a larger one chunk by chunk in the CPU pool. Both give the same
+    vectors."""
+    task = engine.embed_task
+    preprocess = task.preprocess
+    threads: list[str] = []
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return preprocess(*args)
+
+    monkeypatch.setattr(task, "preprocess", recorded)
+    chunk = engine.core.config.tokenize_chunk_size
+    small = engine.embed(["a small request"])
+    assert [name.rsplit("-", 1)[0] for name in threads] == ["poolserve-runner"]
+    threads.clear()
+    large = engine.embed(["a small request"] * (chunk + 1))
+    assert len(threads) == 2 and all(name.startswith("poolserve-cpu") for name in threads)
+    np.testing.assert_allclose(large[0], small[0], atol=1e-5)
+
+
 def test_the_model_path_is_never_ignored() -> None:
     from poolserve.errors import ModelLoadError
 
@@ -251,7 +275,8 @@ def test_loading_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) -> No
 
 def test_closing_fails_a_call_whose_work_the_pool_had_not_started() -> None:
     """A caller whose request still waits in the CPU pool when another thread closes the
-    engine gets an error, not a wait forever (the pool drops what has not started)."""
+    engine gets an error, not a wait forever (the pool drops what has not started). The
+    request is larger than a runner prepares itself: the pool prepares it."""
     from concurrent.futures import Future
 
     from poolserve.errors import EngineUnavailableError
@@ -270,19 +295,19 @@ def test_closing_fails_a_call_whose_work_the_pool_had_not_started() -> None:
     pool.submit(hold_the_pool)
     assert busy.wait(30)
     queued = threading.Event()
-    submit = pool.submit_at
+    post = pool.post_at
 
-    def submit_and_tell(*args: Any, **kwargs: Any) -> Any:
-        future = submit(*args, **kwargs)
+    def post_and_tell(*args: Any, **kwargs: Any) -> None:
+        post(*args, **kwargs)
         queued.set()
-        return future
 
-    pool.submit_at = submit_and_tell  # type: ignore[method-assign]
+    pool.post_at = post_and_tell  # type: ignore[method-assign]
     outcome: Future[Any] = Future()
 
     def call() -> None:
         try:
-            outcome.set_result(engine.embed(["queued behind the busy pool"]))
+            texts = ["queued behind the busy pool"] * (engine.core.config.tokenize_chunk_size + 1)
+            outcome.set_result(engine.embed(texts))
         except BaseException as exc:
             outcome.set_exception(exc)
 
