@@ -44,6 +44,9 @@ from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
+# Why an engine whose runners have all died refuses work.
+NOT_RUNNING = "the model runner is not running; see the server log"
+
 logger = logging.getLogger(__name__)
 
 
@@ -267,13 +270,15 @@ class EngineCore:
         `dropped()` instead if the engine stops first (or its last runner dies)."""
         try:
             self._scheduler.prepare(priority, (fn, args, dropped))
-        except SchedulerClosedError as exc:
+        except SchedulerClosedError as exc:  # closing, or closed as its last runner died
+            if not self.alive:
+                raise EngineUnavailableError(NOT_RUNNING) from exc
             raise EngineUnavailableError("the server is shutting down; retry elsewhere") from exc
 
     def submit(self, items: Iterable[WorkItem]) -> None:
         """Hand prepared items to the scheduler (those the result cache cannot answer)."""
         if not self.alive:
-            raise EngineUnavailableError("the model runner is not running; see the server log")
+            raise EngineUnavailableError(NOT_RUNNING)
         self._scheduler_submit(items if self.cache is None else self.cache.route(items))
 
     def _scheduler_submit(self, items: Iterable[WorkItem]) -> None:

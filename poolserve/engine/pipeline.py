@@ -42,11 +42,14 @@ def _prepare_chunk(
     chunk_index: int,
     inputs: Sequence[Any],
 ) -> None:
-    """Prepare one chunk (tokenize it, for text) and submit it (CPU pool). An error fails the
-    group instead of being raised; anything worse (not an Exception) fails it too, and goes
-    on up."""
+    """Prepare one chunk (tokenize it, for text) and submit it (a runner or the CPU pool). An
+    error fails the group instead of being raised; anything worse (not an Exception) fails it
+    too, and goes on up. A chunk of a request cancelled meanwhile is skipped unprepared."""
     start = chunk_index * engine.config.tokenize_chunk_size
     chunk = inputs[start : start + engine.config.tokenize_chunk_size]
+    if group.finished:  # its caller went, or its time ran out, while it waited
+        engine.stats.items_were_skipped(len(chunk))
+        return
     started = time.perf_counter()
     try:
         payloads = task.preprocess(ctx, engine.processor(), start, chunk)

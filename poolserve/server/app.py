@@ -107,6 +107,9 @@ def create_app(
         version=__version__,
         lifespan=_lifespan,
         static_url=DOCS_ASSETS,
+        # poolserve traces with its own provider (--otlp-endpoint): FastAPI's own spans off,
+        # so a global provider neither doubles them nor costs each request a look-up.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     admission = _admission(config, models)
     routes = tuple(model_routes(service.tasks) for service in models)

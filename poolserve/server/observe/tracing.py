@@ -4,13 +4,14 @@ continuing the caller's W3C `traceparent`.
 
 Nothing here runs on the request's path: a front end hands over the marks it took anyway (a
 `RequestMarks`, once the answer is built), and the spans are made from them, with their real
-start and end times, on a thread of their own (at most MOST_WAITING requests wait for it; more
-are dropped and counted). The SDK's batch processor exports them
-from its own thread over OTLP/gRPC. Its queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE): a span that
-would overflow it is dropped and counted (`/metrics`), so a slow or dead collector never slows
-or fails a request. The SDK reads the standard OTEL_* variables (the exporter's headers,
-timeout and certificates, the sampler, the batch sizes, resource attributes); when
-OTEL_SDK_DISABLED is true nothing is traced. The SDK is imported only when tracing is on.
+start and end times, on a thread of their own, woken once per batch of requests (at most
+MOST_WAITING requests wait for it; more are dropped and counted). The SDK's batch processor
+exports them from its own thread over OTLP/gRPC. Its queue is bounded
+(OTEL_BSP_MAX_QUEUE_SIZE): a span that would overflow it is dropped and counted (`/metrics`),
+so a slow or dead collector never slows or fails a request. The SDK reads the standard OTEL_*
+variables (the exporter's headers, timeout and certificates, the sampler, the batch sizes,
+resource attributes); when OTEL_SDK_DISABLED is true nothing is traced. The SDK is imported
+only when tracing is on.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ CLOSE_SECONDS = 2.0
 MOST_BATCH_SPANS = 32
 # Requests whose spans wait to be made; more are dropped (and counted).
 MOST_WAITING = 4096
+# The span maker takes the requests waiting in batches of this many, or what came within
+# LINGER seconds of the first: under load it wakes every LINGER seconds, not every request
+# (a wake-up costs the request's thread a system call).
+MAKE_AT_ONCE = 64
+LINGER = 0.05
 
 
 @dataclass
@@ -124,13 +130,19 @@ class Tracing:
                 self.requests_dropped += 1
                 return
             self._waiting.append(marks)
-            self._changed.notify()
+            # The maker waits for a first request, then for a batch (or LINGER): a request
+            # does not wake it each.
+            if len(self._waiting) in (1, MAKE_AT_ONCE):
+                self._changed.notify()
 
     def _make_spans(self) -> None:
         """The span maker's thread: make each request's spans as they come, until closed."""
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: bool(self._waiting) or self._closing)
+                self._changed.wait_for(
+                    lambda: len(self._waiting) >= MAKE_AT_ONCE or self._closing, LINGER
+                )
                 if not self._waiting:
                     return
                 ready = list(self._waiting)

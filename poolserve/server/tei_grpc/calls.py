@@ -68,6 +68,8 @@ class TeiServicer:
         self._calls = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        # The model each RPC serves, once chosen (the models and their routes never change).
+        self._chosen: dict[str, ModelService] = {}
 
     async def idle(self, timeout: float) -> None:
         """Return once no call is being served, or after `timeout` seconds."""
@@ -150,6 +152,12 @@ class TeiServicer:
         """The first model that serves the RPC's route (and that `rpc.only` takes; one that
         `rpc.prefer` takes first); none is a FAILED_PRECONDITION naming what this server
         serves."""
+        chosen = self._chosen.get(rpc.full_name)
+        if chosen is None:
+            chosen = self._chosen[rpc.full_name] = self._choose(rpc)
+        return chosen
+
+    def _choose(self, rpc: Rpc) -> ModelService:
         candidates = self._candidates(rpc)
         if not candidates:
             raise NotServedError(
