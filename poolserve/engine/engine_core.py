@@ -263,13 +263,19 @@ class EngineCore:
         return RequestGroup(size, priority)
 
     def prepare(
-        self, priority: int, fn: Callable[..., None], *args: object, dropped: Callable[[], None]
+        self,
+        priority: int,
+        inputs: int,
+        fn: Callable[..., None],
+        *args: object,
+        dropped: Callable[[], None],
     ) -> None:
-        """Have a runner call `fn(*args)`, a small request's preparation that submits its
-        items, before its next batch (engine/preparations.py: no thread is woken under load);
-        `dropped()` instead if the engine stops first (or its last runner dies)."""
+        """Have a runner call `fn(*args)`, the preparation of a small request of `inputs`
+        inputs, which submits its items, before its next batch (engine/preparations.py: no
+        thread is woken under load); `dropped()` instead if the engine stops first (or its last
+        runner dies)."""
         try:
-            self._scheduler.prepare(priority, (fn, args, dropped))
+            self._scheduler.prepare(priority, inputs, (fn, args, dropped))
         except SchedulerClosedError as exc:  # closing, or closed as its last runner died
             if not self.alive:
                 raise EngineUnavailableError(NOT_RUNNING) from exc

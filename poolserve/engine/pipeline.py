@@ -191,6 +191,7 @@ def start(
         if prepared_by_runner(engine, inputs):
             engine.prepare(
                 group.priority,
+                len(inputs),
                 _prepare_chunk,
                 *(engine, task, ctx, group, 0, inputs),
                 dropped=_dropped(group),

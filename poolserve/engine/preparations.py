@@ -11,6 +11,7 @@ Larger requests, and images, are prepared in the CPU pool (engine/pipeline.py sa
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 
 logger = logging.getLogger("poolserve")
@@ -20,22 +21,26 @@ Preparation = tuple[Callable[..., None], tuple[object, ...], Callable[[], None]]
 
 
 class Preparations:
-    """The preparations waiting, with their lanes (the scheduler's lock guards them)."""
+    """The preparations waiting, with their lanes and their requests' inputs (the scheduler's
+    lock guards them; its queue depth counts their inputs as waiting)."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[int, Preparation]] = []
+        self._waiting: list[tuple[int, int, Preparation]] = []
+        self.inputs: Counter[int] = Counter()
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
-    def add(self, priority: int, preparation: Preparation) -> None:
-        self._waiting.append((priority, preparation))
+    def add(self, priority: int, inputs: int, preparation: Preparation) -> None:
+        self._waiting.append((priority, inputs, preparation))
+        self.inputs[priority] += inputs
 
     def take(self) -> list[Preparation]:
         """Every waiting preparation, higher lanes first (each lane in order)."""
         waiting, self._waiting = self._waiting, []
+        self.inputs.clear()
         waiting.sort(key=lambda each: each[0])
-        return [preparation for _, preparation in waiting]
+        return [preparation for _, _, preparation in waiting]
 
 
 def run_all(preparations: list[Preparation]) -> None:

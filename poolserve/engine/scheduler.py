@@ -151,12 +151,12 @@ class Scheduler:
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             self._condition.notify()
 
-    def prepare(self, priority: int, preparation: Preparation) -> None:
+    def prepare(self, priority: int, inputs: int, preparation: Preparation) -> None:
         """Have a runner run a small request's `preparation` first (an idle one is woken)."""
         with self._condition:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
-            self._preparing.add(priority, preparation)
+            self._preparing.add(priority, inputs, preparation)
             if self._idle > self._lent:
                 self._condition.notify()
 
@@ -184,7 +184,7 @@ class Scheduler:
 
     @property
     def queued_items(self) -> int:
-        return self._waiting_items
+        return self._waiting_items + self._preparing.inputs.total()
 
     @property
     def queued_tokens(self) -> int:
@@ -193,7 +193,8 @@ class Scheduler:
     def queued_by_lane(self) -> dict[int, int]:
         """Waiting items by lane (priority), the lanes with none left out."""
         with self._condition:
-            return {lane: count for lane, count in sorted(self._lane_items.items()) if count}
+            lanes = self._lane_items + self._preparing.inputs
+            return {lane: count for lane, count in sorted(lanes.items()) if count}
 
     @property
     def tokens_in_work(self) -> int:

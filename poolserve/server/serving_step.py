@@ -180,6 +180,52 @@ def answer_metadata(ctx: ServeContext[Any]) -> dict[str, str]:
 WATCH_AFTER = 0.25
 
 
+class _Race:
+    """What may end a request's wait for its answer before the answer: its time limit (a
+    timer), the grace period's end (a callback), its caller going (`gone()`, a task started
+    only after WATCH_AFTER seconds). The first cancels `answer` and is `why`."""
+
+    def __init__(
+        self,
+        answer: asyncio.Future[Any],
+        wait: float | None,
+        grace_over: asyncio.Future[None],
+        gone: Callable[[], Awaitable[Any]] | None,
+    ) -> None:
+        loop = answer.get_loop()
+        self._answer = answer
+        self.why: str | None = None
+        self._watcher: asyncio.Future[Any] | None = None
+        self._gone = gone
+        self._grace_over = grace_over
+        grace_over.add_done_callback(self._grace_ended)
+        self._timers = [loop.call_later(wait, self._stop, "limit")] if wait is not None else []
+        if gone is not None:
+            self._timers.append(loop.call_later(WATCH_AFTER, self._watch))
+
+    def _stop(self, reason: str) -> None:
+        if not self._answer.done():
+            self.why = reason
+            self._answer.cancel()
+
+    def _grace_ended(self, _: object) -> None:
+        self._stop("grace")
+
+    def _watch(self) -> None:
+        assert self._gone is not None
+        self._watcher = asyncio.ensure_future(self._gone(), loop=self._answer.get_loop())
+        self._watcher.add_done_callback(
+            lambda task: None if task.cancelled() else self._stop("gone")
+        )
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._grace_over.remove_done_callback(self._grace_ended)
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+
 async def run_served(
     step: Step,
     service: ModelService,
@@ -193,11 +239,8 @@ async def run_served(
     The time limit counts from the request's admission; the caller's deadline is its own. If
     the caller goes, either passes or the server's grace period ends first, the request's work
     is cancelled: its items still queued never reach the model. Cancelled itself (a gRPC call's
-    caller went), it cancels the work too.
-
-    The loop awaits the answer's future alone: the time limit is a timer, the grace period a
-    callback, and `gone()` runs (as a task) only once the request has run `WATCH_AFTER`
-    seconds."""
+    caller went), it cancels the work too. The loop awaits the answer's future alone
+    (`_Race`)."""
     state = step.state
     limit = time_limit(step, served.timeout)
     now = time.monotonic()
@@ -207,36 +250,13 @@ async def run_served(
     deadline_wait = None if step.deadline is None else max(0.0, step.deadline - now)
     wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
     finished, group = begin(service.core, served.task, ctx, served.encode)
-    loop = asyncio.get_running_loop()
-    answer = asyncio.wrap_future(finished, loop=loop)
-    why: list[str] = []
-
-    def stop(reason: str) -> None:
-        if not answer.done():
-            why.append(reason)
-            answer.cancel()
-
-    def grace_ended(_: object) -> None:
-        stop("grace")
-
-    watcher: asyncio.Future[Any] | None = None
-
-    def watch() -> None:
-        nonlocal watcher
-        assert gone is not None
-        watcher = asyncio.ensure_future(gone(), loop=loop)
-        watcher.add_done_callback(lambda task: None if task.cancelled() else stop("gone"))
-
-    timers = [loop.call_later(wait, stop, "limit")] if wait is not None else []
-    if gone is not None:
-        timers.append(loop.call_later(WATCH_AFTER, watch))
-    grace_over = state.grace.over()
-    grace_over.add_done_callback(grace_ended)
+    answer = asyncio.wrap_future(finished)
+    race = _Race(answer, wait, state.grace.over(), gone)
     try:
         body = await answer
     except asyncio.CancelledError:
         group.cancel()
-        if not why:  # this call itself was cancelled
+        if race.why is None:  # this call itself was cancelled
             raise
     except BaseException:
         group.cancel()
@@ -245,14 +265,10 @@ async def run_served(
         state.metrics.observe_stages(ctx)
         return body
     finally:
-        for timer in timers:
-            timer.cancel()
-        grace_over.remove_done_callback(grace_ended)
-        if watcher is not None:
-            watcher.cancel()
-    if why[0] == "gone":
+        race.close()
+    if race.why == "gone":
         return None
-    if why[0] == "grace":
+    if race.why == "grace":
         raise EngineUnavailableError("the server shut down before this request finished; retry it")
     if limit is None or (deadline_wait is not None and deadline_wait < (limit_wait or 0.0)):
         raise RequestTimeoutError(
