@@ -114,23 +114,23 @@ class LaneExecutor:
     def _queue_jobs(self, jobs: list[_Posted], refused: bool = True) -> None:
         """Queue `jobs`; once closed, raise (`refused`) or drop them."""
         with self._condition:
-            if self._closed:
-                if refused:
-                    raise RuntimeError("cannot schedule new futures after shutdown")
-                for *_, on_drop in jobs:
-                    if on_drop is not None:
-                        on_drop()
-                return
-            for priority, fn, args, dropped in jobs:
+            closed = self._closed
+            if closed and refused:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            for priority, fn, args, dropped in [] if closed else jobs:
                 number = next(self._numbers)
                 place = number + JOBS_PER_LANE * (priority - HIGHEST_PRIORITY)
                 heapq.heappush(self._queue, (place, number, fn, args, dropped))
             # A thread is woken for a job no awake thread is free to take (once woken, a thread
             # runs every job there is before it waits again): jobs queued together wake one.
             free = self._awake - self._running
-            if len(self._queue) > free and self._awake < len(self._threads):
+            if not closed and len(self._queue) > free and self._awake < len(self._threads):
                 self._awake += 1
                 self._condition.notify()
+        if closed:  # outside the lock: a drop fails a request, whose callbacks may post
+            for *_, on_drop in jobs:
+                if on_drop is not None:
+                    on_drop()
 
     def shutdown(self, wait: bool = True) -> None:
         """Take no more jobs and drop those not started; with `wait`, let the running ones
