@@ -26,7 +26,9 @@ class Preparations:
 
     def __init__(self) -> None:
         self._waiting: list[tuple[int, int, Preparation]] = []
+        # Their inputs by lane, and in all (an int: read without the lock).
         self.inputs: Counter[int] = Counter()
+        self.total_inputs = 0
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
@@ -34,11 +36,13 @@ class Preparations:
     def add(self, priority: int, inputs: int, preparation: Preparation) -> None:
         self._waiting.append((priority, inputs, preparation))
         self.inputs[priority] += inputs
+        self.total_inputs += inputs
 
     def take(self) -> list[Preparation]:
         """Every waiting preparation, higher lanes first (each lane in order)."""
         waiting, self._waiting = self._waiting, []
         self.inputs.clear()
+        self.total_inputs = 0
         waiting.sort(key=lambda each: each[0])
         return [preparation for _, _, preparation in waiting]
 

@@ -184,7 +184,7 @@ class Scheduler:
 
     @property
     def queued_items(self) -> int:
-        return self._waiting_items + self._preparing.inputs.total()
+        return self._waiting_items + self._preparing.total_inputs
 
     @property
     def queued_tokens(self) -> int:
