@@ -132,6 +132,9 @@ def _serve_app(app: FastAPI, listener: socket.socket, server_config: ServerConfi
             http="httptools",
             log_level=server_config.log_level.lower(),
             access_log=server_config.access_log,
+            # X-Forwarded-For and -Proto change only the client address the access log shows:
+            # read them only for it (uvicorn's layer scans every request's headers otherwise).
+            proxy_headers=server_config.access_log,
             # The handlers answer 503 when the grace period ends; uvicorn's own cut-off (which
             # cancels them) is only the last resort.
             timeout_graceful_shutdown=server_config.shutdown_timeout + CLOSING_SECONDS,

@@ -38,7 +38,11 @@ class ServerConfig:
         "only (with several, name them in --config)",
     )
     log_level: LogLevel = setting("info", help="how much to log")
-    access_log: bool = setting(False, help="log one line per request (uvicorn's access log)")
+    access_log: bool = setting(
+        False,
+        help="log one line per request (uvicorn's access log; the client's address from "
+        "X-Forwarded-For where a proxy at FORWARDED_ALLOW_IPS, default 127.0.0.1, sends it)",
+    )
     max_request_bytes: int = setting(
         8 * 1024 * 1024, minimum=1, help="larger request bodies are refused with 413"
     )

@@ -42,6 +42,7 @@ class EngineReplica:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.server import create_app
         from poolserve.server.admission.budget import sized_for
+        from poolserve.server.edge import wrap_edge
         from poolserve.server.gc_freeze import freeze_loaded_objects
 
         service = self.engine.service
@@ -55,7 +56,7 @@ class EngineReplica:
             memory_share=min(1.0, cores),
         )
         app = create_app(service, config)
-        app.add_middleware(WithoutRequestIdHeader)
+        wrap_edge(app, WithoutRequestIdHeader)
         freeze_loaded_objects()  # as `poolserve serve` does: the p99 under load
         return app
 

@@ -1,5 +1,5 @@
 """`create_app`: a pure factory from the served models and a server config to a FastAPI
-application."""
+application behind poolserve's own edge (server/edge.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from starlette.middleware.cors import CORSMiddleware
 
 from poolserve._version import __version__
 from poolserve.config import ServerConfig
@@ -25,16 +24,11 @@ from poolserve.inputs.images.fetch import MediaFetcher
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
 from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.admission.door import AdmissionMiddleware
 from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN
-from poolserve.server.error_responses import UnexpectedErrorMiddleware, install_error_handlers
-from poolserve.server.middleware.auth import BearerAuthMiddleware
-from poolserve.server.middleware.body_limit import BodyLimitMiddleware
-from poolserve.server.middleware.dispatch import DirectRouteMiddleware
-from poolserve.server.middleware.trace_requests import TraceRequestsMiddleware
-from poolserve.server.observe.metrics import Metrics, MetricsMiddleware
+from poolserve.server.edge import DOCS_ASSETS, open_edge
+from poolserve.server.error_responses import install_error_handlers
+from poolserve.server.observe.metrics import Metrics
 from poolserve.server.observe.tracing import TraceCollector, Tracing
-from poolserve.server.playground import ASSETS, PAGE
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.serving_state import ServingState
 from poolserve.server.shutdown import GracePeriod
@@ -45,19 +39,6 @@ if TYPE_CHECKING:
     from poolserve.server.tei_grpc.front_end import GrpcFrontEnd
 
 logger = logging.getLogger("poolserve")
-
-# The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
-# the key to load it; its Authorize button sets the key for the calls it tries).
-DOCS_ASSETS = "/docs/assets"
-DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-# Response headers a browser page may read (CORS hides the others).
-EXPOSED_HEADERS = (
-    "x-request-id",
-    "x-queue-time",
-    "x-inference-time",
-    "x-total-time",
-    "retry-after",
-)
 
 
 def largest_request_tokens(
@@ -133,10 +114,10 @@ def create_app(
     )
     app.state.grpc = _grpc_front_end(config, app.state.serving)
     routers = routers_for([service.tasks for service in models])
-    _add_middleware(app, config, routers, app.state.serving)
     install_error_handlers(app)
     for each in routers:
         app.include_router(each)
+    open_edge(app, config, [route for each in routers for route in each.routes], app.state.serving)
     return app
 
 
@@ -220,49 +201,4 @@ def _admission(config: ServerConfig, models: ServiceRegistry) -> AdmissionContro
         # A request past its time limit would get its 504 once admitted: it waits no longer.
         max_wait=min(config.max_admission_wait, config.request_timeout or math.inf),
         background_share=config.background_share,
-    )
-
-
-def _add_middleware(
-    app: FastAPI, config: ServerConfig, routers: list[APIRouter], serving: ServingState
-) -> None:
-    """Starlette runs the middleware added last first: metrics, the unexpected error's 500,
-    CORS, auth, body size (a body too large for any route is refused before it waits for
-    admission), admission, then our routes dispatched directly (the rest goes on to FastAPI)."""
-    app.add_middleware(
-        DirectRouteMiddleware, routes=[route for each in routers for route in each.routes]
-    )
-    app.add_middleware(AdmissionMiddleware, control=serving.admission)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
-    if config.api_keys:
-        open_paths = (
-            DOCS_PATHS | {"/health", PAGE} | ({"/metrics"} if not config.protect_metrics else set())
-        )
-        app.add_middleware(
-            BearerAuthMiddleware,
-            api_keys=config.api_keys,
-            open_paths=frozenset(open_paths),
-            open_prefixes=(DOCS_ASSETS + "/", ASSETS),
-            open_reads=frozenset({"/"}),
-        )
-    if config.allowed_origins:  # outside auth: a refusal still carries the CORS headers
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(config.allowed_origins),
-            allow_methods=["GET", "HEAD", "POST"],
-            allow_headers=[
-                *("authorization", "content-type", "x-request-id", "x-request-timeout"),
-                *("x-priority", "x-expect-embedding-space", "traceparent", "tracestate"),
-            ],
-            expose_headers=[*EXPOSED_HEADERS],
-            max_age=600,
-        )
-    # An error no handler took is answered here, its connection kept (error_responses.py).
-    app.add_middleware(UnexpectedErrorMiddleware)
-    if serving.tracing is not None:  # inside metrics: the request's id is known
-        app.add_middleware(
-            TraceRequestsMiddleware, tracing=serving.tracing, routes=serving.metrics.routes
-        )
-    app.add_middleware(  # outermost: names and counts every request, refusals included
-        MetricsMiddleware, metrics=serving.metrics, request_ids=serving.new_request_id
     )

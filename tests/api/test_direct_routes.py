@@ -85,10 +85,10 @@ async def test_everything_else_reaches_fastapi(client: httpx.AsyncClient) -> Non
 
 def test_the_app_dispatches_every_route_of_the_model_directly(engine: Any) -> None:
     from poolserve.server import create_app
+    from poolserve.server.edge import direct_routes
 
     app = create_app(engine.service)
-    (middleware,) = [m for m in app.user_middleware if m.cls is DirectRouteMiddleware]
-    table = direct_endpoints(middleware.kwargs["routes"])
+    table = direct_routes(app).table
     posts = {path for method, path in table if method == "POST"}
     assert {"/v1/embeddings", "/pooling", "/score", "/rerank", "/tokenize"} <= posts
     assert ("GET", "/health") in table

@@ -5,9 +5,10 @@ body. FastAPI still registers them (so /docs and /openapi.json describe them), b
 request through FastAPI's route matching, its dependency solver (with nothing to solve), two
 exit stacks and its exception middleware cost about 100 µs of event-loop CPU per request
 (`benchmarks/thread_cpu.py` at c=64: 393 µs per request on the loop before, 293 after). This
-pure ASGI middleware, the innermost of ours, looks the exact (method, path) up in a table built
-from the routers the app includes and calls the endpoint directly, mapping errors as the app's
-handlers do. Anything else (other methods, unknown paths, /docs) goes on to FastAPI.
+pure ASGI middleware, the innermost layer of our edge (server/edge.py), looks the exact
+(method, path) up in a table built from the routers the app includes and calls the endpoint
+directly, mapping errors as the app's handlers do. Anything else (other methods, unknown paths,
+/docs) goes on to FastAPI.
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ def direct_endpoints(routes: Sequence[BaseRoute]) -> dict[tuple[str, str], Endpo
 class DirectRouteMiddleware:
     def __init__(self, app: ASGIApp, *, routes: Sequence[BaseRoute]) -> None:
         self.app = app
-        self._table = direct_endpoints(routes)
+        self.table = direct_endpoints(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        endpoint = self._table.get((scope["method"], scope["path"]))
+        endpoint = self.table.get((scope["method"], scope["path"]))
         if endpoint is None:
             await self.app(scope, receive, send)
             return
@@ -60,6 +61,6 @@ class DirectRouteMiddleware:
             response = await endpoint(request)
         except PoolserveError as exc:
             response = poolserve_error_response(request, exc)
-        # Any other exception goes up as it would from FastAPI's routes: through our outer
-        # middleware (the body limit turns its own into a 413) to the app's 500 handler.
+        # Any other exception goes up through our outer layers (the body limit turns its own
+        # into a 413) to the unexpected error's 500 (server/edge.py).
         await response(scope, receive, send)

@@ -1,0 +1,110 @@
+"""The edge: poolserve's own ASGI layers, in front of FastAPI's.
+
+An HTTP request meets our layers first (metrics, tracing, the unexpected error's 500, CORS,
+auth, the body limit, admission), then the API's own routes are dispatched directly
+(middleware/dispatch.py). Only what no route of ours takes (other methods, unknown paths,
+/docs) goes on into FastAPI's application, with its own layers (Starlette's error middleware,
+FastAPI's telemetry and body-limit middleware, the router).
+
+Added with `app.add_middleware`, ours ran inside those three layers of FastAPI's on every
+request: their frames and their `send` wrappers cost each one-sentence request about a tenth of
+the event loop's CPU (docs/benchmarks.md, "What a request costs"), for nothing our routes use.
+Lifespan events pass through our layers to FastAPI's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
+
+from poolserve.config import ServerConfig
+from poolserve.server.admission.door import AdmissionMiddleware
+from poolserve.server.error_responses import UnexpectedErrorMiddleware
+from poolserve.server.middleware.auth import BearerAuthMiddleware
+from poolserve.server.middleware.body_limit import BodyLimitMiddleware
+from poolserve.server.middleware.dispatch import DirectRouteMiddleware
+from poolserve.server.middleware.trace_requests import TraceRequestsMiddleware
+from poolserve.server.observe.metrics import MetricsMiddleware
+from poolserve.server.playground import ASSETS, PAGE
+from poolserve.server.serving_state import ServingState
+
+# The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
+# the key to load it; its Authorize button sets the key for the calls it tries).
+DOCS_ASSETS = "/docs/assets"
+DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# Response headers a browser page may read (CORS hides the others).
+EXPOSED_HEADERS = (
+    "x-request-id",
+    "x-queue-time",
+    "x-inference-time",
+    "x-total-time",
+    "retry-after",
+)
+
+
+def open_edge(
+    app: FastAPI, config: ServerConfig, routes: Sequence[BaseRoute], serving: ServingState
+) -> None:
+    """Put our layers in front of `app`'s own (built now: call it once the routes and the
+    exception handlers are in), outermost first: metrics (names and counts every request,
+    refusals included), tracing (the request's id is known), the unexpected error's 500, CORS
+    (outside auth: a refusal still carries the CORS headers), auth, the body size (a body too
+    large for any route is refused before it waits for admission), admission, then our routes
+    dispatched directly. Starlette calls the stack it keeps in `middleware_stack` (after its
+    own `Request.app` is set); from now on `add_middleware` refuses: use `wrap_edge`."""
+    layer: ASGIApp = DirectRouteMiddleware(app.build_middleware_stack(), routes=routes)
+    layer = AdmissionMiddleware(layer, control=serving.admission)
+    layer = BodyLimitMiddleware(layer, max_bytes=config.max_request_bytes)
+    if config.api_keys:
+        open_paths = DOCS_PATHS | {"/health", PAGE}
+        if not config.protect_metrics:
+            open_paths |= {"/metrics"}
+        layer = BearerAuthMiddleware(
+            layer,
+            api_keys=config.api_keys,
+            open_paths=frozenset(open_paths),
+            open_prefixes=(DOCS_ASSETS + "/", ASSETS),
+            open_reads=frozenset({"/"}),
+        )
+    if config.allowed_origins:
+        layer = CORSMiddleware(
+            layer,
+            allow_origins=list(config.allowed_origins),
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=[
+                *("authorization", "content-type", "x-request-id", "x-request-timeout"),
+                *("x-priority", "x-expect-embedding-space", "traceparent", "tracestate"),
+            ],
+            expose_headers=[*EXPOSED_HEADERS],
+            max_age=600,
+        )
+    # An error no handler took is answered here, its connection kept (error_responses.py).
+    layer = UnexpectedErrorMiddleware(layer)
+    if serving.tracing is not None:
+        layer = TraceRequestsMiddleware(
+            layer, tracing=serving.tracing, routes=serving.metrics.routes
+        )
+    app.middleware_stack = MetricsMiddleware(
+        layer, metrics=serving.metrics, request_ids=serving.new_request_id
+    )
+
+
+def wrap_edge(app: FastAPI, layer: Callable[[ASGIApp], ASGIApp]) -> None:
+    """Put `layer` outside `app`'s edge: every request meets it first."""
+    if app.middleware_stack is None:
+        raise RuntimeError("open the edge first")
+    app.middleware_stack = layer(app.middleware_stack)
+
+
+def direct_routes(app: FastAPI) -> DirectRouteMiddleware:
+    """The layer of `app`'s edge that dispatches our routes."""
+    layer = app.middleware_stack
+    while not isinstance(layer, DirectRouteMiddleware):
+        layer = getattr(layer, "app", None)
+        if layer is None:
+            raise LookupError("this app has no edge")
+    return layer
