@@ -11,6 +11,7 @@ request, whose frames and `send` wrappers our routes have no use for: putting ou
 took a one-sentence request's event-loop CPU from 263-281 to 243-249 µs at c=64, with uvicorn's
 proxy headers off and the spaces' fingerprints cached (docs/benchmarks.md, "The Intel Xeon with
 AMX again").
+
 Lifespan events pass through our layers to FastAPI's.
 """
 
