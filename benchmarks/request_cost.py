@@ -10,7 +10,8 @@ CPU seconds (the process and every process under it, from /proc) before and afte
   cost of one request beyond its sentence (HTTP, JSON, validation, hops, response),
 - requests/s at c=64 ÷ sentences/s at 8 × 32,
 - the runners' busy seconds each (/stats: wall time in the forwards, which a runner waiting for
-  a core also counts) and the inputs a batch.
+  a core also counts), the CPU their own threads spent in them (/stats `cpu_seconds`) and the
+  inputs a batch.
 
 `--profile DIR` also samples the server with py-spy during the c=64 load (`.venv/bin/pip
 install py-spy` first; `py-spy record --format raw --nonblocking`: without `--nonblocking`
@@ -87,20 +88,22 @@ def client_cpu_seconds() -> float:
 @dataclass(frozen=True)
 class Measured:
     """One load: its result, and over its measured part the server's CPU seconds, the
-    client's, the runners' busy seconds (the model's forwards, /stats) and the batches run."""
+    client's, the runners' busy and CPU seconds in their batches (/stats) and the batches run."""
 
     result: LoadResult
     server_cpu: float
     client_cpu: float
     model_seconds: float
+    model_cpu: float
     batches: int
     items: int
 
 
-def runner_counters(port: int) -> tuple[float, int, int]:
+def runner_counters(port: int) -> tuple[float, float, int, int]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as response:
         stats = orjson.loads(response.read())
-    return float(stats["busy_seconds"]), int(stats["batches"]), int(stats["items"])
+    busy, cpu = float(stats["busy_seconds"]), float(stats["cpu_seconds"])
+    return busy, cpu, int(stats["batches"]), int(stats["items"])
 
 
 def measured(
@@ -121,6 +124,7 @@ def measured(
         after[0] - runners[0],
         after[1] - runners[1],
         after[2] - runners[2],
+        after[3] - runners[3],
     )
 
 
@@ -206,9 +210,9 @@ def main() -> None:
     print(f"{args.seconds:g} s a load, real prose; the client's CPU is on the same cores\n")
     print(
         "| load | rate | server CPU µs each | the runners' busy µs each (wall, /stats) "
-        "| inputs a batch | client CPU | errors |"
+        "| their CPU µs each in batches (/stats) | inputs a batch | client CPU | errors |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, unit, each, load in (
         ("c=8 × 32 sentences", "sentences/s", 32, big),
         ("c=64 × 1 sentence", "requests/s", 1, one),
@@ -217,8 +221,8 @@ def main() -> None:
         print(
             f"| {label} | {load.result.throughput * each:.0f} {unit} "
             f"| {load.server_cpu / count * 1e6:.0f} | {load.model_seconds / count * 1e6:.0f} "
-            f"| {load.items / max(load.batches, 1):.1f} | {load.client_cpu / args.seconds:.0%} "
-            f"| {load.result.errors} |"
+            f"| {load.model_cpu / count * 1e6:.0f} | {load.items / max(load.batches, 1):.1f} "
+            f"| {load.client_cpu / args.seconds:.0%} | {load.result.errors} |"
         )
     print(
         "\nthe server's CPU a one-sentence request beyond a sentence's at 8 × 32: "

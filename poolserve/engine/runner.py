@@ -97,7 +97,7 @@ class Runner:
         """Run one batch. If it fails and holds several requests, each is retried alone, so an
         input that breaks the model fails only its own request."""
         stats = self._stats
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         mark = BatchMark(started, len(items), sum(item.cost for item in items))
         for item in items:
             item.group.batch_started(mark)
@@ -129,6 +129,8 @@ class Runner:
         except BaseException:
             stats.batch_ended(self.index, items=0, tokens=0, padded_tokens=0, seconds=0.0)
             raise
+        # The CPU interval read inside the wall one: a thread's CPU never exceeds its wall time.
+        cpu_seconds = time.thread_time() - cpu_started
         ended = time.perf_counter()
         mark.ended, mark.padded_tokens = ended, batch.padded_tokens
         stats.batch_ended(
@@ -138,6 +140,7 @@ class Runner:
             padded_tokens=batch.padded_tokens,
             seconds=ended - started,
             held_bytes=batch.held_bytes,
+            cpu_seconds=cpu_seconds,
         )
         with self._deliveries():
             for row, item in enumerate(items):

@@ -32,6 +32,9 @@ class RunnerCounters:
     failed_batches: int = 0
     # Seconds this runner spent in forward passes (the rest of its time it waited for work).
     busy_seconds: float = 0.0
+    # The CPU seconds its own thread spent in them (not the threads a batch borrows): less
+    # than busy_seconds by the time it waited for a core, or for the GIL.
+    cpu_seconds: float = 0.0
     alive: bool = True
 
 
@@ -47,6 +50,7 @@ class RunnerSnapshot:
     alive: bool
     token_work: int = 0
     held_bytes: int = 0
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class StatsSnapshot:
     # ever ran at once: the engine's own evidence that runners work in parallel.
     overlapped_batches: int
     max_concurrent_batches: int
+    cpu_seconds: float = 0.0
 
     @property
     def max_batch_size(self) -> int:
@@ -89,6 +94,7 @@ class StatsSnapshot:
             "padded_tokens": self.padded_tokens,
             "failed_batches": self.failed_batches,
             "busy_seconds": self.busy_seconds,
+            "cpu_seconds": self.cpu_seconds,
             "items_skipped": self.items_skipped,
             "max_batch_size": self.max_batch_size,
             "batch_sizes": dict(sorted(self.batch_sizes.items())),
@@ -102,6 +108,7 @@ class StatsSnapshot:
                     "items": r.items,
                     "failed_batches": r.failed_batches,
                     "busy_seconds": r.busy_seconds,
+                    "cpu_seconds": r.cpu_seconds,
                 }
                 for r in self.runners
             ],
@@ -152,9 +159,11 @@ class EngineStats:
         padded_tokens: int,
         seconds: float,
         held_bytes: int = 0,
+        cpu_seconds: float = 0.0,
     ) -> None:
         """A batch ran (`items` > 0) or failed (`items` == 0); either way it no longer runs.
-        `held_bytes`: what its items hold beyond their tokens (images)."""
+        `held_bytes`: what its items hold beyond their tokens (images); `seconds` and
+        `cpu_seconds`: its wall time and its runner thread's CPU time."""
         with self._lock:
             self._running -= 1
             counters = self._runners[runner]
@@ -170,6 +179,7 @@ class EngineStats:
             else:
                 counters.token_work += padded_tokens
             counters.busy_seconds += seconds
+            counters.cpu_seconds += cpu_seconds
             self._batch_sizes[items] += 1
             self._batch_tokens[padded_tokens] += 1
 
@@ -215,6 +225,7 @@ class EngineStats:
                     c.alive,
                     c.token_work,
                     c.held_bytes,
+                    c.cpu_seconds,
                 )
                 for index, c in enumerate(self._runners)
             )
@@ -231,6 +242,7 @@ class EngineStats:
                 runners=runners,
                 overlapped_batches=self._overlapped,
                 max_concurrent_batches=self._max_running,
+                cpu_seconds=sum(r.cpu_seconds for r in runners),
             )
 
     @property

@@ -124,6 +124,7 @@ class RunnerStats(Documented):
     items: int
     failed_batches: int
     busy_seconds: float
+    cpu_seconds: float
 
 
 class EngineStatsBody(Documented):
@@ -134,7 +135,11 @@ class EngineStatsBody(Documented):
     tokens: int = Field(description="the inputs' own tokens (padded_tokens: with padding)")
     padded_tokens: int
     failed_batches: int
-    busy_seconds: float
+    busy_seconds: float = Field(description="wall seconds the runners spent in their batches")
+    cpu_seconds: float = Field(
+        description="CPU seconds the runners' own threads spent in them (less than busy_seconds "
+        "by the time they waited for a core or the GIL; not the threads a batch borrows)"
+    )
     items_skipped: int = Field(description="inputs dropped before the model (cancelled)")
     max_batch_size: int
     batch_sizes: dict[str, int] = Field(description="batches by their number of inputs")

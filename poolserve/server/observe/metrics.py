@@ -217,6 +217,11 @@ PER_RUNNER = (
     ("poolserve_runner_items", "Inputs run, by runner", "items"),
     ("poolserve_runner_failed_batches", "Forward passes that raised, by runner", "failed_batches"),
     ("poolserve_runner_busy_seconds", "Seconds spent in forward passes, by runner", "busy_seconds"),
+    (
+        "poolserve_runner_cpu_seconds",
+        "CPU seconds the runner's own thread spent in forward passes, by runner",
+        "cpu_seconds",
+    ),
 )
 
 

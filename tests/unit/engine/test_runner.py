@@ -7,6 +7,7 @@ the requests still waiting is the engine's business: tests/unit/engine/test_core
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -169,3 +170,49 @@ def test_shape_mismatch_from_forward_fails_the_batch_not_the_runner(
         pytest.fail("the request whose batch had a bad output was never completed")
     assert isinstance(error, InferenceError)
     assert harness.runner.alive
+
+
+def _burn(seconds: float) -> float:
+    """Spend `seconds` of this thread's CPU; the CPU seconds spent."""
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+    return time.thread_time() - started
+
+
+def test_the_runner_counts_its_threads_cpu_beside_its_wall_time(
+    harnesses: list[Harness],
+) -> None:
+    """A forward that computes counts its CPU in cpu_seconds; one that waits (here on the
+    test, which burns 50 ms of its own CPU first) counts the wait in busy_seconds only."""
+    burned: list[float] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def forward(batch: Batch, threads: int = 1) -> np.ndarray:
+        if batch.items[0].payload.input_ids[0] == 1:
+            burned.append(_burn(0.05))
+        else:
+            entered.set()
+            release.wait(WAIT)
+        return fake_forward(batch)
+
+    computed, computed_items = group_of(1)
+    harness = start(forward, max_batch_size=1, submit=computed_items)
+    harnesses.append(harness)
+    computed.future.result(WAIT)
+    after_compute = harness.stats.snapshot()
+    assert after_compute.cpu_seconds >= burned[0]
+    assert after_compute.cpu_seconds <= after_compute.busy_seconds
+
+    waited, waited_items = group_of(2)
+    harness.scheduler.submit(waited_items)
+    assert entered.wait(WAIT)
+    _burn(0.05)
+    release.set()
+    waited.future.result(WAIT)
+    after_wait = harness.stats.snapshot()
+    busy = after_wait.busy_seconds - after_compute.busy_seconds
+    cpu = after_wait.cpu_seconds - after_compute.cpu_seconds
+    assert busy >= 0.05
+    assert cpu < busy / 2
+    assert after_wait.as_dict()["cpu_seconds"] == after_wait.cpu_seconds
