@@ -51,7 +51,14 @@ class AotModel:
         # The container steals the input handles (fresh references to our tensors) and hands
         # back new ones for the outputs, which become ordinary tensors again.
         # The library reads raw memory as it was exported: int64, contiguous, on the CPU.
-        inputs_checked = [t.to("cpu", torch.long).contiguous() for t in tensors]
+        # Converted only where needed: every torch call releases the GIL, and a runner that
+        # releases it waits to get it back behind the event loop's Python (tokenizer.py).
+        inputs_checked = [
+            t
+            if t.dtype == torch.long and t.device.type == "cpu" and t.is_contiguous()
+            else t.to("cpu", torch.long).contiguous()
+            for t in tensors
+        ]
         handles = self._aoti.unsafe_alloc_void_ptrs_from_tensors(inputs_checked)
         inputs = (ctypes.c_void_p * len(handles))(*[_pointer(handle) for handle in handles])
         outputs = (ctypes.c_void_p * self._outputs)()

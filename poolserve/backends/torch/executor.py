@@ -155,7 +155,9 @@ class ModelExecutor:
                 output = compiled_run(on_model)
             else:
                 output = run_eagerly(self._module, on_model)
-        result: np.ndarray = output.cpu().numpy()
+        # (`.cpu()` on a CPU tensor is one more call that lets go of the GIL: aot_runtime.py.)
+        on_cpu = output if output.device.type == "cpu" else output.cpu()
+        result: np.ndarray = on_cpu.numpy()
         if batch.head not in TOKEN_HEADS:
             return list(result)
         if batch.packed is not None:

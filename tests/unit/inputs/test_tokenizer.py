@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from poolserve.inputs.tokenizer import TextTokenizer
+from poolserve.inputs.tokenizer import HOLD_GIL_CHARS, TextTokenizer
 from tests.reference import Corpus
 
 
@@ -55,3 +55,18 @@ def test_token_strings_and_decode(tokenizer: TextTokenizer, hf_tokenizer: Any) -
     ids = hf_tokenizer(text)["input_ids"]
     assert tokenizer.token_strings(ids) == hf_tokenizer.convert_ids_to_tokens(ids)
     assert tokenizer.decode(ids) == hf_tokenizer.decode(ids)
+
+
+def test_a_few_texts_and_many_give_the_same_ids(
+    tokenizer: TextTokenizer, hf_tokenizer: Any, corpus: Corpus
+) -> None:
+    """A few short texts are encoded one by one holding the GIL; many, in one batch call that
+    releases it: the same ids either way."""
+    texts = [text for text in corpus.within + corpus.over if len(text) <= HOLD_GIL_CHARS]
+    assert sum(map(len, texts)) > HOLD_GIL_CHARS  # all of them: the batch call
+    expected = [hf_tokenizer(t, truncation=False)["input_ids"] for t in texts]
+    assert tokenizer.encode_batch(texts, truncate_to=None) == expected
+    assert [tokenizer.encode_batch([t], truncate_to=None)[0] for t in texts] == expected
+    assert [tokenizer.encode_batch([t], truncate_to=5)[0] for t in texts] == [
+        hf_tokenizer(t, truncation=True, max_length=5)["input_ids"] for t in texts
+    ]
