@@ -51,8 +51,9 @@ class AotModel:
         # The container steals the input handles (fresh references to our tensors) and hands
         # back new ones for the outputs, which become ordinary tensors again.
         # The library reads raw memory as it was exported: int64, contiguous, on the CPU.
-        # Converted only where needed: every torch call releases the GIL, and a runner that
-        # releases it waits to get it back behind the event loop's Python (tokenizer.py).
+        # Converted only where needed: `.to()` and `.contiguous()` let go of the GIL, and a
+        # runner that does waits to get it back behind the event loop's Python (tokenizer.py);
+        # the attribute reads keep it.
         inputs_checked = [
             t
             if t.dtype == torch.long and t.device.type == "cpu" and t.is_contiguous()
