@@ -101,13 +101,3 @@ def wrap_edge(app: FastAPI, layer: Callable[[ASGIApp], ASGIApp]) -> None:
     if app.middleware_stack is None:
         raise RuntimeError("open the edge first")
     app.middleware_stack = layer(app.middleware_stack)
-
-
-def direct_routes(app: FastAPI) -> DirectRouteMiddleware:
-    """The layer of `app`'s edge that dispatches our routes."""
-    layer = app.middleware_stack
-    while not isinstance(layer, DirectRouteMiddleware):
-        layer = getattr(layer, "app", None)
-        if layer is None:
-            raise LookupError("this app has no edge")
-    return layer
