@@ -1,8 +1,8 @@
 """Where the server's CPU goes: CPU seconds per request of each server thread under load.
 
-Runs `poolserve serve` under a closed-loop load of one-sentence requests and reads each
-thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the load generator's
-own CPU comes from getrusage. Thread names are what the kernel reports (Python threads are all
+Runs `poolserve serve` under a closed-loop load of one-sentence requests (`--sentences N`: of N
+each) and reads each thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the
+load generator's own CPU comes from getrusage. Thread names are what the kernel reports (Python threads are all
 "python"; the event loop is the lowest thread id, torch's OpenMP workers the newest). Real prose
 by default (benchmarks/corpus.py); `--corpus templated` for the sentences of earlier results.
 
@@ -49,6 +49,7 @@ def engine_stats(port: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--sentences", type=int, default=1, help="sentences a request")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--server-args", default="", help="extra flags for `poolserve serve`")
@@ -57,9 +58,13 @@ def main() -> None:
 
     server_args = ["--dtype", args.dtype, *args.server_args.split()]
     with running_server_process(server_args) as (port, process):
+        texts = texts_of(args.corpus)
+        inputs: list[Any] = texts
+        if args.sentences > 1:
+            inputs = [texts[i : i + args.sentences] for i in range(0, len(texts), args.sentences)]
         requests = [
-            build_request("127.0.0.1", port, "/v1/embeddings", orjson.dumps({"input": text}))
-            for text in texts_of(args.corpus)
+            build_request("127.0.0.1", port, "/v1/embeddings", orjson.dumps({"input": each}))
+            for each in inputs
         ]
         warm = run_load("127.0.0.1", port, requests, concurrency=args.concurrency, seconds=1)
         asyncio.run(warm)
@@ -78,7 +83,11 @@ def main() -> None:
         stats_after = engine_stats(port)
 
     served = len(result.latencies)
-    print(f"c={args.concurrency}: {result.throughput:.0f} req/s over {args.seconds:g} s")
+    sentences = result.throughput * args.sentences
+    print(
+        f"c={args.concurrency} × {args.sentences} sentences: {result.throughput:.0f} req/s", end=""
+    )
+    print(f" ({sentences:.0f} sentences/s) over {args.seconds:g} s")
     print()
     print("| thread id | name | CPU s | µs per request |")
     print("|---:|---|---:|---:|")

@@ -78,7 +78,8 @@ class EngineTrial:
     """One engine and precision `--backend auto` tried (backends/choice/): its speed over the
     probe (None: not measured), how its outputs compare with torch float32's (the quality
     gate's figures, and `error`, the worst relative L2 distance), and what came of it: "chosen",
-    "slower", or why it was left out (not installed, failed to load or export, off the gate)."""
+    "slower" (and how it was timed where not alike), or why it was left out (not installed,
+    failed to load or export, off the gate)."""
 
     engine: str
     precision: str

@@ -114,7 +114,7 @@ class AutoBackend:
     def load(self) -> None:
         started = time.perf_counter()
         tried = self._found.tried
-        path = choice_file(cache_dir(), self._spec, self._config, self._found, self._threads)
+        path = choice_file(cache_dir(), self._spec, self._config, self._found)
         cached = None if self.ahead_of_time else cached_choice(path)
         if cached is not None and Candidate(cached.engine, cached.precision) in tried:
             self.choice = cached
@@ -171,6 +171,7 @@ class AutoBackend:
             failed = "; ".join(f"{row.candidate.label}: {row.trial.outcome}" for row in rows)
             raise ModelLoadError(f"{self._spec.name}: no engine could serve it ({failed})")
         winner = best.candidate
+        best.release()  # the trial's helper runners; the server's runners make their own
         keep = winner.engine != "torch" or self._config.compile in ("off", "cached")
         if not keep and best.backend is not None:
             best.backend.close()
@@ -217,15 +218,17 @@ class AutoBackend:
                 times = row.probe.pass_seconds / best.probe.pass_seconds
                 row.settle(f"slower (its first timed pass took {times:.1f}x the fastest's)")
             else:
+                slower = "slower"
                 if near(row.probe, best.probe):
-                    retimed = duel(best.probe, row.probe, self._threads)
+                    retimed = duel(best.probe, row.probe)
                     best.retimed(retimed[0])
                     row.retimed(retimed[1])
+                    slower = "slower, timed again in turn with {}"
                 if row.rate > best.rate:
-                    best.settle("slower")
+                    best.settle(slower.format(row.candidate.label))
                     best = row
                 else:
-                    row.settle("slower")
+                    row.settle(slower.format(best.candidate.label))
         return rows, best
 
     def _past_budget(self, first: Tried, started: float) -> bool:

@@ -1,10 +1,10 @@
 """The measured choice of `--backend auto`, kept for the next start
 (`POOLSERVE_CACHE_DIR/engine-choice/<key>.json`). The key holds everything the measurement
 depends on: the CPU (model name and instruction set), the model's files, kind, head and
-attention, the candidates and the settings that shape each one's speed (threads, runners,
-packing, int8 and its gate), the text it is timed on, and the versions of every engine installed (an
-engine installed or upgraded since is measured anew). An entry is written whole and renamed
-into place; one that cannot be read is measured again."""
+attention, the candidates and the settings that shape each one's speed (the runners the trials
+run at once and their threads, packing, int8 and its gate), the text it is timed on, and the
+versions of every engine installed (an engine installed or upgraded since is measured anew). An
+entry is written whole and renamed into place; one that cannot be read is measured again."""
 
 from __future__ import annotations
 
@@ -20,26 +20,25 @@ from poolserve.backends.torch.aot_cache import keyed_file, measured_on, write_js
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINES
 from poolserve.engine.model_backend import EngineChoice, EngineTrial
+from poolserve.engine.runner_layout import runner_layout
 from poolserve.models.spec import ModelSpec
 
-# Bumped when what an entry holds, or how it is measured, changes.
-FORMAT = 2
+# Bumped when what an entry holds, or how it is measured, changes (3: every runner at once).
+FORMAT = 3
 # Libraries whose versions change what an engine runs (beside the engines themselves).
 _LIBRARIES = ("transformers", "onnx", "onnxscript", "nncf")
 
 
-def choice_file(
-    root: Path, spec: ModelSpec, config: EngineConfig, found: Candidates, threads: int
-) -> Path:
+def choice_file(root: Path, spec: ModelSpec, config: EngineConfig, found: Candidates) -> Path:
     """Where the choice for this model, machine, candidates and settings is kept."""
+    runners, threads = runner_layout(config, spec.device)  # what the trials run at once
     parts = {
         "format": FORMAT,
         **measured_on(spec),
         "max_model_len": spec.max_model_len,
         "candidates": [candidate.label for candidate in found.tried],
         "threads": threads,
-        "runners": config.runners,
-        "cores": config.cores,
+        "runners": runners,
         "packing": config.packing,
         "compile": config.compile,
         "max_batch_size": config.max_batch_size,

@@ -1,24 +1,25 @@
 """One candidate of `--backend auto` tried: built as the backend that would serve it (its engine
 and precision forced), loaded and warmed up on the calling runner thread, its main head run over
-real text shipped with the package on the runner's own threads, and its outputs judged against
-torch float32's.
+real text shipped with the package by as many runners as the server has, all at once, each on
+its own thread with its own forward (crew.py), and its outputs judged against torch float32's.
 
 The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration.txt (5-60
 tokens, every other one, so their lengths spread as the file's do) as requests of 32 waiting at
-once, in the batches the engine's own scheduler forms from them for the runners (`drain`): so
-each engine is timed in the batches it would serve, packed ones for a backend that packs,
-length buckets for a padded one (measured: served, torch packed about 60 sentences a batch where
-OpenVINO's buckets held 27, which batches of 32 for both do not show).
-Sentences per second, the median of timed passes (as many as fit in `PASS_SECONDS`, at least
-`MIN_PASSES`). 16 sentences of the probe (backends/probe.txt) one at a
-time are timed too, and shown, not chosen by. A candidate whose first timed pass takes
-`CUT_OFF` times the fastest's pass is slower, and is not timed further (the warm-up pass cannot
-tell: a graph runtime's first pass over new shapes can take twice its steady time, OpenVINO's
-does). Two within `NEAR` of each other are timed again in turn (`duel`), so a sequential
-trial's noise does not decide. The judge is the quality gate int8 already has
-(backends/quality_gate.py: cosines for vectors, probabilities and labels for scores), and for a
-float precision also precision.py's tolerance (a relative L2 distance of 0.045, a cosine of
-about 0.999), so a lower precision is held to what `--dtype auto` always held it to.
+once, in the batches the engine's own scheduler forms from them for the runners (`drain`),
+taken by the runners as each is free: so each engine is timed as it would serve, in the batches
+it would serve, packed ones for a backend that packs, length buckets for a padded one
+(measured: served, torch packed about 60 sentences a batch where OpenVINO's buckets held 27,
+which batches of 32 for both do not show). Sentences per second, the median of timed passes (as
+many as fit in `PASS_SECONDS`, at least `MIN_PASSES`). 16 sentences of the probe
+(backends/probe.txt) one at a time are timed too, on one runner, and shown, not chosen by. A
+candidate whose first timed pass takes `CUT_OFF` times the fastest's pass is slower, and is not
+timed further (the warm-up passes cannot tell: a graph runtime's first pass over new shapes can
+take twice its steady time, OpenVINO's does). Two within `NEAR` of each other are timed again
+in turn (`duel`), so a sequential trial's noise does not decide. The judge is the quality gate
+int8 already has (backends/quality_gate.py: cosines for vectors, probabilities and labels for
+scores), and for a float precision also precision.py's tolerance (a relative L2 distance of
+0.045, a cosine of about 0.999), so a lower precision is held to what `--dtype auto` always held
+it to.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ import numpy as np
 
 from poolserve.backends import quality_gate
 from poolserve.backends.choice.candidates import Candidate
+from poolserve.backends.choice.crew import Crew
 from poolserve.backends.probe import calibration_texts, probe_texts
 from poolserve.backends.torch.precision import TOLERANCE, probe_batches, worst_error
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize
 from poolserve.engine.collate import Batch, text_item
-from poolserve.engine.model_backend import Backend, Collate, EngineTrial, Forward
+from poolserve.engine.model_backend import Backend, Collate, EngineTrial
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup
@@ -69,8 +71,8 @@ class Probe:
     single_ms: float | None  # None: not timed (its first timed pass was past the cut-off)
     # How long one pass of the batches took (the median of the timed ones, or the one).
     pass_seconds: float
-    # What times it again; None once its backend is let go (nothing may hold the model then).
-    forward: Forward | None
+    # What times it again; None once let go (nothing may hold the model then).
+    crew: Crew | None
     batches: Sequence[Batch]
 
     @property
@@ -104,11 +106,16 @@ class Tried:
         self.probe = probe
         self.trial = replace(self.trial, sentences_per_second=probe.sentences_per_second)
 
+    def release(self) -> None:
+        """Its probe's runners let go (their forwards with them); its backend kept."""
+        if self.probe is not None and self.probe.crew is not None:
+            self.probe.crew.close()
+            self.probe = replace(self.probe, crew=None, batches=())
+
     def settle(self, outcome: str) -> None:
         """Its outcome, and its backend closed and let go (it will not serve)."""
         self.trial = replace(self.trial, outcome=outcome)
-        if self.probe is not None:
-            self.probe = replace(self.probe, forward=None, batches=())
+        self.release()
         if self.backend is not None:
             self.backend.close()
             self.backend = None
@@ -192,19 +199,26 @@ def run_probe(
         for text in probe_texts()[:SINGLE_SENTENCES]
         for batch in probe_batches(spec, collate, packed=packed, texts=[text])
     ]
-    started = time.perf_counter()
-    produced = _outputs(forward, batches, threads)  # the warm-up pass
-    first = time.perf_counter() - started
-    # In the texts' order, whatever batches each engine formed (the judge compares by place).
-    outputs = [produced[i] for i in sorted(range(len(places)), key=places.__getitem__)]
-    timed = [_timed(forward, batches, threads)]
-    if fastest is not None and timed[0] > CUT_OFF * fastest:
-        return Probe(outputs, len(outputs) / timed[0], None, timed[0], forward, batches)
-    passes = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(first, 1e-6))))
-    timed += [_timed(forward, batches, threads) for _ in range(passes - 1)]
-    seconds = statistics.median(timed)
-    single = statistics.median(_timed(forward, [batch], threads) for batch in singles)
-    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds, forward, batches)
+    crew = Crew(backend, forward, runners, threads)
+    try:
+        started = time.perf_counter()
+        produced = crew.outputs(batches)  # the warm-up pass
+        first = time.perf_counter() - started
+        if runners > 1:
+            crew.timed(batches)  # each runner has now run most of the batches' shapes
+        # In the texts' order, whatever batches each engine formed (the judge compares by place).
+        outputs = [produced[i] for i in sorted(range(len(places)), key=places.__getitem__)]
+        timed = [crew.timed(batches)]
+        if fastest is not None and timed[0] > CUT_OFF * fastest:
+            return Probe(outputs, len(outputs) / timed[0], None, timed[0], crew, batches)
+        passes = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(first, 1e-6))))
+        timed += [crew.timed(batches) for _ in range(passes - 1)]
+        seconds = statistics.median(timed)
+        single = statistics.median(crew.single(batch) for batch in singles)
+    except BaseException:
+        crew.close()
+        raise
+    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds, crew, batches)
 
 
 def near(one: Probe, other: Probe) -> bool:
@@ -213,14 +227,14 @@ def near(one: Probe, other: Probe) -> bool:
     return rates[1] <= NEAR * rates[0]
 
 
-def duel(one: Probe, other: Probe, threads: int) -> tuple[Probe, Probe]:
+def duel(one: Probe, other: Probe) -> tuple[Probe, Probe]:
     """Both timed again, a pass of each in turn (`DUEL_PASSES` each): the same moments of the
     machine's noise fall on both. Their rates are those passes' medians."""
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(DUEL_PASSES):
         for probe, seconds in zip((one, other), times, strict=True):
-            assert probe.forward is not None  # both still loaded
-            seconds.append(_timed(probe.forward, probe.batches, threads))
+            assert probe.crew is not None  # both still loaded
+            seconds.append(probe.crew.timed(probe.batches))
     return tuple(  # type: ignore[return-value]
         replace(
             probe,
@@ -242,14 +256,3 @@ def judge(
     if candidate.precision != "int8" and error > TOLERANCE:
         failures += (f"relative error {error:.4f} > {TOLERANCE}",)
     return figures, error, failures
-
-
-def _outputs(forward: Forward, batches: Sequence[Batch], threads: int) -> list[np.ndarray]:
-    return [output for batch in batches for output in forward(batch, threads)]
-
-
-def _timed(forward: Forward, batches: Sequence[Batch], threads: int) -> float:
-    started = time.perf_counter()
-    for batch in batches:
-        forward(batch, threads)
-    return time.perf_counter() - started
