@@ -7,6 +7,10 @@ fastest raw non-quantized engine: c=8 requests of 32 sentences (sentences/s) and
 of one sentence (requests/s; benchmarks/loadgen.py, closed loop, keep-alive sockets).
 
     .venv/bin/python -m benchmarks.engine_choice            # --no-raw: the choice alone
+
+`--rounds N` runs the raw engines and the served loads N times in turn (the server started
+anew each round, reading the choice) and prints each round's ratios and their median: this
+machine's drift over minutes is about the size of the differences measured.
 """
 
 from __future__ import annotations
@@ -39,8 +43,12 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--no-raw", action="store_true", help="skip the raw engines")
     parser.add_argument("--seconds", type=float, default=10.0, help="each served load")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="raw engines and served loads, in turn"
+    )
     args = parser.parse_args()
 
+    ratios: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as cache:
         os.environ["POOLSERVE_CACHE_DIR"] = cache  # an empty cache: the choice is measured
         started = time.perf_counter()
@@ -66,31 +74,42 @@ def main() -> None:
         if args.no_raw:
             return
         # The raw engines' run reads the same cache: its `--backend auto` row serves this choice.
-        raw = subprocess.run(
-            [sys.executable, "-m", "benchmarks.raw_engines", "--count", str(args.count)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if raw.returncode != 0:
-            sys.exit(f"benchmarks.raw_engines failed:\n{raw.stderr[-4000:]}")
-        served = _served(texts, args.seconds)
-    table = raw.stdout[raw.stdout.index("| engine") :]
-    print("\nThe raw engines, the same run:\n")
-    print(table)
-    floats = {
-        label: float(value)
-        for label, value in re.findall(r"^\| ([^|]+?) \| (\d+) \|", table, re.MULTILINE)
-        if "int8" not in label and not label.startswith("poolserve")
-    }
-    fastest = max(floats, key=floats.__getitem__)
-    limit = floats[fastest]
-    print(f"The fastest raw float engine: {fastest}, {limit:.0f} sentences/s\n")
-    print("| poolserve, --backend auto | sentences/s | ÷ the fastest raw |")
-    print("|---|---:|---:|")
-    print(f"| Engine.embed, 2,000 sentences as they come | {rate:.0f} | {rate / limit:.2f} |")
-    for label, value in served.items():
-        print(f"| `poolserve serve` (defaults), {label} | {value:.0f} | {value / limit:.2f} |")
+        # Rounds alternate the raw engines and the server, so the machine's drift falls on both.
+        rounds = []
+        for _ in range(args.rounds):
+            raw = subprocess.run(
+                [sys.executable, "-m", "benchmarks.raw_engines", "--count", str(args.count)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if raw.returncode != 0:
+                sys.exit(f"benchmarks.raw_engines failed:\n{raw.stderr[-4000:]}")
+            rounds.append(
+                (raw.stdout[raw.stdout.index("| engine") :], _served(texts, args.seconds))
+            )
+    for number, (table, served) in enumerate(rounds, 1):
+        print(f"\nRound {number}: the raw engines\n")
+        print(table)
+        floats = {
+            label: float(value)
+            for label, value in re.findall(r"^\| ([^|]+?) \| (\d+) \|", table, re.MULTILINE)
+            if "int8" not in label and not label.startswith("poolserve")
+        }
+        fastest = max(floats, key=floats.__getitem__)
+        limit = floats[fastest]
+        print(f"The fastest raw float engine: {fastest}, {limit:.0f} sentences/s\n")
+        print("| poolserve, --backend auto | sentences/s | ÷ the fastest raw |")
+        print("|---|---:|---:|")
+        print(f"| Engine.embed, 2,000 sentences as they come | {rate:.0f} | {rate / limit:.2f} |")
+        for label, value in served.items():
+            print(f"| `poolserve serve` (defaults), {label} | {value:.0f} | {value / limit:.2f} |")
+            ratios.setdefault(label, []).append(value / limit)
+    if len(rounds) > 1:
+        print("\nServed ÷ the fastest raw of its round, the median of the rounds:")
+        for label, each in ratios.items():
+            listed = ", ".join(f"{r:.2f}" for r in each)
+            print(f"- {label}: {statistics.median(each):.2f} ({listed})")
 
 
 def _served(texts: list[str], seconds: float) -> dict[str, float]:
