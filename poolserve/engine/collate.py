@@ -5,12 +5,12 @@ tensors of them (the torch backend without a copy, backends/torch/executor.py).
 
 Padded: one row per item, padded to the longest. Packed (for a model whose backbone takes it,
 backends/torch/packing.py): the items laid end to end in rows of one length, longest first, each
-into the first row with room; the row length is the one, among the longest item's and a few round
-lengths above it, that costs least: rows × length for the linear layers, plus the attention's share,
-which grows with the length (about length ÷ 6 hidden sizes of a token's work). Measured on real
-prose (all-MiniLM-L6-v2, bf16, one thread, 64 sentences of 5-45 tokens): one padded batch 315 ms,
-length buckets 147 ms, packed rows of 64 tokens 97 ms (97.9 % real tokens), of the longest item's
-length 112 ms.
+into the first row with room; the row length is the one, among the longest item's (several rows:
+rounded up to a step of `ROW_LENGTH_STEP`) and a few round lengths above it, that costs least:
+rows × length for the linear layers, plus the attention's share, which grows with the length
+(about length ÷ 6 hidden sizes of a token's work). Measured on real prose (all-MiniLM-L6-v2,
+bf16, one thread, 64 sentences of 5-45 tokens): one padded batch 315 ms, length buckets 147 ms,
+packed rows of 64 tokens 97 ms (97.9 % real tokens), of the longest item's length 112 ms.
 """
 
 from __future__ import annotations
@@ -76,6 +76,14 @@ class PackedRows:
 
 # Row lengths tried above the longest item's.
 ROUND_ROW_LENGTHS = (64, 128, 256)
+# The length of the rows of a batch of several rows is a multiple of this (or the model's
+# limit). The linear layers' kernels are made for each token count they see: oneDNN generates
+# the code of a count not seen before when first run, and rows × a length that can be anything
+# made a new count of almost every batch. Measured on an Intel Xeon with AMX (all-MiniLM-L6-v2,
+# bf16, real prose): 3-4 % of the server's CPU went to generating code; with steps of 16,
+# c=8 × 32-sentence requests ran 1.13-1.14x and c=64 one-sentence requests 1.22-1.33x, one
+# sentence alone as fast (docs/benchmarks.md).
+ROW_LENGTH_STEP = 16
 
 
 def first_fit_rows(lengths: Sequence[int], row_length: int) -> list[list[int]]:
@@ -100,10 +108,13 @@ def packed_layout(
 ) -> tuple[int, list[list[int]]]:
     """The cheapest row length for these items (see the module's docstring) and its rows."""
     longest = max(lengths)
-    candidates = [longest] + [n for n in ROUND_ROW_LENGTHS if longest < n <= max_row_length]
+    stepped = min(-(-longest // ROW_LENGTH_STEP) * ROW_LENGTH_STEP, max_row_length)
+    rounds = (n for n in ROUND_ROW_LENGTHS if longest < n <= max_row_length)
     best: tuple[float, int, list[list[int]]] | None = None
-    for row_length in candidates:
+    for row_length in sorted({longest, stepped, *rounds}):
         rows = first_fit_rows(lengths, row_length)
+        if len(rows) > 1 and row_length % ROW_LENGTH_STEP and row_length != max_row_length:
+            continue  # several rows: a length in steps (the longest's rounded up is tried)
         cost = len(rows) * row_length * (1.0 + row_length / (6.0 * max(1, hidden_size)))
         if best is None or cost < best[0]:
             best = (cost, row_length, rows)

@@ -1,7 +1,7 @@
 """Ahead-of-time compiled forwards (AOTInductor), kept in a cache on disk across restarts.
 
 A model's main head is exported once (`torch.export`, batch size and length dynamic) and compiled
-by AOTInductor into a shared library that holds the frozen weights (`inductor_configs`), one
+by AOTInductor into a shared library that holds the frozen weights (pre-packed for oneDNN), one
 per intra-op thread count (inductor writes the count into its parallel loops). The library is
 kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on
 (aot_cache.py). A restart finds the entry and loads it in a fraction of a second instead of
@@ -39,7 +39,6 @@ from poolserve.backends.torch.aot_cache import (
     valid_library,
 )
 from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
-from poolserve.backends.torch.device import cpu_flags
 from poolserve.backends.torch.executor import TorchBatch
 from poolserve.backends.torch.export_forward import forward_to_export
 from poolserve.models.spec import ModelSpec
@@ -76,7 +75,7 @@ def build(
             package = torch._inductor.aoti_compile_and_package(
                 exported,
                 package_path=str(staging / "model.pt2"),
-                inductor_configs=inductor_configs(spec, target),
+                inductor_configs={"freezing": True, "cpp.threads": target.threads},
             )
         extracted = staging / "model.so"
         _extract_library(Path(package), extracted)
@@ -99,24 +98,6 @@ def build(
         staging.rename(entry.directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def inductor_configs(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
-    """How inductor compiles the forward: weights frozen (constants it folds), its parallel
-    loops written for the target's thread count, and the linear layers' weights pre-packed for
-    oneDNN except in a 16-bit precision on a CPU with AMX.
-
-    Why not there: a pre-packed linear is a oneDNN primitive of one token count, and a primitive
-    of a count not seen before is generated (JIT) when first run; a server's batches bring new
-    counts all the time. Measured on an Intel Xeon with AMX (all-MiniLM-L6-v2, bf16, real
-    prose): 3-4 % of the server's CPU generating code at steady state, and without pre-packing
-    (torch's matmul) c=8 × 32-sentence requests ran at 1.10-1.13x and c=64 one-sentence requests
-    at 1.06-1.08x; float32 ran the same either way (so it keeps them). Other CPUs were not
-    measured without it, and keep what was measured there (docs/benchmarks.md)."""
-    configs: dict[str, Any] = {"freezing": True, "cpp.threads": target.threads}
-    if spec.dtype in ("bfloat16", "float16") and "amx_bf16" in cpu_flags():
-        configs["cpp.weight_prepack"] = False
-    return configs
 
 
 def _extract_library(package: Path, destination: Path) -> None:

@@ -25,7 +25,7 @@ from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
 # Bumped when what an entry holds, or how it is built, changes.
-FORMAT = 2
+FORMAT = 1
 MANIFEST = "entry.json"
 # Files of a model directory that no forward reads: other runtimes' weights and documentation.
 _UNREAD_DIRECTORIES = frozenset({"onnx", "openvino", ".git", ".cache"})

@@ -66,12 +66,18 @@ def test_the_row_length_is_the_cheapest_of_the_candidates() -> None:
     """Lengths of 33 and 31: rows of the longest (33) hold one each; rows of 64 hold two."""
     length, rows = packed_layout([33, 31, 33, 31], hidden_size=384, max_row_length=256)
     assert length == 64 and sorted(map(sorted, rows)) == [[0, 1], [2, 3]]
-    # Equal lengths pack no tighter in longer rows: the longest's length, one row each.
-    length, rows = packed_layout([20, 20, 20], hidden_size=384, max_row_length=256)
-    assert length == 20 and len(rows) == 3
-    # Never longer than the model's length limit.
-    length, _ = packed_layout([33, 31], hidden_size=384, max_row_length=40)
-    assert length == 33
+    # One row may take the longest's length exactly; several rows take a length in steps of
+    # 16 (the linear layers see a few token counts, not a new one each batch).
+    assert packed_layout([20], hidden_size=384, max_row_length=256) == (20, [[0]])
+    assert packed_layout([20, 13], hidden_size=384, max_row_length=256) == (32, [[0], [1]])
+    assert packed_layout([40, 40], hidden_size=384, max_row_length=256) == (48, [[0], [1]])
+    for count in range(2, 40):
+        lengths = [(7 * i) % 60 + 3 for i in range(count)]
+        length, rows = packed_layout(lengths, hidden_size=384, max_row_length=256)
+        assert len(rows) == 1 or length % 16 == 0
+        assert sorted(i for row in rows for i in row) == list(range(count))
+    # Never longer than the model's length limit (which then may be a row's length).
+    assert packed_layout([33, 31], hidden_size=384, max_row_length=40)[0] == 40
 
 
 def test_an_item_with_its_own_attention_mask_is_collated_padded() -> None:

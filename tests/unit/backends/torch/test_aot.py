@@ -305,29 +305,6 @@ def test_the_cache_key_follows_the_model_files_dtype_and_threads(
     assert key(spec) != key(spec, replace(target, with_token_types=True))
 
 
-@pytest.mark.parametrize(
-    ("dtype", "flags", "prepacked"),
-    [
-        ("bfloat16", {"avx512_bf16", "amx_bf16"}, False),  # measured faster without
-        ("float32", {"avx512_bf16", "amx_bf16"}, True),  # measured the same: kept
-        ("bfloat16", {"avx512_bf16"}, True),  # not measured without: kept
-    ],
-)
-def test_linears_are_pre_packed_except_in_bf16_on_a_cpu_with_amx(
-    spec: ModelSpec,
-    monkeypatch: pytest.MonkeyPatch,
-    dtype: str,
-    flags: set[str],
-    prepacked: bool,
-) -> None:
-    monkeypatch.setattr(aot, "cpu_flags", lambda: frozenset(flags))
-    configs = aot.inductor_configs(
-        replace(spec, dtype=dtype), aot_cache.AotTarget("embed", 2, False, 256)
-    )
-    assert configs["freezing"] is True and configs["cpp.threads"] == 2
-    assert configs.get("cpp.weight_prepack", True) is prepacked
-
-
 def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> None:
     import hashlib
     import json
