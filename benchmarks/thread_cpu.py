@@ -2,9 +2,10 @@
 
 Runs `poolserve serve` under a closed-loop load of one-sentence requests (`--sentences N`: of N
 each) and reads each thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the
-load generator's own CPU comes from getrusage. Thread names are what the kernel reports (Python threads are all
-"python"; the event loop is the lowest thread id, torch's OpenMP workers the newest). Real prose
-by default (benchmarks/corpus.py); `--corpus templated` for the sentences of earlier results.
+load generator's own CPU comes from getrusage. Thread names are what the kernel reports (Python
+threads are all "python"; the event loop is the lowest thread id, torch's OpenMP workers the
+newest). Real prose by default (benchmarks/corpus.py); `--corpus templated` for the sentences of
+earlier results.
 
     .venv/bin/python -m benchmarks.thread_cpu --concurrency 64 --seconds 5
 """
