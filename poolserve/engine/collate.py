@@ -108,13 +108,15 @@ def packed_layout(
 ) -> tuple[int, list[list[int]]]:
     """The cheapest row length for these items (see the module's docstring) and its rows."""
     longest = max(lengths)
-    stepped = min(-(-longest // ROW_LENGTH_STEP) * ROW_LENGTH_STEP, max_row_length)
+    stepped = -(-longest // ROW_LENGTH_STEP) * ROW_LENGTH_STEP
+    if stepped > max_row_length:  # no step fits under the limit (an item may exceed it)
+        stepped = max(longest, max_row_length)
     rounds = (n for n in ROUND_ROW_LENGTHS if longest < n <= max_row_length)
     best: tuple[float, int, list[list[int]]] | None = None
     for row_length in sorted({longest, stepped, *rounds}):
         rows = first_fit_rows(lengths, row_length)
-        if len(rows) > 1 and row_length % ROW_LENGTH_STEP and row_length != max_row_length:
-            continue  # several rows: a length in steps (the longest's rounded up is tried)
+        if len(rows) > 1 and row_length == longest != stepped:
+            continue  # several rows: the longest's length rounded up to a step instead
         cost = len(rows) * row_length * (1.0 + row_length / (6.0 * max(1, hidden_size)))
         if best is None or cost < best[0]:
             best = (cost, row_length, rows)

@@ -76,8 +76,11 @@ def test_the_row_length_is_the_cheapest_of_the_candidates() -> None:
         length, rows = packed_layout(lengths, hidden_size=384, max_row_length=256)
         assert len(rows) == 1 or length % 16 == 0
         assert sorted(i for row in rows for i in row) == list(range(count))
-    # Never longer than the model's length limit (which then may be a row's length).
+    # Never longer than the model's length limit (which then may be a row's length), unless
+    # an item is (a late-interaction document may be cut to another length than a query).
     assert packed_layout([33, 31], hidden_size=384, max_row_length=40)[0] == 40
+    assert packed_layout([180, 20], hidden_size=384, max_row_length=179) == (180, [[0], [1]])
+    assert packed_layout([181, 100], hidden_size=384, max_row_length=256) == (192, [[0], [1]])
 
 
 def test_an_item_with_its_own_attention_mask_is_collated_padded() -> None:
