@@ -55,7 +55,7 @@ class Crew:
         return [output for batch_outputs in done.outputs for output in batch_outputs]
 
     def timed(self, batches: Sequence[Batch]) -> float:
-        """Seconds the crew takes to run `batches`, from the first taken to the last done."""
+        """Seconds the crew takes to run every one of `batches`."""
         started = time.perf_counter()
         self._run(batches)
         return time.perf_counter() - started
