@@ -27,6 +27,7 @@ from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.observe.lane_metrics import LaneCollector, LaneWaits
 from poolserve.server.observe.live import LiveHistory
 from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
+from poolserve.server.observe.tallies import CounterFamily, HistogramFamily
 from poolserve.service.registry import ServiceRegistry
 
 # Statuses that mean a request was refused or abandoned, and why.
@@ -248,27 +249,27 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.routes = frozenset(routes)
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "poolserve_requests",
             "HTTP requests by route, status and model (empty: refused before a model was chosen)",
             ("route", "status", "model"),
             registry=self.registry,
         )
-        self.duration = Histogram(
+        self.duration = HistogramFamily(
             "poolserve_request_duration_seconds",
             "Time from request to response, by route and model",
             ("route", "model"),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.stage = Histogram(
+        self.stage = HistogramFamily(
             "poolserve_stage_seconds",
             "Time requests spend in each stage (tokenize, queue, inference, postprocess), by model",
             ("stage", "model"),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.grpc_requests = Counter(
+        self.grpc_requests = CounterFamily(
             "poolserve_grpc_requests",
             "gRPC calls (each message of a stream: one) by method, status code and model",
             ("method", "code", "model"),
@@ -311,13 +312,13 @@ class Metrics:
             ("inference", timings.inference),
             ("postprocess", timings.postprocess),
         ):
-            self.stage.labels(stage, ctx.model_name).observe(seconds)
+            self.stage.series(stage, ctx.model_name).observe(seconds)
         self.lanes.observe(ctx.priority, timings.queue)
 
     def record_grpc(self, method: str, code: str, model: str, seconds: float) -> None:
         """One gRPC call answered (`method`: `/tei.v1.Embed/Embed`)."""
-        self.grpc_requests.labels(method, code, model).inc()
-        self.duration.labels(method, model).observe(seconds)
+        self.grpc_requests.series(method, code, model).inc()
+        self.duration.series(method, model).observe(seconds)
         if model:
             self.live.record(model, seconds)
         if code == "RESOURCE_EXHAUSTED":
@@ -379,8 +380,8 @@ class MetricsMiddleware:
             route = metrics.route_label(scope["path"])
             elapsed = time.perf_counter() - started
             model = scope.get(MODEL_KEY, "")
-            metrics.requests.labels(route, str(status), model).inc()
-            metrics.duration.labels(route, model).observe(elapsed)
+            metrics.requests.series(route, str(status), model).inc()
+            metrics.duration.series(route, model).observe(elapsed)
             if model:
                 metrics.live.record(model, elapsed)
             if logger.isEnabledFor(logging.DEBUG):
