@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Scope
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
@@ -127,11 +128,29 @@ async def parse_chosen_body(
     return result
 
 
+def header(scope: Scope, name: bytes) -> str:
+    """A request header's value ("" if it has none; `name` lowercase, as ASGI gives names), read
+    from the scope without building starlette's `Headers` for it."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            decoded: str = value.decode("latin-1")
+            return decoded
+    return ""
+
+
 async def read_body(request: Request) -> bytes:
     """The whole body, not kept on the request (`Request.body()` would keep it until the response
-    is sent; parsed, it is garbage)."""
-    chunks = [chunk async for chunk in request.stream() if chunk]
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    is sent; parsed, it is garbage). Read from the messages themselves: a one-message body (almost
+    all) costs one await, not an async generator's."""
+    chunks: list[bytes] = []
+    while True:
+        message = await request.receive()
+        if message["type"] != "http.request":  # the client went before its body came
+            raise ClientDisconnect
+        if chunk := message.get("body", b""):
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def gunzip(body: bytes, limit: int) -> bytes:
@@ -159,7 +178,7 @@ async def read_json_body(request: Request, cpu: CpuPool) -> bytes:
     """The body as JSON bytes: as sent, or gunzipped (in the CPU pool) when its
     `Content-Encoding` says gzip; any other encoding is a 415."""
     body = await read_body(request)
-    encoding = request.headers.get("content-encoding", "").strip().lower()
+    encoding = header(request.scope, b"content-encoding").strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip"):

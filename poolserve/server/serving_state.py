@@ -15,6 +15,7 @@ from poolserve.inputs.images.fetch import MediaFetcher
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
 from poolserve.server.admission.control import AdmissionControl
+from poolserve.server.answer_waits import AnswerWaits
 from poolserve.server.observe.metrics import MODEL_KEY, Metrics
 from poolserve.server.observe.tracing import Tracing
 from poolserve.server.shutdown import GracePeriod
@@ -43,6 +44,8 @@ class ServingState:
     fetcher: MediaFetcher | None = None
     # Traces of every request (--otlp-endpoint); None: off.
     tracing: Tracing | None = None
+    # The requests waiting for their answers, and what may end their waits early.
+    waits: AnswerWaits = field(default_factory=AnswerWaits)
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)

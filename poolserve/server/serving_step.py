@@ -175,57 +175,6 @@ def answer_metadata(ctx: ServeContext[Any]) -> dict[str, str]:
     return answer
 
 
-# A request still running this long after it reached the engine watches for its caller going
-# (`run_served`): one answered sooner (almost all) costs the loop no watcher at all.
-WATCH_AFTER = 0.25
-
-
-class _Race:
-    """What may end a request's wait for its answer before the answer: its time limit (a
-    timer), the grace period's end (a callback), its caller going (`gone()`, a task started
-    only after WATCH_AFTER seconds). The first cancels `answer` and is `why`."""
-
-    def __init__(
-        self,
-        answer: asyncio.Future[Any],
-        wait: float | None,
-        grace_over: asyncio.Future[None],
-        gone: Callable[[], Awaitable[Any]] | None,
-    ) -> None:
-        loop = answer.get_loop()
-        self._answer = answer
-        self.why: str | None = None
-        self._watcher: asyncio.Future[Any] | None = None
-        self._gone = gone
-        self._grace_over = grace_over
-        grace_over.add_done_callback(self._grace_ended)
-        self._timers = [loop.call_later(wait, self._stop, "limit")] if wait is not None else []
-        if gone is not None:
-            self._timers.append(loop.call_later(WATCH_AFTER, self._watch))
-
-    def _stop(self, reason: str) -> None:
-        if not self._answer.done():
-            self.why = reason
-            self._answer.cancel()
-
-    def _grace_ended(self, _: object) -> None:
-        self._stop("grace")
-
-    def _watch(self) -> None:
-        assert self._gone is not None
-        self._watcher = asyncio.ensure_future(self._gone(), loop=self._answer.get_loop())
-        self._watcher.add_done_callback(
-            lambda task: None if task.cancelled() else self._stop("gone")
-        )
-
-    def close(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        self._grace_over.remove_done_callback(self._grace_ended)
-        if self._watcher is not None:
-            self._watcher.cancel()
-
-
 async def run_served(
     step: Step,
     service: ModelService,
@@ -240,7 +189,7 @@ async def run_served(
     the caller goes, either passes or the server's grace period ends first, the request's work
     is cancelled: its items still queued never reach the model. Cancelled itself (a gRPC call's
     caller went), it cancels the work too. The loop awaits the answer's future alone
-    (`_Race`)."""
+    (answer_waits.py)."""
     state = step.state
     limit = time_limit(step, served.timeout)
     now = time.monotonic()
@@ -251,7 +200,7 @@ async def run_served(
     wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
     finished, group = begin(service.core, served.task, ctx, served.encode)
     answer = asyncio.wrap_future(finished)
-    race = _Race(answer, wait, state.grace.over(), gone)
+    race = state.waits.begin(answer, wait, state.grace.over(), gone)
     try:
         body = await answer
     except asyncio.CancelledError:
@@ -265,7 +214,7 @@ async def run_served(
         state.metrics.observe_stages(ctx)
         return body
     finally:
-        race.close()
+        state.waits.end(race)
     if race.why == "gone":
         return None
     if race.why == "grace":

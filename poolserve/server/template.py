@@ -33,7 +33,7 @@ from starlette.responses import Response
 from poolserve.engine.context import Encoder, PoolingParams, ServeContext, Task
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.admission.door import ticket_of
+from poolserve.server.admission.door import asked, ticket_of
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
 from poolserve.server.observe.metrics import CONTEXT_KEY, REQUEST_ID_KEY
@@ -41,7 +41,6 @@ from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
 from poolserve.server.serving_state import ServingState, state_of
 from poolserve.server.serving_step import (
-    Asked,
     Step,
     Vectors,
     answer_metadata,
@@ -228,11 +227,12 @@ async def _encoded_response(
 def step_of(request: Request) -> Step:
     """The serving step of `request`: its ticket from the door, its id, its headers."""
     state = state_of(request)
+    scope = request.scope
     return Step(
         state,
-        ticket_of(request.scope),
-        request.scope.get(REQUEST_ID_KEY) or state.new_request_id(),
-        Asked.of(request.headers.get),
+        ticket_of(scope),
+        scope.get(REQUEST_ID_KEY) or state.new_request_id(),
+        asked(scope),
     )
 
 

@@ -25,14 +25,22 @@ def content_length(scope: Scope) -> int | None:
     return None
 
 
+# Where what a request's headers ask travels in its ASGI scope (set at the door).
+ASKED_KEY = "poolserve.asked"
+ASKING_HEADERS = (b"x-priority", b"x-request-timeout", b"x-expect-embedding-space")
+
+
 def asked(scope: Scope) -> Asked:
-    """What the request's headers ask beside its body."""
+    """What the request's headers ask beside its body (read once, at the door)."""
+    known: Asked | None = scope.get(ASKED_KEY)
+    if known is not None:
+        return known
     headers = {
         name: value.decode("latin-1")
         for name, value in scope.get("headers", ())
-        if name in (b"x-priority", b"x-request-timeout")
+        if name in ASKING_HEADERS
     }
-    return Asked(headers.get(b"x-priority"), headers.get(b"x-request-timeout"))
+    return Asked.of(lambda name: headers.get(name.encode()))
 
 
 def asked_priority(scope: Scope) -> int:
@@ -59,7 +67,7 @@ class AdmissionMiddleware:
             return
         length = content_length(scope)
         try:
-            wanted = asked(scope)
+            wanted = scope[ASKED_KEY] = asked(scope)
             ticket = await self.control.enter(length, wanted.door_wait(), wanted.door_lane())
         except OverloadedError as refusal:
             response = error_response(refusal.status, refusal.message, headers=refusal.headers)
