@@ -138,6 +138,59 @@ class CpuPool:
         source.add_done_callback(start_next)
         return result
 
+    def then_in_loop(
+        self, source: Future[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
+    ) -> asyncio.Future[T]:
+        """`then` for a waiter on the running event loop (call it there): a future of the loop,
+        settled on it once `fn` has run. The pool thread hands the outcome to the loop itself,
+        so there is no future between the two to chain (`asyncio.wrap_future`). Cancelling the
+        returned future (its waiter gave up) cancels nothing else; a cancelled `source` cancels
+        it."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def settle(outcome: T | None, error: BaseException | None) -> None:  # on the loop
+            if answer.done():  # its waiter cancelled it
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(outcome)  # type: ignore[arg-type]
+
+        def to_loop(callback: Callable[..., object], *args: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(callback, *args)
+
+        def run_next(next_stage: Callable[[A], T], value: A) -> None:
+            try:
+                outcome = next_stage(value)
+            except BaseException as exc:  # the waiter gets it; the worker lives on
+                to_loop(settle, None, exc)
+            else:
+                to_loop(settle, outcome, None)
+
+        def closed() -> None:
+            error = EngineUnavailableError("the engine closed before this request finished")
+            to_loop(settle, None, error)
+
+        # As in `then`: the callback lets go of `fn` as it runs (no cycle through `source`).
+        pending = [fn]
+
+        def start_next(done: Future[A]) -> None:
+            next_stage = pending.pop()
+            if done.cancelled():
+                to_loop(answer.cancel)
+            elif (error := done.exception()) is not None:
+                to_loop(settle, None, error)
+            else:
+                try:
+                    self.post_at(priority, run_next, next_stage, done.result(), dropped=closed)
+                except EngineUnavailableError as exc:
+                    to_loop(settle, None, exc)
+
+        source.add_done_callback(start_next)
+        return answer
+
     def warm_up(self, key: K, build: Callable[[K], Any]) -> None:
         """Build every thread's processor of this model now rather than on the first requests."""
         barrier = threading.Barrier(self.workers)

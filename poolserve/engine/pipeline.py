@@ -184,9 +184,38 @@ def start(
     """
     inputs, group, chunks = _open(engine, task, ctx)
     finished = engine.cpu.then(group.future, partial(finish, group), group.priority)
+    _queue(engine, task, ctx, group, inputs, chunks, chained)
+    return finished, group
+
+
+def start_awaited(
+    engine: EngineCore,
+    task: Task[RequestT, Any],
+    ctx: ServeContext[RequestT],
+    finish: Callable[[RequestGroup, list[np.ndarray]], T],
+) -> tuple[asyncio.Future[T], RequestGroup]:
+    """`start` for a caller on the running event loop: the answer is a future of the loop,
+    settled there once `finish` has run in the pool (`CpuPool.then_in_loop`). Cancelling it
+    cancels nothing else: cancel the group."""
+    inputs, group, chunks = _open(engine, task, ctx)
+    finished = engine.cpu.then_in_loop(group.future, partial(finish, group), group.priority)
+    _queue(engine, task, ctx, group, inputs, chunks, chained=True)
+    return finished, group
+
+
+def _queue(
+    engine: EngineCore,
+    task: Task[RequestT, Any],
+    ctx: ServeContext[RequestT],
+    group: RequestGroup,
+    inputs: Sequence[Any],
+    chunks: int,
+    chained: bool,
+) -> None:
+    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`)."""
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
-        return finished, group
+        return
     try:
         if prepared_by_runner(engine, inputs):
             engine.prepare(
@@ -204,7 +233,6 @@ def start(
     except BaseException:
         group.cancel()
         raise
-    return finished, group
 
 
 def _postprocess(
@@ -216,9 +244,9 @@ def _postprocess(
     return task.postprocess(ctx, outputs)
 
 
-async def _awaited(finished: Future[T], group: RequestGroup) -> T:
+async def _awaited(finished: asyncio.Future[T], group: RequestGroup) -> T:
     try:
-        return await asyncio.wrap_future(finished)
+        return await finished
     except BaseException:
         group.cancel()
         raise
@@ -229,20 +257,20 @@ def begin(
     task: Task[RequestT, ResultT],
     ctx: ServeContext[RequestT],
     encode: Encoder[RequestT, ResultT],
-) -> tuple[Future[bytes], RequestGroup]:
+) -> tuple[asyncio.Future[bytes], RequestGroup]:
     """Start one request through every stage without doing CPU work on the event loop: every
     stage after validation runs off the loop and hands over to the next by itself (tokenize and
     submit on a runner or in the pool, forward on the runner, post-process and encode in the
     pool), so the loop wakes once per request. The future holds the response body; cancel the
     group to drop what has not run."""
-    return start(engine, task, ctx, partial(_finish, task, ctx, encode))
+    return start_awaited(engine, task, ctx, partial(_finish, task, ctx, encode))
 
 
 async def run_async(
     engine: EngineCore, task: Task[RequestT, ResultT], ctx: ServeContext[RequestT]
 ) -> ResultT:
     """The same stages for the async Python API: the task's result, the loop never blocked."""
-    return await _awaited(*start(engine, task, ctx, partial(_postprocess, task, ctx)))
+    return await _awaited(*start_awaited(engine, task, ctx, partial(_postprocess, task, ctx)))
 
 
 def submit(

@@ -198,8 +198,7 @@ async def run_served(
         limit_wait = max(0.0, limit - (now - step.ticket.admitted_at))
     deadline_wait = None if step.deadline is None else max(0.0, step.deadline - now)
     wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
-    finished, group = begin(service.core, served.task, ctx, served.encode)
-    answer = asyncio.wrap_future(finished)
+    answer, group = begin(service.core, served.task, ctx, served.encode)
     race = state.waits.begin(answer, wait, state.grace.over(), gone)
     try:
         body = await answer

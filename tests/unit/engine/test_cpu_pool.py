@@ -1,15 +1,20 @@
-"""The CPU pool's stage chaining frees a request's outputs by reference counting alone."""
+"""The CPU pool's stage chaining: it frees a request's outputs by reference counting alone, and
+its chain to the event loop carries results, errors and cancellation."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import threading
 import weakref
 from concurrent.futures import Future
 from functools import partial
 
 import numpy as np
+import pytest
 
 from poolserve.engine.cpu_pool import CpuPool
+from poolserve.errors import EngineUnavailableError
 
 
 class Request:
@@ -39,3 +44,65 @@ def test_a_finished_chain_holds_nothing_that_only_the_garbage_collector_could_fr
     finally:
         gc.enable()
         pool.shutdown()
+
+
+@pytest.mark.anyio
+async def test_a_chain_to_the_loop_settles_there_and_frees_what_it_held() -> None:
+    pool = CpuPool(1)
+    try:
+        gc.disable()
+        source: Future[np.ndarray] = Future()
+        outputs = np.ones(1024, dtype=np.float32)
+        held = weakref.ref(outputs)
+        answer = pool.then_in_loop(source, partial(finish, Request(source)))
+        threading.Thread(target=source.set_result, args=(outputs,)).start()  # as a runner
+        assert await answer == 1024.0
+        del outputs, source, answer
+        assert held() is None
+    finally:
+        gc.enable()
+        pool.shutdown()
+
+
+def fail(value: object) -> float:
+    raise ValueError(f"cannot finish {value!r}")
+
+
+@pytest.mark.anyio
+async def test_a_chain_to_the_loop_carries_errors_and_cancellation() -> None:
+    pool = CpuPool(1)
+    try:
+        raising: Future[int] = Future()
+        answer = pool.then_in_loop(raising, fail)
+        raising.set_result(1)
+        with pytest.raises(ValueError, match="cannot finish 1"):
+            await answer
+        failed: Future[int] = Future()
+        answer = pool.then_in_loop(failed, float)
+        failed.set_exception(EngineUnavailableError("runner gone"))
+        with pytest.raises(EngineUnavailableError, match="runner gone"):
+            await answer
+        cancelled: Future[int] = Future()
+        answer = pool.then_in_loop(cancelled, float)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await answer
+        # A waiter that gave up first: the pool's outcome comes and is dropped, nothing raises.
+        late: Future[int] = Future()
+        answer = pool.then_in_loop(late, float)
+        answer.cancel()
+        late.set_result(2)
+        assert pool.submit(lambda: "the pool lives on").result(5) == "the pool lives on"
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.anyio
+async def test_a_chain_to_the_loop_fails_once_the_pool_is_closed() -> None:
+    pool = CpuPool(1)
+    source: Future[int] = Future()
+    answer = pool.then_in_loop(source, float)
+    pool.shutdown()
+    source.set_result(3)
+    with pytest.raises(EngineUnavailableError, match="closed"):
+        await answer
