@@ -42,7 +42,7 @@ from poolserve.bulk.job_progress import Progress
 from poolserve.bulk.outputs import OutputKind, assemble, collect_errors, write_space
 from poolserve.bulk.parts import JobStateError, PartStore
 from poolserve.config.job_config import JobOptions
-from poolserve.engine.lanes import LOWEST_PRIORITY
+from poolserve.config.priorities import LOWEST_PRIORITY
 
 if TYPE_CHECKING:
     from poolserve.bulk.counted_embed import CountedEmbeddings

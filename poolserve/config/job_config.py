@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from poolserve.config.fields import setting
-from poolserve.engine.lanes import HIGHEST_PRIORITY, LOWEST_PRIORITY
+from poolserve.config.priorities import HIGHEST_PRIORITY, LOWEST_PRIORITY
 
 InputFormat = Literal["jsonl", "csv", "parquet", "text"]
 OnError = Literal["skip", "fail"]
@@ -57,7 +57,7 @@ class JobOptions:
     )
     dimensions: int | None = setting(None, minimum=1, help="keep the first N dimensions")
     overwrite: bool = setting(False, help="start again over an existing output")
-    # See engine/lanes.py.
+    # Its range: config/priorities.py; its lanes: engine/lanes.py.
     priority: int = setting(
         LOWEST_PRIORITY,
         minimum=HIGHEST_PRIORITY,

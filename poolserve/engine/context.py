@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from poolserve.engine.lanes import DEFAULT_PRIORITY
+from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.engine.work import BatchMark, Parts, Payload
 from poolserve.inputs.tokenizer import Side
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, ParamSpec, TypeVar
 
+from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.engine.lane_executor import LaneExecutor
-from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.errors import EngineUnavailableError
 
 P = ParamSpec("P")

@@ -21,9 +21,9 @@ from typing import Any
 
 from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
+from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.engine.collate import Batch, collate
 from poolserve.engine.cpu_pool import CpuPool
-from poolserve.engine.lanes import DEFAULT_PRIORITY
 from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,

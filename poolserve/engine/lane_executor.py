@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from poolserve.engine.lanes import HIGHEST_PRIORITY, JOBS_PER_LANE
+from poolserve.config.priorities import HIGHEST_PRIORITY
+from poolserve.engine.lanes import JOBS_PER_LANE
 
 logger = logging.getLogger("poolserve")
 

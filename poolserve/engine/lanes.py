@@ -1,7 +1,6 @@
 """Priority lanes: what a request's priority means, wherever it waits.
 
-A request carries vLLM's `priority`, an integer from `HIGHEST_PRIORITY` (runs first) to
-`LOWEST_PRIORITY` (runs last); `DEFAULT_PRIORITY` when it names none. Each priority is a lane. A
+A request carries vLLM's `priority` (its range: config/priorities.py). Each priority is a lane. A
 request waits in three places, and each serves the higher lanes first; the first two age the
 lower ones, so that nothing waits forever, and the door bounds their wait in time:
 
@@ -24,13 +23,9 @@ background work is queued. A higher lane "has work" from its request's arrival u
 
 from __future__ import annotations
 
+from poolserve.config.priorities import DEFAULT_PRIORITY, LANES, PRIORITY_RANGE
 from poolserve.errors import InvalidRequestError
 
-HIGHEST_PRIORITY = -10
-LOWEST_PRIORITY = 10
-DEFAULT_PRIORITY = 0
-# The lanes a request can be in, highest first.
-LANES = range(HIGHEST_PRIORITY, LOWEST_PRIORITY + 1)
 # Jobs submitted later that may overtake a CPU-pool job, per lane it is below another's.
 JOBS_PER_LANE = 32
 # Batches in a row that pass a waiting request over before it rises one lane.
@@ -38,15 +33,6 @@ AGING_BATCHES = 4
 # Seconds after the last request of the default lane or above that background work still runs in
 # slices (the next such request is likely near: a client at work sends one after another).
 FOREGROUND_MEMORY = 1.0
-PRIORITY_RANGE = (
-    f"an integer from {HIGHEST_PRIORITY} (runs first) to {LOWEST_PRIORITY} (runs last); "
-    f"{DEFAULT_PRIORITY} by default"
-)
-
-
-def is_background(priority: int) -> bool:
-    """Below the default lane: bound by the background share of admission, run in slices."""
-    return priority > DEFAULT_PRIORITY
 
 
 def header_priority(value: str | None) -> int | None:

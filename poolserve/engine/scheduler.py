@@ -54,6 +54,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
+from poolserve.config.priorities import is_background
 from poolserve.engine.batch_picking import (
     PACK_FREELY_TOKENS,
     fill_nearest,
@@ -61,7 +62,7 @@ from poolserve.engine.batch_picking import (
     length_bucket,
     pick_around,
 )
-from poolserve.engine.lanes import AGING_BATCHES, FOREGROUND_MEMORY, is_background
+from poolserve.engine.lanes import AGING_BATCHES, FOREGROUND_MEMORY
 from poolserve.engine.preparations import Preparation, Preparations, run_all
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import Assignment, WorkItem, items_left

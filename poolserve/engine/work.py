@@ -20,7 +20,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from poolserve.engine.lanes import DEFAULT_PRIORITY
+from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.models.kinds import Head
 
 

@@ -1,10 +1,10 @@
 """Each method of the Python API written once, as the builder of its request: it checks the
 method's arguments and returns what the method runs (`Prepared`: the task, its context, and what
 turns the task's result into the method's). Every method takes `priority`, the request's lane
-(engine/lanes.py: an integer from -10, first, to 10, last; above 0 is background work), as every
-HTTP route does. `Engine` makes each method's call styles (blocking,
-awaited, a future) from its builder (call_styles.py), so an option is declared once and the three
-cannot drift. The pooling options go to the one resolver (tasks/pooling_options.py)."""
+(config/priorities.py: an integer from -10, first, to 10, last; above 0 is background work; its
+lanes: engine/lanes.py), as every HTTP route does. `Engine` makes each method's call styles
+(blocking, awaited, a future) from its builder (call_styles.py), so an option is declared once
+and the three cannot drift. The pooling options go to the one resolver (tasks/pooling_options.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import numpy as np
 
 from poolserve.config import LongInput
 from poolserve.config.model_config import Kind
+from poolserve.config.priorities import DEFAULT_PRIORITY, LANES, PRIORITY_RANGE
 from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
 from poolserve.engine.engine_core import EngineCore
-from poolserve.engine.lanes import DEFAULT_PRIORITY, LANES, PRIORITY_RANGE
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.inputs.images.sources import ImageInput

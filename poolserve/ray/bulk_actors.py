@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from poolserve.config import EngineConfig, ModelConfig
-from poolserve.engine.lanes import LOWEST_PRIORITY
+from poolserve.config.priorities import LOWEST_PRIORITY
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from poolserve.engine.lanes import HIGHEST_PRIORITY, LOWEST_PRIORITY, PRIORITY_RANGE
+from poolserve.config.priorities import HIGHEST_PRIORITY, LOWEST_PRIORITY, PRIORITY_RANGE
 from poolserve.inputs.images.sources import ImageInput
 
 TokenIds = list[StrictInt]

@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.engine.context import ServeContext
-from poolserve.engine.lanes import DEFAULT_PRIORITY, header_priority, request_priority
+from poolserve.engine.lanes import header_priority, request_priority
 from poolserve.engine.pipeline import begin
 from poolserve.errors import (
     ConflictError,

@@ -57,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from poolserve.config import MIN_INPUT_TOKENS
-from poolserve.engine.lanes import DEFAULT_PRIORITY, LOWEST_PRIORITY, is_background
+from poolserve.config.priorities import DEFAULT_PRIORITY, LOWEST_PRIORITY, is_background
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.admission.pricing import CostForecast
 from poolserve.server.admission.tickets import Ticket, Waiter, wake

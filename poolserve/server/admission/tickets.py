@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from poolserve.config import MIN_INPUT_TOKENS
-from poolserve.engine.lanes import DEFAULT_PRIORITY
+from poolserve.config.priorities import DEFAULT_PRIORITY
 
 
 class Budget(Protocol):

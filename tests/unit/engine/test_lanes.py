@@ -9,15 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from poolserve.config.priorities import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from poolserve.engine import scheduler as scheduler_module
 from poolserve.engine.collate import text_item
 from poolserve.engine.lane_executor import LaneExecutor
 from poolserve.engine.lanes import (
     AGING_BATCHES,
     FOREGROUND_MEMORY,
-    HIGHEST_PRIORITY,
     JOBS_PER_LANE,
-    LOWEST_PRIORITY,
     header_priority,
     request_priority,
 )
