@@ -4,7 +4,8 @@ turns the task's result into the method's). Every method takes `priority`, the r
 (config/priorities.py: an integer from -10, first, to 10, last; above 0 is background work; its
 lanes: engine/lanes.py), as every HTTP route does. `Engine` makes each method's call styles
 (blocking, awaited, a future) from its builder (call_styles.py), so an option is declared once
-and the three cannot drift. The pooling options go to the one resolver (tasks/pooling_options.py)."""
+and the three cannot drift. The pooling options go to the one resolver
+(tasks/pooling_options.py)."""
 
 from __future__ import annotations
 
