@@ -55,9 +55,14 @@ async def test_a_chain_to_the_loop_settles_there_and_frees_what_it_held() -> Non
         outputs = np.ones(1024, dtype=np.float32)
         held = weakref.ref(outputs)
         answer = pool.then_in_loop(source, partial(finish, Request(source)))
-        threading.Thread(target=source.set_result, args=(outputs,)).start()  # as a runner
+        runner = threading.Thread(target=source.set_result, args=(outputs,))
+        runner.start()
         assert await answer == 1024.0
         del outputs, source, answer
+        # The answer may come before the runner and the pool's worker let go of their frames:
+        # wait for both to be done with them (the worker takes its next job only after).
+        runner.join()
+        assert pool.submit(lambda: "next").result(5) == "next"
         assert held() is None
     finally:
         gc.enable()
