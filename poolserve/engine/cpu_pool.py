@@ -6,6 +6,14 @@ Its size is explicit (`--cpu-workers`). Its queue serves higher priority lanes f
 models may share it (one server, one pool): each of its threads lazily builds its own processor
 (a tokenizer: fast tokenizers are not re-entrant) of each model it prepares inputs for; so
 does each runner thread that prepares them (`processor` serves any thread).
+
+A request's stages hand over to each other by themselves (`then`, `then_in_loop`), and let go
+of what they hold as they do. A stage that fails hands its exception on, and the exception's
+traceback holds the frame that caught it: that frame deletes its locals (the request's outputs,
+the future the exception went into) once it has, or future → exception → traceback → frame →
+future would be a cycle that only the garbage collector frees, every so many allocations
+(server/gc_freeze.py). `source` keeps its callbacks after calling them: they let go of the
+next stage and its future as they run.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from poolserve.config.priorities import DEFAULT_PRIORITY
@@ -100,40 +109,38 @@ class CpuPool:
         """
         result: Future[T] = Future()
 
-        def closed() -> None:
-            with contextlib.suppress(InvalidStateError):  # the waiter may have cancelled it
-                result.set_exception(
-                    EngineUnavailableError("the engine closed before this request finished")
-                )
-
-        def run_next(next_stage: Callable[[A], T], value: A) -> None:
+        def run_next(next_stage: Callable[[A], T], value: A, result: Future[T]) -> None:
             try:
                 outcome = next_stage(value)
             except BaseException as exc:  # the waiter gets it; the worker lives on
                 with contextlib.suppress(InvalidStateError):
                     result.set_exception(exc)
+                del next_stage, value, result  # (the module's docstring: a failing stage lets go)
             else:
                 with contextlib.suppress(InvalidStateError):
                     result.set_result(outcome)
 
-        # `source` keeps this callback (and so `fn` and what it holds: the request's group,
-        # whose future is `source`) after calling it: a reference cycle that only the garbage
-        # collector's rare full collections would free, with the request's outputs in it.
-        # The callback lets go of `fn` as it runs.
-        pending = [fn]
+        # `source` keeps this callback after calling it, and `fn` holds the request's group,
+        # whose future is `source`: the callback lets go of `fn` and `result` as it runs.
+        pending: list[Any] = [fn, result]
 
         def start_next(done: Future[A]) -> None:
-            next_stage = pending.pop()
+            next_stage, result = pending
+            pending.clear()
             if done.cancelled():  # the waiter cancelled the request
                 result.cancel()
             elif (error := done.exception()) is not None:
                 with contextlib.suppress(InvalidStateError):
                     result.set_exception(error)
             elif result.set_running_or_notify_cancel():
+                closed = partial(_fail, result.set_exception, CLOSED_MESSAGE)
                 try:
-                    self.post_at(priority, run_next, next_stage, done.result(), dropped=closed)
+                    self.post_at(
+                        priority, run_next, next_stage, done.result(), result, dropped=closed
+                    )
                 except EngineUnavailableError as exc:
                     result.set_exception(exc)
+                    del done, result  # (the module's docstring: a failing stage lets go)
 
         source.add_done_callback(start_next)
         return result
@@ -147,46 +154,40 @@ class CpuPool:
         returned future (its waiter gave up) cancels nothing else; a cancelled `source` cancels
         it."""
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[T] = loop.create_future()
-
-        def settle(outcome: T | None, error: BaseException | None) -> None:  # on the loop
-            if answer.done():  # its waiter cancelled it
-                return
-            if error is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(outcome)  # type: ignore[arg-type]
 
         def to_loop(callback: Callable[..., object], *args: Any) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 loop.call_soon_threadsafe(callback, *args)
 
-        def run_next(next_stage: Callable[[A], T], value: A) -> None:
+        def run_next(next_stage: Callable[[A], T], value: A, answer: asyncio.Future[T]) -> None:
             try:
                 outcome = next_stage(value)
             except BaseException as exc:  # the waiter gets it; the worker lives on
-                to_loop(settle, None, exc)
+                to_loop(_settle, answer, None, exc)
+                del next_stage, value, answer  # (the module's docstring: a failing stage lets go)
             else:
-                to_loop(settle, outcome, None)
+                to_loop(_settle, answer, outcome, None)
 
-        def closed() -> None:
-            error = EngineUnavailableError("the engine closed before this request finished")
-            to_loop(settle, None, error)
-
-        # As in `then`: the callback lets go of `fn` as it runs (no cycle through `source`).
-        pending = [fn]
+        # As in `then`: the callback lets go of `fn` and the answer as it runs.
+        pending: list[Any] = [fn, loop.create_future()]
+        answer: asyncio.Future[T] = pending[1]
 
         def start_next(done: Future[A]) -> None:
-            next_stage = pending.pop()
+            next_stage, answer = pending
+            pending.clear()
             if done.cancelled():
                 to_loop(answer.cancel)
             elif (error := done.exception()) is not None:
-                to_loop(settle, None, error)
+                to_loop(_settle, answer, None, error)
             else:
+                closed = partial(_fail, partial(to_loop, _settle, answer, None), CLOSED_MESSAGE)
                 try:
-                    self.post_at(priority, run_next, next_stage, done.result(), dropped=closed)
+                    self.post_at(
+                        priority, run_next, next_stage, done.result(), answer, dropped=closed
+                    )
                 except EngineUnavailableError as exc:
-                    to_loop(settle, None, exc)
+                    to_loop(_settle, answer, None, exc)
+                    del done, answer  # (the module's docstring: a failing stage lets go)
 
         source.add_done_callback(start_next)
         return answer
@@ -205,3 +206,22 @@ class CpuPool:
     def shutdown(self, wait: bool = True) -> None:
         """Drop the tasks not started; with `wait`, let the running ones finish first."""
         self._executor.shutdown(wait=wait)
+
+
+CLOSED_MESSAGE = "the engine closed before this request finished"
+
+
+def _fail(set_error: Callable[[BaseException], object], message: str) -> None:
+    """A dropped stage's waiter gets an EngineUnavailableError (the pool closed first)."""
+    with contextlib.suppress(InvalidStateError):  # the waiter may have cancelled it
+        set_error(EngineUnavailableError(message))
+
+
+def _settle(answer: asyncio.Future[T], outcome: T | None, error: BaseException | None) -> None:
+    """On the loop: `then_in_loop`'s answer, unless its waiter cancelled it first."""
+    if answer.done():
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(outcome)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -50,10 +51,10 @@ def not_json(body: bytes, detail: str) -> InvalidRequestError:
     return InvalidRequestError(f"the request body is not valid JSON: {detail}")
 
 
-def not_an_object(data: Any) -> InvalidRequestError | None:
-    """The error for a body that is valid JSON but not an object (None: it is one)."""
+def check_object(data: Any) -> None:
+    """Refuse a body that is valid JSON but not an object."""
     if isinstance(data, dict):
-        return None
+        return
     kind = (
         "null"
         if data is None
@@ -65,9 +66,9 @@ def not_an_object(data: Any) -> InvalidRequestError | None:
         if isinstance(data, str)
         else "an array"
     )
-    return InvalidRequestError(
+    raise InvalidRequestError(
         f"the request body is {kind}; send a JSON object ({{...}}) with this route's fields"
-    )
+    ) from None
 
 
 def validate_body(schema: type[M], body: bytes) -> M:
@@ -77,32 +78,39 @@ def validate_body(schema: type[M], body: bytes) -> M:
         if any(error.get("type") == "json_invalid" for error in exc.errors()):
             raise not_json(body, str(exc.errors()[0].get("msg"))) from None
         whole = [error for error in exc.errors() if not error.get("loc")]  # the body itself
-        if whole and (wrong := not_an_object(whole[0].get("input"))) is not None:
-            raise wrong from None
+        if whole:
+            check_object(whole[0].get("input"))
         message, param = validation_message(exc, schema)
         raise InvalidRequestError(message, param=param) from None
 
 
-def validate_chosen(
-    choose: Callable[[Any], type[M]], body: bytes
-) -> tuple[type[M], M | InvalidRequestError]:
+@dataclass(frozen=True)
+class Refusal:
+    """Why a body was refused, raised by the caller as an `InvalidRequestError`.
+
+    Errors here are raised where they are made, never kept in a local first: a frame that holds
+    its own exception (and the body) in a local is tied to it through the traceback, a cycle
+    that only the garbage collector frees, which it does every so many allocations
+    (server/gc_freeze.py) while refused bodies of megabytes wait."""
+
+    message: str
+    param: str | None
+
+
+def validate_chosen(choose: Callable[[Any], type[M]], body: bytes) -> tuple[type[M], M | Refusal]:
     """The schema `choose` picks from the body's parsed JSON (for routes that serve two API
-    families' shapes, told apart by their fields), and the body validated by it or the error
-    that says why not."""
+    families' shapes, told apart by their fields), and the body validated by it or why not."""
     try:
         # pydantic's JSON reader, as `validate_body`'s: every route reads a body alike.
         data = from_json(body)
     except ValueError as exc:
         raise not_json(body, str(exc)) from None
-    wrong = not_an_object(data)
-    if wrong is not None:
-        raise wrong
+    check_object(data)
     schema = choose(data)
     try:
         return schema, schema.model_validate(data)
     except ValidationError as exc:
-        message, param = validation_message(exc, schema)
-        return schema, InvalidRequestError(message, param=param)
+        return schema, Refusal(*validation_message(exc, schema))
 
 
 async def parse_chosen_body(
@@ -123,8 +131,8 @@ async def parse_chosen_body(
             asked_priority(request.scope), validate_chosen, choose, body
         )
     chosen(schema)
-    if isinstance(result, InvalidRequestError):
-        raise result
+    if isinstance(result, Refusal):
+        raise InvalidRequestError(result.message, param=result.param)
     return result
 
 

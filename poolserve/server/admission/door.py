@@ -35,11 +35,10 @@ def asked(scope: Scope) -> Asked:
     known: Asked | None = scope.get(ASKED_KEY)
     if known is not None:
         return known
-    headers = {
-        name: value.decode("latin-1")
-        for name, value in scope.get("headers", ())
-        if name in ASKING_HEADERS
-    }
+    headers: dict[bytes, str] = {}
+    for name, value in scope.get("headers", ()):
+        if name in ASKING_HEADERS:  # a header sent twice: its first value, as starlette reads it
+            headers.setdefault(name, value.decode("latin-1"))
     return Asked.of(lambda name: headers.get(name.encode()))
 
 

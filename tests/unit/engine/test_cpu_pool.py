@@ -111,3 +111,46 @@ async def test_a_chain_to_the_loop_fails_once_the_pool_is_closed() -> None:
     source.set_result(3)
     with pytest.raises(EngineUnavailableError, match="closed"):
         await answer
+
+
+def failing(request: Request, outputs: np.ndarray) -> float:
+    raise ValueError("the stage failed")
+
+
+@pytest.mark.anyio
+async def test_a_failed_stage_leaves_no_cycle_holding_the_outputs() -> None:
+    """The exception's traceback holds the frame that caught it: were that frame to hold the
+    future the exception went into, the outputs would wait for a garbage collection."""
+    pool = CpuPool(1)
+    try:
+        gc.disable()
+        gc.collect()
+        source: Future[np.ndarray] = Future()
+        outputs = np.ones(1024, dtype=np.float32)
+        held = weakref.ref(outputs)
+        chained = pool.then(source, partial(failing, Request(source)))
+        source.set_result(outputs)
+        assert "the stage failed" in str(chained.exception(5))
+        del outputs, source, chained
+        assert pool.submit(lambda: "next").result(5) == "next"  # the worker let go of its job
+        assert held() is None
+
+        source = Future()
+        outputs = np.ones(1024, dtype=np.float32)
+        held = weakref.ref(outputs)
+        answer = pool.then_in_loop(source, partial(failing, Request(source)))
+        source.set_result(outputs)
+        try:
+            await answer
+        except ValueError:
+            failed = True
+        del outputs, source, answer
+        assert failed
+        # A yield: the loop's handle that woke this task (it holds the answer) finishes.
+        await asyncio.sleep(0)
+        assert pool.submit(lambda: "next").result(5) == "next"
+        assert held() is None
+        assert gc.collect() == 0  # and nothing else was left in a cycle
+    finally:
+        gc.enable()
+        pool.shutdown()
