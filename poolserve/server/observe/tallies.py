@@ -16,7 +16,9 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -62,30 +64,45 @@ class HistogramSeries:
             return list(self.counts), self.sum
 
 
-class _Family(Collector):
+S = TypeVar("S", CountSeries, HistogramSeries)
+
+
+class _Family(Collector, Generic[S]):
+    """Series by label values, made by `new_series` the first time their values are seen."""
+
     def __init__(
         self,
         name: str,
         documentation: str,
         labelnames: Sequence[str],
         registry: CollectorRegistry | None,
+        new_series: Callable[[], S],
     ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._new_series: Callable[[], S] = new_series
+        self._series: dict[tuple[str, ...], S] = {}
         self._lock = threading.Lock()
         if registry is not None:
             registry.register(self)
 
-    def _labels(self, values: tuple[str, ...]) -> tuple[str, ...]:
-        """The label values of a new series, checked (a series is found by them as given: pass
-        strings)."""
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
-        return tuple(str(value) for value in values)
+    def series(self, *values: str) -> S:
+        """The series of these label values (found by them as given: pass strings)."""
+        found = self._series.get(values)
+        if found is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            with self._lock:
+                found = self._series.setdefault(tuple(map(str, values)), self._new_series())
+        return found
+
+    def _every_series(self) -> list[tuple[tuple[str, ...], S]]:
+        with self._lock:
+            return list(self._series.items())
 
 
-class CounterFamily(_Family):
+class CounterFamily(_Family[CountSeries]):
     """A counter by label values (`CounterFamily(...).series(a, b).inc()`)."""
 
     def __init__(
@@ -96,26 +113,16 @@ class CounterFamily(_Family):
         *,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self._series: dict[tuple[str, ...], CountSeries] = {}
-        super().__init__(name, documentation, labelnames, registry)
-
-    def series(self, *values: str) -> CountSeries:
-        found = self._series.get(values)
-        if found is None:
-            with self._lock:
-                found = self._series.setdefault(self._labels(values), CountSeries())
-        return found
+        super().__init__(name, documentation, labelnames, registry, CountSeries)
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        with self._lock:
-            series = list(self._series.items())
-        for labels, each in series:
+        for labels, each in self._every_series():
             family.add_metric(labels, each.value, created=each.created)
         yield family
 
 
-class HistogramFamily(_Family):
+class HistogramFamily(_Family[HistogramSeries]):
     """A histogram by label values (`HistogramFamily(...).series(a, b).observe(seconds)`)."""
 
     def __init__(
@@ -128,24 +135,15 @@ class HistogramFamily(_Family):
         registry: CollectorRegistry | None = None,
     ) -> None:
         bounds = tuple(sorted(float(bound) for bound in buckets if bound != float("inf")))
-        self._bounds = bounds
         # The `le` labels, written as prometheus_client writes them (1.0, 2.5, +Inf).
         self._les = [*(floatToGoString(bound) for bound in bounds), "+Inf"]  # type: ignore[no-untyped-call]
-        self._series: dict[tuple[str, ...], HistogramSeries] = {}
-        super().__init__(name, documentation, labelnames, registry)
-
-    def series(self, *values: str) -> HistogramSeries:
-        found = self._series.get(values)
-        if found is None:
-            with self._lock:
-                found = self._series.setdefault(self._labels(values), HistogramSeries(self._bounds))
-        return found
+        super().__init__(
+            name, documentation, labelnames, registry, partial(HistogramSeries, bounds)
+        )
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        with self._lock:
-            series = list(self._series.items())
-        for labels, each in series:
+        for labels, each in self._every_series():
             counts, total = each.snapshot()
             cumulative, running = [], 0
             for bound, count in zip(self._les, counts, strict=True):

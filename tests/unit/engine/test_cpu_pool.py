@@ -7,6 +7,7 @@ import asyncio
 import gc
 import threading
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future
 from functools import partial
 
@@ -26,47 +27,52 @@ def finish(request: Request, outputs: np.ndarray) -> float:
     return float(outputs.sum())
 
 
-def test_a_finished_chain_holds_nothing_that_only_the_garbage_collector_could_free() -> None:
-    """The source future keeps its callbacks; if a callback kept the next stage (which holds
-    the request, and through it the source), the outputs would wait for a full collection."""
+@pytest.fixture
+def pool() -> Iterator[CpuPool]:
+    """A pool of one thread, the garbage collector off meanwhile: what is freed, reference
+    counting freed."""
     pool = CpuPool(1)
+    gc.collect()
+    gc.disable()
     try:
-        gc.disable()
-        source: Future[np.ndarray] = Future()
-        outputs = np.ones(1024, dtype=np.float32)
-        held = weakref.ref(outputs)
-
-        chained = pool.then(source, partial(finish, Request(source)))
-        source.set_result(outputs)
-        assert chained.result(5) == 1024.0
-        del outputs, source, chained
-        assert held() is None
+        yield pool
     finally:
         gc.enable()
         pool.shutdown()
+
+
+def watched() -> tuple[Future[np.ndarray], np.ndarray, weakref.ref[np.ndarray]]:
+    """A source future, the outputs it will hold, and a weak reference to them."""
+    outputs = np.ones(1024, dtype=np.float32)
+    return Future(), outputs, weakref.ref(outputs)
+
+
+def test_a_finished_chain_holds_nothing_that_only_the_garbage_collector_could_free(
+    pool: CpuPool,
+) -> None:
+    """The source future keeps its callbacks; if a callback kept the next stage (which holds
+    the request, and through it the source), the outputs would wait for a full collection."""
+    source, outputs, held = watched()
+    chained = pool.then(source, partial(finish, Request(source)))
+    source.set_result(outputs)
+    assert chained.result(5) == 1024.0
+    del outputs, source, chained
+    assert held() is None
 
 
 @pytest.mark.anyio
-async def test_a_chain_to_the_loop_settles_there_and_frees_what_it_held() -> None:
-    pool = CpuPool(1)
-    try:
-        gc.disable()
-        source: Future[np.ndarray] = Future()
-        outputs = np.ones(1024, dtype=np.float32)
-        held = weakref.ref(outputs)
-        answer = pool.then_in_loop(source, partial(finish, Request(source)))
-        runner = threading.Thread(target=source.set_result, args=(outputs,))
-        runner.start()
-        assert await answer == 1024.0
-        del outputs, source, answer
-        # The answer may come before the runner and the pool's worker let go of their frames:
-        # wait for both to be done with them (the worker takes its next job only after).
-        runner.join()
-        assert pool.submit(lambda: "next").result(5) == "next"
-        assert held() is None
-    finally:
-        gc.enable()
-        pool.shutdown()
+async def test_a_chain_to_the_loop_settles_there_and_frees_what_it_held(pool: CpuPool) -> None:
+    source, outputs, held = watched()
+    answer = pool.then_in_loop(source, partial(finish, Request(source)))
+    runner = threading.Thread(target=source.set_result, args=(outputs,))
+    runner.start()
+    assert await answer == 1024.0
+    del outputs, source, answer
+    # The answer may come before the runner and the pool's worker let go of their frames: wait
+    # for both to be done with them (the worker takes its next job only after).
+    runner.join()
+    assert pool.submit(lambda: "next").result(5) == "next"
+    assert held() is None
 
 
 def fail(value: object) -> float:
@@ -118,39 +124,26 @@ def failing(request: Request, outputs: np.ndarray) -> float:
 
 
 @pytest.mark.anyio
-async def test_a_failed_stage_leaves_no_cycle_holding_the_outputs() -> None:
+async def test_a_failed_stage_leaves_no_cycle_holding_the_outputs(pool: CpuPool) -> None:
     """The exception's traceback holds the frame that caught it: were that frame to hold the
     future the exception went into, the outputs would wait for a garbage collection."""
-    pool = CpuPool(1)
-    try:
-        gc.disable()
-        gc.collect()
-        source: Future[np.ndarray] = Future()
-        outputs = np.ones(1024, dtype=np.float32)
-        held = weakref.ref(outputs)
-        chained = pool.then(source, partial(failing, Request(source)))
-        source.set_result(outputs)
-        assert "the stage failed" in str(chained.exception(5))
-        del outputs, source, chained
-        assert pool.submit(lambda: "next").result(5) == "next"  # the worker let go of its job
-        assert held() is None
+    source, outputs, held = watched()
+    chained = pool.then(source, partial(failing, Request(source)))
+    source.set_result(outputs)
+    assert "the stage failed" in str(chained.exception(5))
+    del outputs, source, chained
+    assert pool.submit(lambda: "next").result(5) == "next"  # the worker let go of its job
+    assert held() is None
 
-        source = Future()
-        outputs = np.ones(1024, dtype=np.float32)
-        held = weakref.ref(outputs)
-        answer = pool.then_in_loop(source, partial(failing, Request(source)))
-        source.set_result(outputs)
-        try:
-            await answer
-        except ValueError:
-            failed = True
-        del outputs, source, answer
-        assert failed
-        # A yield: the loop's handle that woke this task (it holds the answer) finishes.
-        await asyncio.sleep(0)
-        assert pool.submit(lambda: "next").result(5) == "next"
-        assert held() is None
-        assert gc.collect() == 0  # and nothing else was left in a cycle
-    finally:
-        gc.enable()
-        pool.shutdown()
+    source, outputs, held = watched()
+    answer = pool.then_in_loop(source, partial(failing, Request(source)))
+    source.set_result(outputs)
+    # Waited for without raising it here (then this frame would be in its traceback), and
+    # woken by `wait`'s own future (the loop's handle that wakes a task holds what it was
+    # waiting for while the task runs).
+    await asyncio.wait([answer])
+    assert isinstance(answer.exception(), ValueError)
+    del outputs, source, answer
+    assert pool.submit(lambda: "next").result(5) == "next"
+    assert held() is None
+    assert gc.collect() == 0  # and nothing else was left in a cycle
