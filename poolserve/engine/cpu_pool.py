@@ -11,8 +11,8 @@ A request's stages hand over to each other by themselves (`then`, `then_in_loop`
 of what they hold as they do. A stage that fails hands its exception on, and the exception's
 traceback holds the frame that caught it: that frame deletes its locals (the request's outputs,
 the future the exception went into) once it has, or future → exception → traceback → frame →
-future would be a cycle that only the garbage collector frees, every so many allocations
-(server/gc_freeze.py). `source` keeps its callbacks after calling them: they let go of the
+future would be a cycle that only the garbage collector frees, every so many allocations.
+`source` keeps its callbacks after calling them: they let go of the
 next stage and its future as they run.
 """
 

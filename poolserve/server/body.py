@@ -90,8 +90,8 @@ class Refusal:
 
     Errors here are raised where they are made, never kept in a local first: a frame that holds
     its own exception (and the body) in a local is tied to it through the traceback, a cycle
-    that only the garbage collector frees, which it does every so many allocations
-    (server/gc_freeze.py) while refused bodies of megabytes wait."""
+    that only the garbage collector frees, every so many allocations, while refused bodies of
+    megabytes wait."""
 
     message: str
     param: str | None

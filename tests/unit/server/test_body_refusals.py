@@ -1,6 +1,6 @@
 """A refused body is freed by reference counting: no error is kept where its traceback would tie
-it (and the body) into a cycle that waits for the garbage collector (server/gc_freeze.py
-collects every so many allocations, while bodies of megabytes would wait)."""
+it (and the body) into a cycle that waits for the garbage collector (every so many allocations,
+while bodies of megabytes would wait)."""
 
 from __future__ import annotations
 
