@@ -5,9 +5,9 @@ One-sentence requests (real prose, `benchmarks.corpus`) at c=1 and c=64, over HT
 asyncio load generator) and over gRPC (`tei.v1.Embed/Embed` on one HTTP/2 channel carrying every
 call, from grpc.aio with the messages serialized beforehand) against the same server in the same
 run. Then the same loads against a second server that traces every request to an OTLP receiver
-in this process (it accepts and discards), a third that keeps one trace in ten
-(`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, 0.1), and a fourth that traces to a collector
-that is down (its spans dropped and counted).
+in this process (`--trace-sample-ratio 1`; the receiver accepts and discards), a third that
+traces as `--otlp-endpoint` does by default (one request in ten), and a fourth that traces every
+request to a collector that is down (its spans dropped and counted).
 
 Each round runs every phase in turn (the machine drifts); the table holds each figure's median
 over `--rounds`. The client's CPU share is reported: on a 2-core machine the client competes
@@ -207,18 +207,19 @@ def start_servers(
     """The servers (HTTP port, gRPC port), by name: untraced, traced to the receiver (every
     request, or one in ten), traced to a port nothing listens on."""
     traced = ["--otlp-endpoint", f"http://{HOST}:{otlp_port}"]
-    sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+    every = ["--trace-sample-ratio", "1"]
+    dead = ["--otlp-endpoint", f"http://{HOST}:{free_port()}", *every]
     servers = {}
-    for name, more, env in (
-        ("untraced", [], {}),
-        ("traced", traced, {}),
-        ("traced 1 in 10", traced, sampled),
-        ("traced to a dead collector", ["--otlp-endpoint", f"http://{HOST}:{free_port()}"], {}),
+    for name, more in (
+        ("untraced", []),
+        ("traced", [*traced, *every]),
+        ("traced 1 in 10", traced),
+        ("traced to a dead collector", dead),
     ):
         port, grpc_port = free_port(), free_port()
         command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port), *flags]
         command += [*more, "--grpc-port", str(grpc_port)]
-        stack.enter_context(running_process(command, port, env=env))
+        stack.enter_context(running_process(command, port))
         servers[name] = (port, grpc_port)
     return servers
 

@@ -166,9 +166,19 @@ class ServerConfig:
     otlp_endpoint: str | None = setting(
         None,
         metavar="URL",
-        help="export a trace of every request over OTLP/gRPC to this collector, e.g. "
+        help="export traces of requests over OTLP/gRPC to this collector, e.g. "
         "http://127.0.0.1:4317 (default: off; needs poolserve[otel]; the OTEL_* variables "
-        "configure the exporter and the sampler)",
+        "configure the exporter)",
+    )
+    # None: 0.1, or the SDK's sampler where OTEL_TRACES_SAMPLER is set (observe/tracing.py).
+    trace_sample_ratio: float | None = setting(
+        None,
+        number="non_negative",
+        metavar="RATIO",
+        help="the share of requests traced (--otlp-endpoint) among those that come without a "
+        "caller's traceparent (default 0.1, or OTEL_TRACES_SAMPLER's choice where it is set; 1: "
+        "every request); a request whose traceparent says sampled is always traced, one that "
+        "says not sampled never",
     )
     otlp_service_name: str | None = setting(
         None,
@@ -216,6 +226,11 @@ class ServerConfig:
             raise SettingError(f"--allowed-local-media-path {root} is not a folder")
         if self.otlp_endpoint is not None:
             check_otlp_endpoint(self.otlp_endpoint)
+        if self.trace_sample_ratio is not None and self.trace_sample_ratio > 1:
+            raise SettingError(
+                f"--trace-sample-ratio {self.trace_sample_ratio:g} is more than 1: it is the "
+                "share of requests traced (1: every request)"
+            )
         if self.grpc_port is not None and self.grpc_port == self.port:
             raise SettingError(
                 f"--grpc-port {self.grpc_port} is the HTTP --port too; give gRPC a port of its own"

@@ -28,7 +28,7 @@ from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN
 from poolserve.server.edge import DOCS_ASSETS, open_edge
 from poolserve.server.error_responses import install_error_handlers
 from poolserve.server.observe.metrics import Metrics
-from poolserve.server.observe.tracing import TraceCollector, Tracing
+from poolserve.server.observe.tracing import TraceCollector, TraceSampling, Tracing
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.serving_state import ServingState
 from poolserve.server.shutdown import GracePeriod
@@ -149,7 +149,8 @@ def _tracing(config: ServerConfig, metrics: Metrics) -> Tracing | None:
     /metrics; None when off."""
     if config.otlp_endpoint is None or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
-    tracing = Tracing(config.otlp_endpoint, config.otlp_service_name)
+    sampling = TraceSampling.configured(config.trace_sample_ratio)
+    tracing = Tracing(config.otlp_endpoint, config.otlp_service_name, sampling)
     metrics.registry.register(TraceCollector(tracing))
     return tracing
 

@@ -73,6 +73,7 @@ def served(
     flags = [
         *("--grpc-port", str(grpc_port), "--shutdown-timeout", "10"),
         *("--max-concurrent-requests", str(MAX_REQUESTS), "--max-admission-wait", "0"),
+        *("--trace-sample-ratio", "1"),
     ]
     env = {
         "OTEL_BSP_SCHEDULE_DELAY": "50",
@@ -91,14 +92,23 @@ def served(
             yield GrpcServer(server, channel, *tei, receiver)
 
 
-def trace_parent(trace_id: str, span_id: str) -> str:
-    return f"00-{trace_id}-{span_id}-01"
+def trace_parent(trace_id: str, span_id: str, flags: str = "01") -> str:
+    return f"00-{trace_id}-{span_id}-{flags}"
 
 
 def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer) -> None:
-    """Then, with the receiver stopped, requests are unharmed and the spans that do not fit the
-    exporter's queue are counted as dropped."""
+    """A caller's traceparent that says not sampled leaves its request untraced, though every
+    request is (--trace-sample-ratio 1). Then, with the receiver stopped, requests are unharmed
+    and the spans that do not fit the exporter's queue are counted as dropped."""
     http_trace, grpc_trace, caller = "a1" * 16, "b2" * 16, "c3" * 8
+    unsampled_trace = "d4" * 16
+    unsampled = httpx.post(
+        f"{served.server.url}/embed",
+        json={"inputs": "not sampled by its caller"},
+        headers={"traceparent": trace_parent(unsampled_trace, caller, flags="00")},
+        timeout=30,
+    )
+    assert unsampled.status_code == 200
     sent_at = time.time_ns()
     response = httpx.post(
         f"{served.server.url}/embed",
@@ -123,6 +133,8 @@ def test_a_request_is_one_trace_under_the_callers_traceparent(served: GrpcServer
         )
 
     spans = served.receiver.wait_for(complete)
+    # Spans are made and exported in the order the requests ended: the first one's would be in.
+    assert not [span for span in spans if span.trace_id.hex() == unsampled_trace]
     assert "embedder-under-test" in served.receiver.service_names
     for trace, request_id in request_ids.items():
         mine = [span for span in spans if span.trace_id.hex() == trace]

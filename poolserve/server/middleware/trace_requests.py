@@ -1,5 +1,6 @@
-"""HTTP requests traced (`--otlp-endpoint`; observe/tracing.py): the marks of every POST (the
-routes that do work; not probes and scrapes) handed to the tracer once its answer has gone.
+"""HTTP requests traced (`--otlp-endpoint`; observe/tracing.py): the marks of each POST the
+sampling wants (the routes that do work; not probes and scrapes) handed to the tracer once its
+answer has gone.
 Added only when tracing is on, inside the metrics middleware (the request's id is known),
 outside the door (its wait is measured)."""
 
@@ -22,7 +23,11 @@ class TraceRequestsMiddleware:
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not self.tracing.wants(traceparent_of(scope))
+        ):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -63,3 +68,12 @@ class TraceRequestsMiddleware:
             ctx=scope.get(CONTEXT_KEY),
             error=f"HTTP {status}" if status >= 500 else None,
         )
+
+
+def traceparent_of(scope: Scope) -> str | None:
+    """The request's traceparent header (its first), or None."""
+    for name, value in scope.get("headers", ()):
+        if name == b"traceparent":
+            text: str = value.decode("latin-1")
+            return text
+    return None

@@ -278,8 +278,9 @@ class TeiServicer:
         ended = time.perf_counter()
         metrics = self.state.metrics
         metrics.record_grpc(call.rpc.full_name, call.code.name, call.model, ended - call.started)
-        if self.state.tracing is not None:
-            self.state.tracing.record(trace_of(call, ended))
+        tracing = self.state.tracing
+        if tracing is not None and tracing.wants(call.metadata.get("traceparent")):
+            tracing.record(trace_of(call, ended))
 
 
 def _settle(call: GrpcCall, error: BaseException) -> None:
