@@ -1,4 +1,5 @@
-"""A light closed-loop HTTP/1.1 load generator: N keep-alive connections, one request each.
+"""A light HTTP/1.1 load generator: closed loop (N keep-alive connections, one request each,
+`run_load`) or open loop (Poisson arrivals at a rate, whatever the answers, `run_open_load`).
 
 Written on raw asyncio streams so that the client costs far less CPU than the server it measures
 (httpx or aiohttp would take a large share of a 2-core machine). Only for loopback benchmarks.
@@ -7,6 +8,7 @@ Written on raw asyncio streams so that the client costs far less CPU than the se
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -102,4 +104,75 @@ async def run_load(
             for i in range(concurrency)
         )
     )
+    return result
+
+
+async def run_open_load(
+    host: str,
+    port: int,
+    requests: Sequence[bytes],
+    *,
+    rate: float,
+    seconds: float,
+    warmup: float = 1.0,
+    seed: int = 0,
+) -> LoadResult:
+    """Send requests at Poisson arrivals of `rate` a second for `warmup + seconds`, whether or
+    not earlier ones were answered (a search box's users do not wait for each other); measure
+    those that arrive in the last `seconds`. A request goes on an idle keep-alive connection, or
+    a new one when all are busy. Its latency runs from its scheduled arrival, so a client that
+    fell behind does not hide the server's delay (no coordinated omission)."""
+    result = LoadResult(concurrency=0, duration=seconds)
+    arrivals = random.Random(seed)
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    opened: list[asyncio.StreamWriter] = []
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(host, port)
+        opened.append(writer)
+        return reader, writer
+
+    async def send(request: bytes, due: float, measured: bool) -> None:
+        reader, writer = idle.pop() if idle else await connect()
+        try:
+            writer.write(request)
+            status = await read_response(reader)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            # The server closed the idle connection (its keep-alive timeout): a client's pool
+            # opens another and sends again, the wait counted.
+            writer.close()
+            reader, writer = await connect()
+            writer.write(request)
+            status = await read_response(reader)
+        ended = time.perf_counter()
+        idle.append((reader, writer))
+        if measured:
+            result.statuses[status] = result.statuses.get(status, 0) + 1
+            if status == 200:
+                result.latencies.append(ended - due)
+            else:
+                result.errors += 1
+
+    start = time.perf_counter()
+    warmup_until, deadline = start + warmup, start + warmup + seconds
+    due, index = start, arrivals.randrange(len(requests))
+    try:
+        while True:
+            due += arrivals.expovariate(rate)
+            if due >= deadline:
+                break
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            task = asyncio.create_task(
+                send(requests[index % len(requests)], due, due >= warmup_until)
+            )
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            index += 1
+        if in_flight:
+            await asyncio.gather(*in_flight)
+    finally:
+        result.concurrency = len(opened)
+        for writer in opened:
+            writer.close()
     return result

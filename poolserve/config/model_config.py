@@ -194,10 +194,22 @@ class EngineConfig:
     background_slice: float = setting(
         0.025,
         number="non_negative",
-        help="while background work (priority above 0) waits and requests of priority 0 or "
-        "above arrive, each batch is cut to what a runner runs in this many seconds (at the "
-        "engine's measured rate): those requests wait about this long at most for a runner, "
-        "however much background work is queued; 0: batches as large as any",
+        help="without an express runner (--no-express-runner, or on a GPU): while background "
+        "work (priority above 0) waits and requests of priority 0 or above arrive, each batch "
+        "is cut to what a runner runs in this many seconds (at the engine's measured rate): "
+        "those requests wait about this long at most for a runner, however much background "
+        "work is queued; 0: batches as large as any",
+    )
+    # See engine/scheduler.py (`next_express_batch`).
+    # On with the commands (a server's clients mix lanes); off in Python, where one caller
+    # rarely does and the thread would idle.
+    express_runner: bool = setting(
+        False,
+        cli_default=True,
+        help="on CPU, one more runner thread, for requests of priority 0 and above that arrive "
+        "while background work (priority above 0) holds every runner: they run at once, "
+        "sharing the cores, rather than wait for a background batch to end (then background "
+        "batches are not cut into --background-slice slices)",
     )
     # torch in Python (measuring every engine adds seconds to a first start); the commands
     # default to auto.

@@ -34,7 +34,7 @@ from poolserve.engine.model_backend import (
 )
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
-from poolserve.engine.runner_layout import runner_layout
+from poolserve.engine.runner_layout import has_express_runner, runner_layout
 from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -44,6 +44,10 @@ from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
+# How much lower the runners' OS priority is than the express runner's and the event loop's
+# (nice values): a CPU-bound thread at nice 5 weighs a third of one at 0, so an express batch
+# beside two background batches on two cores runs at nearly a whole core.
+EXPRESS_NICE = 5
 # Why an engine whose runners have all died refuses work.
 NOT_RUNNING = "the model runner is not running; see the server log"
 
@@ -119,7 +123,8 @@ class EngineCore:
         self._collate_items = collate_for(model)
         self.backend = backend(model, config, self._collate_items)
         runners, self._threads = runner_layout(config, self.model.device)
-        self.stats = EngineStats(runners)
+        express = has_express_runner(config, self.model.device)
+        self.stats = EngineStats(runners, express)
         self._owns_cpu = cpu is None
         self.cpu = cpu or CpuPool(config.cpu_workers)
         self._scheduler = Scheduler(
@@ -130,12 +135,16 @@ class EngineCore:
             lend_tokens=config.single_thread_tokens if self.model.device == "cpu" else 0,
             bucket_padding_tokens=config.bucket_padding_tokens,
             packs=self._packs,
-            background_slice=config.background_slice,
+            # Beside an express runner, background batches need no slices (scheduler.py).
+            background_slice=0.0 if express else config.background_slice,
         )
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
         )
-        self._runners = [self._new_runner(index) for index in range(runners)]
+        nice = EXPRESS_NICE if express else 0
+        self._runners = [self._new_runner(index, nice=nice) for index in range(runners)]
+        if express:
+            self._runners.append(self._new_runner(runners, express=True))
         self._threads_started: list[threading.Thread] = []
         # Set once the first runner has loaded the weights (or failed to).
         self._loaded: Future[None] = Future()
@@ -145,7 +154,7 @@ class EngineCore:
         # (an image is decoded and resized in the CPU pool).
         self.runners_prepare = self.model.layout.vision is None
 
-    def _new_runner(self, index: int) -> Runner:
+    def _new_runner(self, index: int, express: bool = False, nice: int = 0) -> Runner:
         return Runner(
             index,
             self._scheduler,
@@ -155,6 +164,8 @@ class EngineCore:
             threads=self._threads or 1,
             on_death=self._runner_died,
             deliveries=self.cpu.holding,
+            express=express,
+            nice=nice,
         )
 
     @property
@@ -185,9 +196,8 @@ class EngineCore:
             raise
 
     def _start_runner(self, runner: Runner) -> None:
-        thread = threading.Thread(
-            target=runner.run, name=f"poolserve-runner-{runner.index}", daemon=True
-        )
+        name = "poolserve-express-runner" if runner.express else f"poolserve-runner-{runner.index}"
+        thread = threading.Thread(target=runner.run, name=name, daemon=True)
         thread.start()
         self._threads_started.append(thread)
 
@@ -243,17 +253,18 @@ class EngineCore:
 
     @property
     def runners(self) -> int:
-        return len(self._runners)
+        """The runners (the express runner, which serves only beside them, is not one)."""
+        return sum(not runner.express for runner in self._runners)
 
     @property
     def runners_alive(self) -> int:
-        return sum(runner.alive for runner in self._runners)
+        return sum(runner.alive and not runner.express for runner in self._runners)
 
     @property
     def alive(self) -> bool:
         """True while at least one runner can serve."""
         return any(
-            runner.alive and thread.is_alive()
+            runner.alive and not runner.express and thread.is_alive()
             for runner, thread in zip(self._runners, self._threads_started, strict=False)
         )
 

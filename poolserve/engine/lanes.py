@@ -14,11 +14,14 @@ lower ones, so that nothing waits forever, and the door bounds their wait in tim
   the room), and background lanes (below the default) hold at most a share of
   `--max-queued-tokens`, the rest kept for the default lane and above.
 
-Background work also runs in time slices while the default lane or a higher one has work: a batch
-is then cut to what a runner runs in `--background-slice` seconds (at the engine's measured rate),
-so that a request of a higher lane waits at most about that long for a runner, however much
-background work is queued. A higher lane "has work" from its request's arrival until
-`FOREGROUND_MEMORY` seconds after its last one: a bulk job alone runs batches as large as any.
+A request of the default lane or above that arrives while background batches hold every runner
+runs at once on the express runner (scheduler.py's `next_express_batch`), beside them. Without
+one (`--no-express-runner`, a GPU), background work runs in time slices instead while the
+default lane or a higher one has work: a batch is then cut to what a runner runs in
+`--background-slice` seconds (at the engine's measured rate), so that a request of a higher lane
+waits at most about that long for a runner, however much background work is queued. A higher
+lane "has work" from its request's arrival until `FOREGROUND_MEMORY` seconds after its last one:
+a bulk job alone runs batches as large as any.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+from poolserve.config.priorities import is_background
+
 logger = logging.getLogger("poolserve")
 
 # A preparation: what to call, its arguments, and what to call instead if it never runs.
@@ -38,13 +40,25 @@ class Preparations:
         self.inputs[priority] += inputs
         self.total_inputs += inputs
 
-    def take(self) -> list[Preparation]:
-        """Every waiting preparation, higher lanes first (each lane in order)."""
-        waiting, self._waiting = self._waiting, []
-        self.inputs.clear()
-        self.total_inputs = 0
+    def take(self, foreground_only: bool = False) -> list[Preparation]:
+        """Every waiting preparation (of the default lane and above only, with
+        `foreground_only`), higher lanes first (each lane in order)."""
+        if foreground_only:
+            waiting = [each for each in self._waiting if not is_background(each[0])]
+            self._waiting = [each for each in self._waiting if is_background(each[0])]
+            for priority, inputs, _ in waiting:
+                self.total_inputs -= inputs
+                self.inputs.pop(priority, None)  # every input of the lane goes
+        else:
+            waiting, self._waiting = self._waiting, []
+            self.inputs.clear()
+            self.total_inputs = 0
         waiting.sort(key=lambda each: each[0])
         return [preparation for _, _, preparation in waiting]
+
+    def has_foreground(self) -> bool:
+        """Whether a preparation of the default lane or above waits."""
+        return any(count for lane, count in self.inputs.items() if not is_background(lane))
 
 
 def run_all(preparations: list[Preparation]) -> None:

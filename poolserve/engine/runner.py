@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ class Runner:
         threads: int = 1,
         on_death: Callable[[], None] = lambda: None,
         deliveries: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+        express: bool = False,
+        nice: int = 0,
     ) -> None:
         self.index = index
         self._scheduler = scheduler
@@ -51,6 +54,12 @@ class Runner:
         # Held around a batch's deliveries: the CPU-pool jobs they start (each finished
         # request's answer) queued together.
         self._deliveries = deliveries
+        # The express runner takes its batches from `next_express_batch` (scheduler.py).
+        self.express = express
+        self._take = scheduler.next_express_batch if express else scheduler.next_batch
+        # Added to the thread's nice value (and its torch threads'): the runners beside an
+        # express runner give it, and the event loop, the cores first.
+        self._nice = nice
         self._died = threading.Event()
         # Completes once this runner's forward is ready (or with the loading error).
         self.ready: Future[None] = Future()
@@ -61,6 +70,8 @@ class Runner:
 
     def run(self) -> None:
         """The runner thread: get the forward, then run batches until closed and drained."""
+        if self._nice:
+            lower_priority(self._nice)
         try:
             forward = self._load()
         except BaseException as exc:
@@ -70,7 +81,7 @@ class Runner:
         self.ready.set_result(None)
         items: list[WorkItem] | None = None
         try:
-            while (assignment := self._scheduler.next_batch()) is not None:
+            while (assignment := self._take()) is not None:
                 items = assignment.items
                 try:
                     threads = self._threads * (1 + assignment.borrowed)
@@ -145,3 +156,17 @@ class Runner:
         with self._deliveries():
             for row, item in enumerate(items):
                 item.deliver(outputs[row], ended)
+
+
+def lower_priority(nice: int) -> None:
+    """Raise this thread's nice value by `nice` (threads it starts later inherit it); where the
+    system refuses, say so and go on at the priority it has."""
+    thread = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + nice)
+    except OSError as exc:
+        logger.warning(
+            "could not lower a runner thread's priority (%s): the express runner "
+            "shares the cores evenly with it",
+            exc,
+        )

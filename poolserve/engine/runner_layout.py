@@ -15,6 +15,19 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def has_express_runner(config: EngineConfig, device: str) -> bool:
+    """Whether the engine runs an express runner beside its runners (scheduler.py's
+    `next_express_batch`): on CPU, unless `--no-express-runner`. A backend sizes what may run at
+    once by it (`concurrent_forwards`)."""
+    return device == "cpu" and config.express_runner
+
+
+def concurrent_forwards(config: EngineConfig, device: str) -> int:
+    """How many forward passes may run at once: one per runner, and the express runner's."""
+    runners, _ = runner_layout(config, device)
+    return runners + has_express_runner(config, device)
+
+
 def runner_layout(config: EngineConfig, device: str) -> tuple[int, int | None]:
     """(runners, torch threads per runner; None: torch's default).
 

@@ -33,6 +33,14 @@ rate): a runner is then free again within about that long for whatever higher-la
 however much background work is queued (on a CPU, batches of 8 to 32 sentences run about as
 fast per sentence as larger ones).
 
+The express runner (`next_express_batch`, on CPU unless `--no-express-runner`) is one more
+runner thread, for work of the default lane and above only, and only while every runner is busy
+and at least one holds background items: a query that arrives then runs at once beside the
+background batches, sharing the cores (its thread has the higher OS priority: runner.py), rather
+than wait for one of them to end. It runs those requests' preparations too, and its batches hold
+no background item. With it, background batches are not sliced (slices cost the bulk work a
+forward pass's fixed cost each, and the query no longer waits for them).
+
 No request waits forever: one that this many batches in a row (`MAX_PASSED_OVER`) have passed
 over, none of its items in them, seeds the next batch among those of its lane, however many items
 it has left (a large request under a steady stream of small ones would otherwise never be
@@ -128,6 +136,12 @@ class Scheduler:
         self._lent = 0
         # Small requests' preparations waiting for a runner (`prepare`).
         self._preparing = Preparations()
+        # The express runner (`next_express_batch`, where there is one): whether it waits for
+        # work, the condition that wakes it, and the batches running that hold background
+        # items (only those leave it work).
+        self._express_idle = False
+        self._express_wake = threading.Condition(lock)
+        self._background_running = 0
 
     # -- called from any thread -------------------------------------------------------------
 
@@ -150,7 +164,10 @@ class Scheduler:
             if foreground:
                 self._foreground_at = time.monotonic()
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
-            self._condition.notify()
+            if foreground and self._express_may_take():
+                self._express_wake.notify()
+            else:
+                self._condition.notify()
 
     def prepare(self, priority: int, inputs: int, preparation: Preparation) -> None:
         """Have a runner run a small request's `preparation` first (an idle one is woken)."""
@@ -160,12 +177,15 @@ class Scheduler:
             self._preparing.add(priority, inputs, preparation)
             if self._idle > self._lent:
                 self._condition.notify()
+            elif self._express_may_take():
+                self._express_wake.notify()
 
     def close(self) -> None:
         """Accept no more work; the queue drains, then `next_batch` returns None."""
         with self._condition:
             self._closed = True
             self._condition.notify_all()
+            self._express_wake.notify_all()
 
     def abort(self) -> list[WorkItem]:
         """Stop at once: return every waiting item so that their groups can be failed."""
@@ -179,6 +199,7 @@ class Scheduler:
             self._waiting_items = 0
             self._waiting_tokens = 0
             self._condition.notify_all()
+            self._express_wake.notify_all()
         for _, _, on_drop in dropped:
             on_drop()
         return items
@@ -247,8 +268,12 @@ class Scheduler:
                 if not items:
                     continue  # everything looked at was cancelled
                 self._set_idle(self._idle - 1)
-                assignment = Assignment(items)
+                background = any(is_background(item.group.priority) for item in items)
+                assignment = Assignment(items, background=background)
                 self._running_tokens += assignment.tokens
+                self._background_running += background
+                if self._express_may_take():
+                    self._express_wake.notify()
                 if self._waiting:
                     self._condition.notify()
                 elif self._may_lend(assignment, peers):
@@ -261,9 +286,50 @@ class Scheduler:
         to it may take work again."""
         with self._condition:
             self._running_tokens -= assignment.tokens
+            self._background_running -= assignment.background
             if assignment.borrowed:
                 self._lent = max(0, self._lent - assignment.borrowed)
                 self._condition.notify_all()
+
+    def next_express_batch(self) -> Assignment | None:
+        """The express runner's `next_batch`: block until work of the default lane or above
+        waits while every runner is busy and one of them runs background items, then run its
+        preparations or pop a batch of it (no background items); None once closed."""
+        with self._condition:
+            self._express_idle = True
+            try:
+                while True:
+                    self._express_wake.wait_for(lambda: self._closed or self._express_may_take())
+                    if self._closed:
+                        return None
+                    preparations = self._preparing.take(foreground_only=True)
+                    if preparations:
+                        self._condition.release()
+                        try:
+                            run_all(preparations)
+                        finally:
+                            self._condition.acquire()
+                        continue
+                    items = self._form_batch(share=1, foreground_only=True)
+                    if items:
+                        assignment = Assignment(items)
+                        self._running_tokens += assignment.tokens
+                        return assignment
+            finally:
+                self._express_idle = False
+
+    def _express_may_take(self) -> bool:
+        """Whether foreground work waits that the express runner should take: no runner is
+        free for it and background work holds one."""
+        return (
+            self._express_idle
+            and self._background_running > 0
+            and self._idle <= self._lent
+            and (
+                any(count for lane, count in self._lane_items.items() if not is_background(lane))
+                or self._preparing.has_foreground()
+            )
+        )
 
     def _may_lend(self, assignment: Assignment, peers: int) -> bool:
         """Lend idle runners' cores to a large batch that is all the work there is: nothing else
@@ -296,7 +362,7 @@ class Scheduler:
             self._set_idle(self._idle + 1)
         return True
 
-    def _form_batch(self, share: int) -> list[WorkItem]:
+    def _form_batch(self, share: int, foreground_only: bool = False) -> list[WorkItem]:
         """Pop a batch: the oldest item of the request with the fewest items left, with that
         request's waiting items of its head closest to it in length, then (while the batch has
         room) the next requests' in the same order, each request's items closest in length
@@ -314,15 +380,22 @@ class Scheduler:
         # chunk is as large as it will be.
         # Before all that, the lanes: a request rises one for every AGING_BATCHES batches in a
         # row that passed it over, up to the highest lane waiting.
-        top = min(queue[0].group.priority for queue in self._waiting.values())
+        waiting = [
+            queue
+            for queue in self._waiting.values()
+            if not (foreground_only and is_background(queue[0].group.priority))
+        ]
+        if not waiting:
+            return []
+        top = min(queue[0].group.priority for queue in waiting)
 
         def turn(queue: deque[WorkItem]) -> tuple[int, int, int]:
             count = self._batches_formed - self._last_served[id(queue[0].group)]
             lane = max(top, queue[0].group.priority - count // AGING_BATCHES)
             return (lane, 0, -count) if count >= MAX_PASSED_OVER else (lane, 1, items_left(queue))
 
-        queues = sorted(self._waiting.values(), key=turn)
-        budget = self._budget(queues)
+        queues = sorted(waiting, key=turn)
+        budget = self._max_batch_tokens if foreground_only else self._budget(queues)
         seed = queues[0][0]
         window: list[list[WorkItem]] = []
         looked_at = 0

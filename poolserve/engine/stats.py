@@ -51,6 +51,8 @@ class RunnerSnapshot:
     token_work: int = 0
     held_bytes: int = 0
     cpu_seconds: float = 0.0
+    # The express runner (engine/scheduler.py's `next_express_batch`).
+    express: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,16 @@ class StatsSnapshot:
     def tokens_per_second(self) -> float:
         """The padded tokens of text batches the engine as a whole runs: each runner's measured
         rate, summed over the runners still alive (0 before the first batch)."""
-        return token_rate((r.token_work, r.busy_seconds, r.alive) for r in self.runners)
+        return token_rate(
+            (r.token_work, r.busy_seconds, r.alive) for r in self.runners if not r.express
+        )
 
     @property
     def held_bytes_per_second(self) -> float:
         """The same for the bytes image batches hold."""
-        return token_rate((r.held_bytes, r.busy_seconds, r.alive) for r in self.runners)
+        return token_rate(
+            (r.held_bytes, r.busy_seconds, r.alive) for r in self.runners if not r.express
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -109,6 +115,7 @@ class StatsSnapshot:
                     "failed_batches": r.failed_batches,
                     "busy_seconds": r.busy_seconds,
                     "cpu_seconds": r.cpu_seconds,
+                    "express": r.express,
                 }
                 for r in self.runners
             ],
@@ -128,7 +135,12 @@ def token_rate(runners: Iterable[tuple[int, float, bool]]) -> float:
 
 @dataclass
 class EngineStats:
+    """`runner_count` runners, and after them the express runner where there is one (its
+    batches counted with theirs; the rates, which stand for what the cores run, are the
+    runners' alone: the express runner shares their cores)."""
+
     runner_count: int = 1
+    express: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _runners: list[RunnerCounters] = field(default_factory=list, repr=False)
     _items_skipped: int = 0
@@ -139,7 +151,7 @@ class EngineStats:
     _max_running: int = 0
 
     def __post_init__(self) -> None:
-        self._runners = [RunnerCounters() for _ in range(self.runner_count)]
+        self._runners = [RunnerCounters() for _ in range(self.runner_count + self.express)]
 
     # -- writers ------------------------------------------------------------------------------
 
@@ -200,15 +212,20 @@ class EngineStats:
     def runner_token_rate(self) -> float:
         """Padded tokens a second one runner runs (0.0 until one has run a batch)."""
         with self._lock:
-            rates = [c.token_work / c.busy_seconds for c in self._runners if c.busy_seconds]
+            rates = [
+                c.token_work / c.busy_seconds
+                for c in self._runners[: self.runner_count]
+                if c.busy_seconds
+            ]
         return sum(rates) / len(rates) if rates else 0.0
 
     def work_rate(self) -> tuple[float, float]:
         """`StatsSnapshot`'s tokens and held bytes per second without building a snapshot
         (admission reads them for every refusal's Retry-After)."""
         with self._lock:
-            tokens = [(c.token_work, c.busy_seconds, c.alive) for c in self._runners]
-            held = [(c.held_bytes, c.busy_seconds, c.alive) for c in self._runners]
+            runners = self._runners[: self.runner_count]
+            tokens = [(c.token_work, c.busy_seconds, c.alive) for c in runners]
+            held = [(c.held_bytes, c.busy_seconds, c.alive) for c in runners]
         return token_rate(tokens), token_rate(held)
 
     def snapshot(self) -> StatsSnapshot:
@@ -226,6 +243,7 @@ class EngineStats:
                     c.token_work,
                     c.held_bytes,
                     c.cpu_seconds,
+                    express=index >= self.runner_count,
                 )
                 for index, c in enumerate(self._runners)
             )

@@ -205,6 +205,8 @@ class Assignment:
 
     items: list[WorkItem]
     borrowed: int = 0
+    # Whether it holds background items (the express runner takes work only beside those).
+    background: bool = False
 
     @property
     def padded_tokens(self) -> int:

@@ -60,7 +60,7 @@ from poolserve.engine.model_backend import (
     CompileSource,
     QuantizationReport,
 )
-from poolserve.engine.runner_layout import runner_layout
+from poolserve.engine.runner_layout import concurrent_forwards, runner_layout
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.spec import ModelSpec
 
@@ -111,6 +111,7 @@ def graph_backend(
         threads=threads or 1,
         runner_threads=threads,
         runners=runners,
+        callers=concurrent_forwards(config, placed.device),
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         quantize=config.quantize,
         gate=config.quantize_gate,
@@ -139,6 +140,7 @@ class OrtBackend(TorchBackend):
         runners: int,
         max_batch_size: int,
         quantize: Quantize,
+        callers: int | None = None,
         gate: QuantizeGate,
         precision: str = "float32",
     ) -> None:
@@ -150,6 +152,7 @@ class OrtBackend(TorchBackend):
             runner_threads=runner_threads,
             compile="off",
             runners=runners,
+            callers=callers,
             max_batch_size=max_batch_size,
             packing="off",
         )

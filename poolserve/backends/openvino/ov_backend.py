@@ -10,12 +10,12 @@ the model's other heads. Why a second runtime: on a CPU with VNNI, OpenVINO's st
 measures each activation's range as it runs (docs/benchmarks.md).
 
 Each compiled model runs at a fixed number of inference threads per stream, with a stream for
-each runner that may run it at once, unpinned (the runners share the cores with the
-tokenizers), at the precision `--dtype` names: float32, or bf16 on a CPU with AVX512-BF16 or
-AMX (OpenVINO's own default there; poolserve pins it, so that what runs is what was asked for,
-or what `--backend auto` measured behind the gate: backends/choice/). On a 2-core AMD EPYC
-without AMX bf16 ran 1.6x its float32 (docs/benchmarks.md). A runner thread keeps its own infer
-request of each compiled model.
+each runner that may run it at once (the express runner's too), unpinned (the runners share the
+cores with the tokenizers), at the precision `--dtype` names: float32, or bf16 on a CPU with
+AVX512-BF16 or AMX (OpenVINO's own default there; poolserve pins it, so that what runs is what
+was asked for, or what `--backend auto` measured behind the gate: backends/choice/). On a 2-core
+AMD EPYC without AMX bf16 ran 1.6x its float32 (docs/benchmarks.md). A runner thread keeps its
+own infer request of each compiled model.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class OvBackend(OrtBackend):
         return openvino.Core()
 
     def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
-        # Every runner may run a count up to its own at once; more (lent cores) one at a time.
-        streams = self._runners if threads <= self._threads else 1
+        # Every runner (and the express runner) may run a count up to its own at once; more
+        # (lent cores) one at a time.
+        streams = self._callers if threads <= self._threads else 1
         return OvRun(self._core, graph, target, threads, streams, _HINTS[self._precision])
 
 

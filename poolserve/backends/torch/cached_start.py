@@ -37,6 +37,8 @@ class StartSettings:
 
     threads: int
     runners: int
+    # Forward passes that may run at once (the runners', and the express runner's).
+    callers: int
     max_batch_size: int
     packing: PackingMode
     compile: CompileMode
@@ -65,7 +67,7 @@ def cached_start(root: Path, spec: ModelSpec, settings: StartSettings) -> Cached
         if gains is None:
             continue
         try:
-            loaded = aot.load_or_build(root, None, spec, targets, settings.runners)
+            loaded = aot.load_or_build(root, None, spec, targets, settings.callers)
         except aot.NotInCacheError:
             continue
         runs = {count: AotRun(model, with_types) for count, model in loaded.runs.items()}

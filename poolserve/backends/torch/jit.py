@@ -97,7 +97,7 @@ def just_in_time(
 ) -> CompiledForward | None:
     """The head through torch.compile at `counts` threads, for a model that does not export
     (`why`); None, with one log line, where torch.compile cannot serve it: packed batches, or
-    several runners."""
+    several runners (an express runner counts)."""
     if packed:
         logger.info(
             "%s cannot be compiled ahead of time (%s); serving its packed batches eagerly",
@@ -108,7 +108,7 @@ def just_in_time(
     if runners > 1:
         logger.info(
             "%s cannot be compiled ahead of time (%s); serving it eagerly with %d runners "
-            "(torch.compile takes --runners 1)",
+            "(torch.compile takes --runners 1 --no-express-runner)",
             name,
             why,
             runners,

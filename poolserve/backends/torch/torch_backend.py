@@ -36,7 +36,7 @@ from poolserve.engine.model_backend import (
     PrecisionReport,
     QuantizationReport,
 )
-from poolserve.engine.runner_layout import runner_layout
+from poolserve.engine.runner_layout import concurrent_forwards, runner_layout
 from poolserve.errors import SettingError
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
@@ -62,6 +62,7 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
         runner_threads=threads,
         compile=config.compile,
         runners=runners,
+        callers=concurrent_forwards(config, placed.device),
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         packing=config.packing,
         batch_invariant=config.batch_invariant,
@@ -90,6 +91,7 @@ class TorchBackend:
         runner_threads: int | None = None,
         compile: CompileMode = "off",
         runners: int = 1,
+        callers: int | None = None,
         max_batch_size: int = 256,
         packing: PackingMode = "auto",
         batch_invariant: bool = False,
@@ -105,6 +107,8 @@ class TorchBackend:
         self._runner_threads = runner_threads
         self._compile = compile
         self._runners = runners
+        # Forward passes that may run at once (the runners', and the express runner's).
+        self._callers = callers or runners
         self._max_batch_size = max_batch_size
         self._packing = packing
         # The heads whose batches are packed (set by `load`).
@@ -164,7 +168,12 @@ class TorchBackend:
             return False
         started = time.perf_counter()
         settings = StartSettings(
-            self._threads, self._runners, self._max_batch_size, self._packing, self._compile
+            self._threads,
+            self._runners,
+            self._callers,
+            self._max_batch_size,
+            self._packing,
+            self._compile,
         )
         found = cached_start(cache_dir(), spec, settings)
         if found is None:
@@ -317,7 +326,7 @@ class TorchBackend:
             module if self._compile != "cached" else None,
             self._spec,
             targets,
-            self._runners,
+            self._callers,
         )
         self.report = CompileReport("built" if loaded.built else "cached")
         with_types = targets[0].with_token_types
@@ -339,7 +348,7 @@ class TorchBackend:
             # own counts run it (a batch on borrowed cores runs eagerly).
             sorted(set(counts) & {1, self._threads}),
             packed=head in self.packed_heads,
-            runners=self._runners,
+            runners=self._callers,
         )
         if compiled is not None:
             self.report = CompileReport("jit")

@@ -168,7 +168,8 @@ class EngineCollector(Collector):
             for name, _, attribute in PER_RUNNER:
                 for runner in stats.runners:
                     counters[name].add_metric(
-                        (model, str(runner.index)), getattr(runner, attribute)
+                        (model, "express" if runner.express else str(runner.index)),
+                        getattr(runner, attribute),
                     )
             _add_histogram(sizes, model, stats.batch_sizes, BATCH_SIZE_BUCKETS)
             _add_histogram(tokens, model, stats.batch_tokens, BATCH_TOKEN_BUCKETS)

@@ -9,6 +9,7 @@ The model spec is the bundled model's (no weights are loaded: the backend is fak
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.collate import Batch, text_item
-from poolserve.engine.engine_core import EngineCore
+from poolserve.engine.engine_core import EXPRESS_NICE, EngineCore
 from poolserve.engine.model_backend import CompileReport
 from poolserve.engine.runner_layout import available_cores, runner_layout
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -53,6 +54,8 @@ class FakeBackend:
         self.choice = None
         self.load_threads: list[str] = []
         self.executor_threads: list[str] = []
+        # Each executor's thread's nice value, by thread name.
+        self.nice: dict[str, int] = {}
 
     def close(self) -> None:
         pass
@@ -61,7 +64,9 @@ class FakeBackend:
         self.load_threads.append(threading.current_thread().name)
 
     def executor(self) -> Callable[[Batch, int], np.ndarray]:
-        self.executor_threads.append(threading.current_thread().name)
+        name = threading.current_thread().name
+        self.executor_threads.append(name)
+        self.nice[name] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         return self.forward
 
 
@@ -203,7 +208,8 @@ def test_a_dead_runner_leaves_the_others_serving_and_the_last_fails_what_waits(
     assert not core.alive
     with pytest.raises(EngineUnavailableError, match="not running"):
         submit(core, 40)
-    assert [runner.alive for runner in core.stats.snapshot().runners] == [False, False]
+    alive = [runner.alive for runner in core.stats.snapshot().runners if not runner.express]
+    assert alive == [False, False]
 
 
 def test_close_drains_every_runner(
@@ -229,7 +235,7 @@ def test_close_drains_every_runner(
         assert [int(row[1]) for row in group.future.result(0)] == [10 + i, 20 + i, 30 + i]
     snapshot = core.stats.snapshot()
     assert snapshot.items == 30
-    assert all(runner.batches > 0 for runner in snapshot.runners)
+    assert all(runner.batches > 0 for runner in snapshot.runners if not runner.express)
     assert not core.alive
 
 
@@ -304,3 +310,61 @@ def rows_batch(items: list[WorkItem]) -> Batch:
     from poolserve.engine.collate import collate
 
     return collate(items, pad_token_id=0)
+
+
+def test_beside_background_work_a_request_runs_at_once_on_the_express_runner(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    """Both runners hold background batches that do not end; a request of the default lane
+    is answered meanwhile, by the express runner, whose thread has the higher OS priority."""
+    release = threading.Event()
+    holding = threading.Semaphore(0)
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        if batch.items[0].group.priority > 0:
+            holding.release()
+            release.wait(WAIT)
+        return rows(batch)
+
+    core, backend = start_core(forward, runners=2, express_runner=True)
+    assert sorted(backend.executor_threads)[0] == "poolserve-express-runner"
+    bulk = core.open_group(2, priority=5)
+    core.submit(text_item(bulk, i, [20 + i, 5, 5]) for i in range(2))
+    for _ in range(2):  # one background batch on each runner
+        assert holding.acquire(timeout=WAIT)
+    query = submit(core, 7)
+    try:
+        assert [list(row) for row in query.future.result(WAIT)] == [[3, 7]]
+        assert not bulk.future.done()
+    finally:
+        release.set()
+    assert [int(row[1]) for row in bulk.future.result(WAIT)] == [20, 21]
+    express = [runner for runner in core.stats.snapshot().runners if runner.express]
+    assert [runner.items for runner in express] == [1]
+    base = backend.nice["poolserve-express-runner"]
+    assert backend.nice["poolserve-runner-0"] == backend.nice["poolserve-runner-1"]
+    assert backend.nice["poolserve-runner-0"] == min(19, base + EXPRESS_NICE)
+
+
+def test_without_an_express_runner_a_request_waits_for_a_runner(
+    start_core: Callable[..., tuple[EngineCore, FakeBackend]],
+) -> None:
+    release = threading.Event()
+    holding = threading.Semaphore(0)
+
+    def forward(batch: Batch, threads: int) -> np.ndarray:
+        if batch.items[0].group.priority > 0:
+            holding.release()
+            release.wait(WAIT)
+        return rows(batch)
+
+    core, backend = start_core(forward, runners=1, express_runner=False)
+    assert "poolserve-express-runner" not in backend.executor_threads
+    bulk = core.open_group(1, priority=5)
+    core.submit([text_item(bulk, 0, [20, 5, 5])])
+    assert holding.acquire(timeout=WAIT)
+    query = submit(core, 7)
+    release.set()
+    assert [list(row) for row in query.future.result(WAIT)] == [[3, 7]]
+    # It ran after the background batch, on the one runner: that request was answered first.
+    assert bulk.future.done()

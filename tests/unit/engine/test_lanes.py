@@ -4,6 +4,7 @@ work; the CPU pool's queue does the same for its jobs."""
 
 from __future__ import annotations
 
+import queue
 import threading
 from types import SimpleNamespace
 
@@ -143,6 +144,47 @@ def test_no_slices_before_the_rate_is_measured_or_when_switched_off(clock: Clock
             stats.batch_ended(0, items=10, tokens=1000, padded_tokens=1000, seconds=1.0)
         runs.submit(request(5, [10] * 40) + request(0, [10]))
         assert len(take(runs)) == 41
+
+
+def test_the_express_runner_takes_the_default_lane_and_above_only_beside_background_batches() -> (
+    None
+):
+    """Beside a runner holding a background batch, the express runner runs a small request's
+    preparation and its batch, takes no background item however much room its batch has, and
+    takes nothing once no background batch runs (a runner is for that)."""
+    runs, _ = scheduler()
+    taken: queue.Queue[list[WorkItem] | None] = queue.Queue()
+
+    def express() -> None:
+        while (assignment := runs.next_express_batch()) is not None:
+            taken.put(assignment.items)
+            runs.batch_ended(assignment)
+        taken.put(None)
+
+    thread = threading.Thread(target=express, name="express", daemon=True)
+    thread.start()
+    runs.submit(request(5, [10] * 8))
+    background = runs.next_batch()  # the only runner now holds background items
+    assert background is not None and lanes_of(background.items) == [5] * 8
+    prepared_on = []
+
+    def prepare() -> None:
+        prepared_on.append(threading.current_thread().name)
+        runs.submit(request(0, [4, 4]))
+
+    runs.prepare(0, 2, (prepare, (), lambda: None))
+    assert lanes_of(taken.get(timeout=WAIT) or []) == [0, 0]
+    assert prepared_on == ["express"]
+    runs.submit(request(5, [10] * 4) + request(-1, [4]))
+    assert lanes_of(taken.get(timeout=WAIT) or []) == [-1]
+    runs.batch_ended(background)
+
+    runs.submit(request(0, [4]))
+    # A runner takes it (and the background items, beside it); the express runner took none.
+    assert lanes_of(take(runs)) == [0, 5, 5, 5, 5]
+    runs.close()
+    assert taken.get(timeout=WAIT) is None
+    thread.join(WAIT)
 
 
 # -- the CPU pool's queue -------------------------------------------------------------------------
