@@ -21,8 +21,11 @@ rows of 256 took 785 ms and length buckets 645 ms; 64 sentences took 71 ms packe
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from collections.abc import Callable
 
 from poolserve.engine.work import WorkItem
+from poolserve.models.kinds import Head
 
 # Inputs up to this many tokens are packed together whatever their lengths (see above).
 PACK_FREELY_TOKENS = 64
@@ -118,3 +121,39 @@ def length_bucket(seed: WorkItem, chosen: list[WorkItem], tolerance: int | None)
                 return bucket
             start = index
     return chosen  # unreachable: the seed is in one of the buckets
+
+
+def head_window(queues: list[deque[WorkItem]], size: int) -> list[list[WorkItem]]:
+    """The items to choose a batch from: of each request's queue in turn (the first one's
+    first item is the seed), those of the seed's head, `size` items in all at most."""
+    head = queues[0][0].head
+    window: list[list[WorkItem]] = []
+    looked_at = 0
+    for queue in queues:
+        window.append([i for i in itertools.islice(queue, size - looked_at) if i.head == head])
+        looked_at += len(window[-1])
+        if looked_at >= size:
+            break
+    return window
+
+
+def choose(
+    window: list[list[WorkItem]],
+    limit: int,
+    budget: int,
+    packs: Callable[[Head], bool],
+    bucket_padding: int | None,
+) -> list[WorkItem]:
+    """A batch from `window` (its first item the seed), at most `limit` items within `budget`
+    tokens: packed where the head packs and the seed is short, else around the seed in length,
+    filled with the next requests' nearest items, cut to the seed's length bucket."""
+    seed = window[0][0]
+    if packs(seed.head) and seed.cost <= PACK_FREELY_TOKENS:
+        return fill_packed(seed, window, limit, budget)
+    first = sorted(window[0], key=lambda item: item.cost)
+    chosen = pick_around(first, first.index(seed), limit, budget)
+    for others in window[1:]:
+        if len(chosen) >= limit:
+            break
+        chosen += fill_nearest(chosen, others, limit, budget)
+    return length_bucket(seed, chosen, bucket_padding)

@@ -24,30 +24,8 @@ short inputs), is batch_picking.py's.
 The scheduler also counts the tokens in work (waiting, or in a batch that has not ended) and the
 most there ever were: what admission control promises to bound, measured where the work is.
 
-Priority lanes (engine/lanes.py) come before all of that: the seed is a request of the highest
-lane waiting, and a batch fills with the higher lanes' items first. A request rises one lane for
-every `AGING_BATCHES` batches in a row that pass it over. While background work (below the
-default lane) waits and work of the default lane or above has arrived within `FOREGROUND_MEMORY`
-seconds, every batch is cut to what a runner runs in `background_slice` seconds (at its measured
-rate): a runner is then free again within about that long for whatever higher-lane work arrives,
-however much background work is queued (on a CPU, batches of 8 to 32 sentences run about as
-fast per sentence as larger ones).
-
-The express runner (`next_express_batch`, on CPU unless `--no-express-runner`) is one more
-runner thread, for work of the default lane and above only, and only while every runner is busy
-and at least one holds background items: a query that arrives then runs at once beside the
-background batches, sharing the cores (its thread has the higher OS priority: runner.py), rather
-than wait for one of them to end. It runs those requests' preparations too, and its batches hold
-no background item. With it, background batches are not sliced (slices cost the bulk work a
-forward pass's fixed cost each, and the query no longer waits for them).
-
-No request waits forever: one that this many batches in a row (`MAX_PASSED_OVER`) have passed
-over, none of its items in them, seeds the next batch among those of its lane, however many items
-it has left (a large request under a steady stream of small ones would otherwise never be
-seeded, and, with the batches full of small ones, never filled in either). The bound, under an
-endless stream of higher-lane work: a request `d` lanes below the highest waiting is passed over
-by at most max(`AGING_BATCHES` × d, `MAX_PASSED_OVER`) batches in a row, then seeds the next one
-unless another has been passed over longer.
+Priority lanes come before all of that (the seed is of the highest lane waiting): how lower
+lanes age, their bound, slices and the express runner (`next_express_batch`): engine/lanes.py.
 
 Runners also run small requests' preparations (`prepare`, engine/preparations.py) before they
 form their next batch. One condition variable wakes the runners; nothing polls.
@@ -55,7 +33,6 @@ form their next batch. One condition variable wakes the runners; nothing polls.
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
@@ -63,21 +40,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
 from poolserve.config.priorities import is_background
-from poolserve.engine.batch_picking import (
-    PACK_FREELY_TOKENS,
-    fill_nearest,
-    fill_packed,
-    length_bucket,
-    pick_around,
-)
-from poolserve.engine.lanes import AGING_BATCHES, FOREGROUND_MEMORY
+from poolserve.engine.batch_picking import choose, head_window
+from poolserve.engine.lanes import in_turn, slice_budget
 from poolserve.engine.preparations import Preparation, Preparations, run_all
 from poolserve.engine.stats import EngineStats
-from poolserve.engine.work import Assignment, WorkItem, items_left
+from poolserve.engine.work import Assignment, WorkItem
 from poolserve.models.kinds import Head
-
-# A waiting request passed over by this many batches in a row seeds the next one (see above).
-MAX_PASSED_OVER = 8
 
 
 class SchedulerClosedError(Exception):
@@ -136,9 +104,8 @@ class Scheduler:
         self._lent = 0
         # Small requests' preparations waiting for a runner (`prepare`).
         self._preparing = Preparations()
-        # The express runner (`next_express_batch`, where there is one): whether it waits for
-        # work, the condition that wakes it, and the batches running that hold background
-        # items (only those leave it work).
+        # The express runner (`next_express_batch`): whether it waits for work, what wakes it,
+        # and the batches running that hold background items (only those leave it work).
         self._express_idle = False
         self._express_wake = threading.Condition(lock)
         self._background_running = 0
@@ -304,11 +271,7 @@ class Scheduler:
                         return None
                     preparations = self._preparing.take(foreground_only=True)
                     if preparations:
-                        self._condition.release()
-                        try:
-                            run_all(preparations)
-                        finally:
-                            self._condition.acquire()
+                        self._run_unlocked(preparations)
                         continue
                     items = self._form_batch(share=1, foreground_only=True)
                     if items:
@@ -352,15 +315,20 @@ class Scheduler:
         """Run the waiting preparations, if any, outside the lock (they submit), not idle."""
         if not self._preparing:
             return False
-        preparations = self._preparing.take()
         self._set_idle(self._idle - 1)
+        try:
+            self._run_unlocked(self._preparing.take())
+        finally:
+            self._set_idle(self._idle + 1)
+        return True
+
+    def _run_unlocked(self, preparations: list[Preparation]) -> None:
+        """Run `preparations` without the lock (they submit)."""
         self._condition.release()
         try:
             run_all(preparations)
         finally:
             self._condition.acquire()
-            self._set_idle(self._idle + 1)
-        return True
 
     def _form_batch(self, share: int, foreground_only: bool = False) -> list[WorkItem]:
         """Pop a batch: the oldest item of the request with the fewest items left, with that
@@ -371,72 +339,32 @@ class Scheduler:
         if not self._waiting:
             return []
 
-        # The requests with the fewest items left to run come first (the oldest first among
-        # equals): a small request is never stuck behind large ones that arrived before it,
-        # however many items they have waiting, and of the large ones the nearest to done goes
-        # on first and finishes, rather than all of them sharing the runner and finishing late
-        # together (measured: 8 requests of 500 sentences sent at once all took 4.4 s or more).
-        # Items left count those not yet submitted: a request still being tokenized chunk by
-        # chunk is as large as it will be.
-        # Before all that, the lanes: a request rises one for every AGING_BATCHES batches in a
-        # row that passed it over, up to the highest lane waiting.
-        waiting = [
-            queue
-            for queue in self._waiting.values()
-            if not (foreground_only and is_background(queue[0].group.priority))
-        ]
+        waiting = list(self._waiting.values())
+        if foreground_only:
+            waiting = [queue for queue in waiting if not is_background(queue[0].group.priority)]
         if not waiting:
             return []
-        top = min(queue[0].group.priority for queue in waiting)
-
-        def turn(queue: deque[WorkItem]) -> tuple[int, int, int]:
-            count = self._batches_formed - self._last_served[id(queue[0].group)]
-            lane = max(top, queue[0].group.priority - count // AGING_BATCHES)
-            return (lane, 0, -count) if count >= MAX_PASSED_OVER else (lane, 1, items_left(queue))
-
-        queues = sorted(waiting, key=turn)
+        queues = in_turn(waiting, self._batches_formed, self._last_served)
         budget = self._max_batch_tokens if foreground_only else self._budget(queues)
-        seed = queues[0][0]
-        window: list[list[WorkItem]] = []
-        looked_at = 0
-        for queue in queues:
-            same_head = [
-                item
-                for item in itertools.islice(queue, self._window - looked_at)
-                if item.head == seed.head
-            ]
-            window.append(same_head)
-            looked_at += len(same_head)
-            if looked_at >= self._window:
-                break
-        limit = min(self._max_batch_size, math.ceil(looked_at / share))
-        if self._packs(seed.head) and seed.cost <= PACK_FREELY_TOKENS:
-            chosen = fill_packed(seed, window, limit, budget)
-            self._take(chosen)
-            return chosen
-        first = sorted(window[0], key=lambda item: item.cost)
-        chosen = pick_around(first, first.index(seed), limit, budget)
-        for others in window[1:]:
-            if len(chosen) >= limit:
-                break
-            chosen += fill_nearest(chosen, others, limit, budget)
-        chosen = length_bucket(seed, chosen, self._bucket_padding)
+        window = head_window(queues, self._window)
+        limit = min(self._max_batch_size, math.ceil(sum(map(len, window)) / share))
+        chosen = choose(window, limit, budget, self._packs, self._bucket_padding)
         self._take(chosen)
         return chosen
 
     def _budget(self, queues: list[deque[WorkItem]]) -> int:
         """The batch's token budget: a slice while background work waits and other work is
-        about (see the module)."""
-        if (
-            not self._background_slice
-            or time.monotonic() - self._foreground_at > FOREGROUND_MEMORY
-            or not any(is_background(queue[0].group.priority) for queue in queues)
+        about (lanes.py)."""
+        if not self._background_slice or not any(
+            is_background(queue[0].group.priority) for queue in queues
         ):
             return self._max_batch_tokens
-        rate = self._stats.runner_token_rate()
-        if not rate:  # nothing measured yet
-            return self._max_batch_tokens
-        return max(1, min(self._max_batch_tokens, int(rate * self._background_slice)))
+        return slice_budget(
+            self._max_batch_tokens,
+            self._background_slice,
+            self._foreground_at,
+            self._stats.runner_token_rate,
+        )
 
     def _drop_finished(self) -> None:
         """Forget the waiting items of requests that were cancelled or failed."""

@@ -125,6 +125,9 @@ class RunnerStats(Documented):
     failed_batches: int
     busy_seconds: float
     cpu_seconds: float
+    express: bool = Field(
+        description="the express runner: requests of priority 0 and above beside background work"
+    )
 
 
 class EngineStatsBody(Documented):

@@ -37,16 +37,17 @@ class StartSettings:
 
     threads: int
     runners: int
-    # Forward passes that may run at once (the runners', and the express runner's).
-    callers: int
     max_batch_size: int
     packing: PackingMode
     compile: CompileMode
 
 
-def cached_start(root: Path, spec: ModelSpec, settings: StartSettings) -> CachedStart | None:
-    """The main head's compiled forward from the caches alone, or None where a start must load
-    the model (something is missing, or a thread count does not pay)."""
+def cached_start(
+    root: Path, spec: ModelSpec, settings: StartSettings, callers: int
+) -> CachedStart | None:
+    """The main head's compiled forward from the caches alone, run by `callers` threads at once
+    (the runners and the express runner), or None where a start must load the model (something
+    is missing, or a thread count does not pay)."""
     chosen = None
     if spec.dtype == "auto":
         chosen = precision.cached_choice(precision.cache_file(root, spec, settings.threads))
@@ -67,7 +68,7 @@ def cached_start(root: Path, spec: ModelSpec, settings: StartSettings) -> Cached
         if gains is None:
             continue
         try:
-            loaded = aot.load_or_build(root, None, spec, targets, settings.callers)
+            loaded = aot.load_or_build(root, None, spec, targets, callers)
         except aot.NotInCacheError:
             continue
         runs = {count: AotRun(model, with_types) for count, model in loaded.runs.items()}

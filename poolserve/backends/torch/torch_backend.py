@@ -107,8 +107,7 @@ class TorchBackend:
         self._runner_threads = runner_threads
         self._compile = compile
         self._runners = runners
-        # Forward passes that may run at once (the runners', and the express runner's).
-        self._callers = callers or runners
+        self._callers = callers or runners  # forwards at once: the runners' and the express
         self._max_batch_size = max_batch_size
         self._packing = packing
         # The heads whose batches are packed (set by `load`).
@@ -168,14 +167,9 @@ class TorchBackend:
             return False
         started = time.perf_counter()
         settings = StartSettings(
-            self._threads,
-            self._runners,
-            self._callers,
-            self._max_batch_size,
-            self._packing,
-            self._compile,
+            self._threads, self._runners, self._max_batch_size, self._packing, self._compile
         )
-        found = cached_start(cache_dir(), spec, settings)
+        found = cached_start(cache_dir(), spec, settings, self._callers)
         if found is None:
             return False
         spec = self._spec = found.spec
@@ -321,13 +315,8 @@ class TorchBackend:
         if self._spec.device != "cpu":
             raise AotUnavailableError("ahead-of-time compiling is for the CPU only")
         targets = self._targets(head, counts)
-        loaded = aot.load_or_build(
-            cache_dir(),
-            module if self._compile != "cached" else None,
-            self._spec,
-            targets,
-            self._callers,
-        )
+        source = module if self._compile != "cached" else None
+        loaded = aot.load_or_build(cache_dir(), source, self._spec, targets, self._callers)
         self.report = CompileReport("built" if loaded.built else "cached")
         with_types = targets[0].with_token_types
         return CompiledForward(

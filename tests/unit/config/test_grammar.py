@@ -21,11 +21,11 @@ def configs(*argv: str) -> tuple[ModelConfig, EngineConfig, ServerConfig]:
 
 
 def test_defaults_are_the_dataclass_defaults_but_the_server_compiles_and_chooses() -> None:
-    """Only --compile and --backend differ: a server compiles where it can and measures the
-    engines, the Python API when asked."""
+    """Only --compile, --backend and --express-runner differ: a server compiles where it can,
+    measures the engines and keeps an express runner; the Python API when asked."""
     assert configs() == (
         ModelConfig(),
-        replace(EngineConfig(), compile="auto", backend="auto"),
+        replace(EngineConfig(), compile="auto", backend="auto", express_runner=True),
         ServerConfig(),
     )
 
@@ -60,6 +60,7 @@ def test_flags() -> None:
         runners=3,
         compile="off",
         backend="auto",
+        express_runner=True,
     )
     assert server == ServerConfig(
         host="0.0.0.0",
@@ -117,6 +118,7 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         runners=4,
         compile="on",
         backend="auto",
+        express_runner=True,
     )
     assert server == ServerConfig(
         host="::",

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from poolserve.config.priorities import HIGHEST_PRIORITY, LOWEST_PRIORITY
+from poolserve.engine import lanes as lanes_module
 from poolserve.engine import scheduler as scheduler_module
 from poolserve.engine.collate import text_item
 from poolserve.engine.lane_executor import LaneExecutor
@@ -18,10 +19,11 @@ from poolserve.engine.lanes import (
     AGING_BATCHES,
     FOREGROUND_MEMORY,
     JOBS_PER_LANE,
+    MAX_PASSED_OVER,
     header_priority,
     request_priority,
 )
-from poolserve.engine.scheduler import MAX_PASSED_OVER, Scheduler
+from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import InvalidRequestError
@@ -114,7 +116,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=fake.monotonic))
+    for module in (scheduler_module, lanes_module):
+        monkeypatch.setattr(module, "time", SimpleNamespace(monotonic=fake.monotonic))
     return fake
 
 

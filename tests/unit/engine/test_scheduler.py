@@ -14,7 +14,8 @@ from concurrent.futures import Future
 import pytest
 
 from poolserve.engine.collate import text_item
-from poolserve.engine.scheduler import MAX_PASSED_OVER, Assignment, Scheduler, SchedulerClosedError
+from poolserve.engine.lanes import MAX_PASSED_OVER
+from poolserve.engine.scheduler import Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 
