@@ -312,32 +312,39 @@ def rows_batch(items: list[WorkItem]) -> Batch:
     return collate(items, pad_token_id=0)
 
 
+class HeldBackground:
+    """A forward whose background batches (priority above 0) each signal `holding` and wait for
+    `release`; other batches run at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.holding = threading.Semaphore(0)
+
+    def __call__(self, batch: Batch, threads: int) -> np.ndarray:
+        if batch.items[0].group.priority > 0:
+            self.holding.release()
+            self.release.wait(WAIT)
+        return rows(batch)
+
+
 def test_beside_background_work_a_request_runs_at_once_on_the_express_runner(
     start_core: Callable[..., tuple[EngineCore, FakeBackend]],
 ) -> None:
     """Both runners hold background batches that do not end; a request of the default lane
     is answered meanwhile, by the express runner, whose thread has the higher OS priority."""
-    release = threading.Event()
-    holding = threading.Semaphore(0)
-
-    def forward(batch: Batch, threads: int) -> np.ndarray:
-        if batch.items[0].group.priority > 0:
-            holding.release()
-            release.wait(WAIT)
-        return rows(batch)
-
+    forward = HeldBackground()
     core, backend = start_core(forward, runners=2, express_runner=True)
     assert sorted(backend.executor_threads)[0] == "poolserve-express-runner"
     bulk = core.open_group(2, priority=5)
     core.submit(text_item(bulk, i, [20 + i, 5, 5]) for i in range(2))
     for _ in range(2):  # one background batch on each runner
-        assert holding.acquire(timeout=WAIT)
+        assert forward.holding.acquire(timeout=WAIT)
     query = submit(core, 7)
     try:
         assert [list(row) for row in query.future.result(WAIT)] == [[3, 7]]
         assert not bulk.future.done()
     finally:
-        release.set()
+        forward.release.set()
     assert [int(row[1]) for row in bulk.future.result(WAIT)] == [20, 21]
     express = [runner for runner in core.stats.snapshot().runners if runner.express]
     assert [runner.items for runner in express] == [1]
@@ -349,22 +356,14 @@ def test_beside_background_work_a_request_runs_at_once_on_the_express_runner(
 def test_without_an_express_runner_a_request_waits_for_a_runner(
     start_core: Callable[..., tuple[EngineCore, FakeBackend]],
 ) -> None:
-    release = threading.Event()
-    holding = threading.Semaphore(0)
-
-    def forward(batch: Batch, threads: int) -> np.ndarray:
-        if batch.items[0].group.priority > 0:
-            holding.release()
-            release.wait(WAIT)
-        return rows(batch)
-
+    forward = HeldBackground()
     core, backend = start_core(forward, runners=1, express_runner=False)
     assert "poolserve-express-runner" not in backend.executor_threads
     bulk = core.open_group(1, priority=5)
     core.submit([text_item(bulk, 0, [20, 5, 5])])
-    assert holding.acquire(timeout=WAIT)
+    assert forward.holding.acquire(timeout=WAIT)
     query = submit(core, 7)
-    release.set()
+    forward.release.set()
     assert [list(row) for row in query.future.result(WAIT)] == [[3, 7]]
     # It ran after the background batch, on the one runner: that request was answered first.
     assert bulk.future.done()
