@@ -6,6 +6,7 @@ do differ. A model whose attention it cannot replace is refused in one line."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,51 @@ def test_zoo_architectures_are_batch_invariant(name: str, tmp_path: Path) -> Non
     # its attention mask: dropped, the vectors moved by 0.02).
     with Engine(model_config=ModelConfig(model=str(directory), dtype="float32")) as default:
         np.testing.assert_allclose(alone, default.embed(texts), atol=2e-6)
+
+
+def test_queries_answered_beside_background_work_are_the_same_bits() -> None:
+    """Queries sent while background requests keep both runners busy run on the express runner
+    (engine/scheduler.py), a third thread beside them: the same invariant forward, so each
+    query's vector, and each background text's, is the same bits as on an idle engine."""
+    texts = corpus.sentences(200)
+    queries, background = texts[:30], texts[30:]
+    engine = Engine(
+        model_config=ModelConfig(dtype="float32"),
+        engine_config=EngineConfig(batch_invariant=True, runners=2, express_runner=True),
+    )
+    with engine:
+        queries_idle = np.stack([engine.embed([text])[0] for text in queries])
+        background_idle = engine.embed(background)
+        stop = threading.Event()
+        answers: list[np.ndarray] = []
+
+        def indexing() -> None:
+            # Four 34-sentence requests in flight at the lowest priority, until told to stop.
+            chunks = [background[start : start + 34] for start in range(0, len(background), 34)]
+            while not stop.is_set():
+                futures = [engine.embed_later(chunk, priority=10) for chunk in chunks]
+                answers.append(np.concatenate([future.result() for future in futures]))
+
+        def express_items() -> int:
+            runners = engine.core.stats.snapshot().runners
+            return sum(runner.items for runner in runners if runner.express)
+
+        indexer = threading.Thread(target=indexing)
+        indexer.start()
+        try:
+            beside: list[np.ndarray] = []
+            # Until a few queries have run on the express runner (each round is 30 queries).
+            for _ in range(20):
+                beside += [engine.embed([text])[0] for text in queries]
+                if express_items() >= 5:
+                    break
+        finally:
+            stop.set()
+            indexer.join()
+        assert express_items() >= 5
+    for vectors in np.split(np.stack(beside), len(beside) // len(queries)):
+        assert differing_rows(queries_idle, vectors) == 0
+    assert answers and all(differing_rows(background_idle, each) == 0 for each in answers)
 
 
 def test_a_model_whose_attention_it_cannot_replace_is_refused(tmp_path: Path) -> None:
