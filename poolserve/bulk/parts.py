@@ -1,12 +1,11 @@
 """Where `poolserve embed` keeps its work: numbered Parquet parts that make a job resumable.
 
 Part k holds the embeddings of input records [k·W, (k+1)·W) (W: the job's `part_rows`), in input
-order, with the bad records of that range in `_errors-k.jsonl`. Each file is written under a
-temporary name, flushed to disk and renamed into place, errors first: a part that exists is
-whole, and so is its errors file. Parts are written in order, so after a kill (even SIGKILL) the
-parts on disk are a prefix of the job; a rerun deletes any temporary file, checks that the job
-file describes the same job, and starts at the first missing part. Every record lands in exactly one
-part, or in exactly one errors file.
+order, with the bad records of that range in `_errors-k.jsonl`. Each file is written atomically
+(atomic_files.py), errors first: a part that exists is whole, and so is its errors file. Parts
+are written in order, so after a kill (even SIGKILL) the parts on disk are a prefix of the job; a
+rerun deletes any temporary file, checks that the job file describes the same job, and starts at
+the first missing part. Every record lands in exactly one part, or in exactly one errors file.
 
 A Parquet output is this directory itself (a Parquet dataset: `pyarrow.dataset`, pandas, Spark
 and DuckDB read it whole). An `.npy` or `.jsonl` output is assembled from it at the end.
@@ -15,7 +14,6 @@ and DuckDB read it whole). An `.npy` or `.jsonl` output is assembled from it at 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from poolserve.bulk.atomic_files import sync_and_rename, temporary, write_atomically
 from poolserve.bulk.corpus import BadRow
 
 # Names starting with "_" or "." are not data to Parquet readers (pyarrow, pandas, Spark, DuckDB),
@@ -105,7 +104,7 @@ class PartStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         for leftover in self.directory.glob(".*.tmp"):
             leftover.unlink()
-        _write_atomically(job_file, json.dumps({"settings": settings, "complete": False}).encode())
+        write_atomically(job_file, json.dumps({"settings": settings, "complete": False}).encode())
         # A part's errors file is written before the part: one without its part is rewritten.
         return self._parts_done()
 
@@ -135,7 +134,7 @@ class PartStore:
         lines = [
             orjson.dumps({"id": row.id, unit: row.position, "reason": row.reason}) for row in bad
         ]
-        _write_atomically(self.errors_path(index), b"".join(line + b"\n" for line in lines))
+        write_atomically(self.errors_path(index), b"".join(line + b"\n" for line in lines))
         table = pa.table(
             {
                 "id": _id_array(ids),
@@ -147,15 +146,15 @@ class PartStore:
                 "tokens": pa.array(tokens, pa.int32()),
             }
         ).replace_schema_metadata({SPACE_KEY: space})
-        temporary = _temporary(self.part_path(index))
-        pq.write_table(table, temporary)
-        _sync_and_rename(temporary, self.part_path(index))
+        written = temporary(self.part_path(index))
+        pq.write_table(table, written)
+        sync_and_rename(written, self.part_path(index))
 
     def finish(self) -> None:
         job_file = self.directory / JOB_FILE
         job = json.loads(job_file.read_text())
         job["complete"] = True
-        _write_atomically(job_file, json.dumps(job).encode())
+        write_atomically(job_file, json.dumps(job).encode())
 
     def parts(self) -> Iterator[Path]:
         index = 0
@@ -175,24 +174,3 @@ def _id_array(ids: Sequence[Any]) -> pa.Array:
     if all(isinstance(value, int) and not isinstance(value, bool) for value in ids):
         return pa.array(ids, pa.int64())
     return pa.array([value if isinstance(value, str) else json.dumps(value) for value in ids])
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp")
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = _temporary(path)
-    temporary.write_bytes(data)
-    _sync_and_rename(temporary, path)
-
-
-def _sync_and_rename(temporary: Path, path: Path) -> None:
-    with open(temporary, "rb") as file:
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -21,6 +21,12 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGE_PIXELS = 40_000_000
 MAX_IMAGES_PER_REQUEST = 64
 FETCH_TIMEOUT_SECONDS = 10.0
+# The Batch API's bounds: OpenAI's for one file (200 MB, 50,000 requests); 20 GB in all; files
+# and finished batches kept 30 days.
+MAX_BATCH_FILE_BYTES = 200_000_000
+MAX_BATCH_FILE_LINES = 50_000
+MAX_BATCH_DIR_BYTES = 20_000_000_000
+BATCH_RETENTION_HOURS = 720.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,33 @@ class ServerConfig:
         number="positive",
         help="seconds from a request's arrival (a wait at the door included) before it is "
         "answered 504 and its work cancelled (default: none)",
+    )
+
+    # OpenAI's Batch API (server/batch_api/): where its files and batches are kept; None: under
+    # the cache directory (POOLSERVE_CACHE_DIR).
+    batch_dir: str | None = setting(
+        None,
+        metavar="DIR",
+        help="where the Batch API (/v1/files, /v1/batches) keeps its files and batches "
+        "(default: batches/ under POOLSERVE_CACHE_DIR, else ~/.cache/poolserve)",
+    )
+    max_batch_file_bytes: int = setting(
+        MAX_BATCH_FILE_BYTES,
+        minimum=1,
+        help="the largest file /v1/files takes (413; OpenAI's limit by default); a file of more "
+        f"than {MAX_BATCH_FILE_LINES:,} lines is refused too",
+    )
+    max_batch_dir_bytes: int = setting(
+        MAX_BATCH_DIR_BYTES,
+        minimum=1,
+        help="what the files under --batch-dir may hold in all, uploads and batch outputs; an "
+        "upload past it is refused with 507",
+    )
+    batch_retention_hours: float = setting(
+        BATCH_RETENTION_HOURS,
+        number="positive",
+        help="hours a file, and a finished batch, is kept before it is deleted (a batch's input "
+        "file from when the batch ends)",
     )
 
     # The gRPC front end (server/tei_grpc/); None: off.

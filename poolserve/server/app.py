@@ -11,13 +11,16 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from poolserve._environment import cache_dir
 from poolserve._version import __version__
 from poolserve.config import ServerConfig
+from poolserve.config.server_config import MAX_BATCH_FILE_LINES
 from poolserve.errors import SettingError
 from poolserve.inputs.image_processor import image_held_bytes
 from poolserve.inputs.images.fetch import MediaFetcher
@@ -25,6 +28,9 @@ from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN
+from poolserve.server.batch_api.batch_service import BatchService
+from poolserve.server.batch_api.line_calls import LineCaller
+from poolserve.server.batch_api.stored_files import FileLimits
 from poolserve.server.edge import DOCS_ASSETS, open_edge
 from poolserve.server.error_responses import install_error_handlers
 from poolserve.server.observe.metrics import Metrics
@@ -113,6 +119,8 @@ def create_app(
         tracing=tracing,
     )
     app.state.grpc = _grpc_front_end(config, app.state.serving)
+    app.state.batches = _batch_service(config, served_routes, metrics)
+    app.state.batch_dir_chosen = config.batch_dir is not None
     routers = routers_for([service.tasks for service in models])
     install_error_handlers(app)
     for each in routers:
@@ -127,13 +135,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     fetcher's connections close after."""
     serving: ServingState = app.state.serving
     grpc: GrpcFrontEnd | None = app.state.grpc
+    batches: BatchService = app.state.batches
     serving.metrics.loop_lag.start()
     serving.metrics.live.start(serving.cpu)
     if grpc is not None:
         await grpc.start()
+    caller = LineCaller(app.state.inner, app)
+    await batches.start(
+        caller, serving.admission.departures.next, chosen=app.state.batch_dir_chosen
+    )
+    # Told to stop, the batches take no more lines; those in flight finish in the grace period.
+    serving.grace.begun().add_done_callback(lambda _: batches.drain())
     try:
         yield
     finally:
+        await batches.stop(serving.grace.seconds_left())
         if grpc is not None:
             await grpc.stop()
         serving.metrics.live.stop()
@@ -153,6 +169,20 @@ def _tracing(config: ServerConfig, metrics: Metrics) -> Tracing | None:
     tracing = Tracing(config.otlp_endpoint, config.otlp_service_name, sampling)
     metrics.registry.register(TraceCollector(tracing))
     return tracing
+
+
+def _batch_service(
+    config: ServerConfig, served_routes: tuple[str, ...], metrics: Metrics
+) -> BatchService:
+    """The Batch API's files and batches, under --batch-dir (read when the app starts)."""
+    limits = FileLimits(
+        file_bytes=config.max_batch_file_bytes,
+        file_lines=MAX_BATCH_FILE_LINES,
+        folder_bytes=config.max_batch_dir_bytes,
+        retention=config.batch_retention_hours * 3600,
+    )
+    directory = Path(config.batch_dir) if config.batch_dir else cache_dir() / "batches"
+    return BatchService(directory.expanduser(), limits, served_routes, metrics.registry)
 
 
 def _grpc_front_end(config: ServerConfig, serving: ServingState) -> GrpcFrontEnd | None:

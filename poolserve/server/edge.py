@@ -39,6 +39,10 @@ from poolserve.server.serving_state import ServingState
 # the key to load it; its Authorize button sets the key for the calls it tries).
 DOCS_ASSETS = "/docs/assets"
 DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# The Batch API's routes run no model: admitted unpriced (their lines are admitted as they run).
+BATCH_API_PATHS = ("/v1/files", "/v1/batches")
+# What a multipart upload carries beyond its file: boundaries and part headers.
+MULTIPART_BYTES = 64 * 1024
 # Response headers a browser page may read (CORS hides the others).
 EXPOSED_HEADERS = (
     "x-request-id",
@@ -57,11 +61,19 @@ def open_edge(
     refusals included), tracing (the request's id is known), the unexpected error's 500, CORS
     (outside auth: a refusal still carries the CORS headers), auth, the body size (a body too
     large for any route is refused before it waits for admission), admission, then our routes
-    dispatched directly. Starlette calls the stack it keeps in `middleware_stack` (after its
+    dispatched directly; `app.state.inner` is the stack from the body size inward (a batch's
+    lines go there). Starlette calls the stack it keeps in `middleware_stack` (after its
     own `Request.app` is set); from now on `add_middleware` refuses: use `wrap_edge`."""
     layer: ASGIApp = DirectRouteMiddleware(app.build_middleware_stack(), routes=routes)
-    layer = AdmissionMiddleware(layer, control=serving.admission)
-    layer = BodyLimitMiddleware(layer, max_bytes=config.max_request_bytes)
+    layer = AdmissionMiddleware(layer, control=serving.admission, unpriced=BATCH_API_PATHS)
+    upload_bytes = config.max_batch_file_bytes + MULTIPART_BYTES
+    layer = BodyLimitMiddleware(
+        layer,
+        max_bytes=config.max_request_bytes,
+        larger=(("/v1/files", upload_bytes, "--max-batch-file-bytes"),),
+    )
+    # A batch's lines come in here (server/batch_api/line_calls.py).
+    app.state.inner = layer
     if config.api_keys:
         open_paths = DOCS_PATHS | {"/health", PAGE}
         if not config.protect_metrics:

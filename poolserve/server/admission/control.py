@@ -44,7 +44,7 @@ response body) is proportional to its cost, which is how docs/production.md stat
 
 The event loop admits and releases; the CPU pool counts tokenized chunks: one lock. A waiting
 request is a future on the event loop, resolved by whichever thread made room for it. The door
-itself, the ASGI middleware that asks here for every POST, is `server/admission/door.py`.
+is `server/admission/door.py`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.config.priorities import DEFAULT_PRIORITY, LOWEST_PRIORITY, is_background
 from poolserve.errors import OverloadedError, PayloadTooLargeError
 from poolserve.server.admission.pricing import CostForecast
-from poolserve.server.admission.tickets import Ticket, Waiter, wake
+from poolserve.server.admission.tickets import Departures, Ticket, Waiter, wake
 from poolserve.server.admission.waiting_line import WaitingLine
 
 
@@ -78,8 +78,7 @@ class AdmissionControl:
         cost_per_estimate: float = 0.25,
         background_share: float = 1.0,
     ) -> None:
-        # Tokens per second the engine runs (measured), for Retry-After and the expected wait.
-        self._token_rate = token_rate
+        self._token_rate = token_rate  # tokens/s the engine runs: Retry-After, expected waits
         # What one admitted token may hold (the memory bound's): bytes an input holds beyond
         # its tokens (an image's pixels) are priced at this many a token.
         self.bytes_per_token = bytes_per_token
@@ -89,8 +88,7 @@ class AdmissionControl:
         self.max_request_tokens = min(max_request_tokens, max_tokens)
         # The most tokens a door estimate reserves: the most one request can hold.
         self.request_cap = min(self.max_request_tokens, largest_request_tokens)
-        # Seconds a request may wait at the door for room (0: refused at once).
-        self.max_wait = max_wait
+        self.max_wait = max_wait  # seconds a request may wait at the door (0: refused at once)
         # The most background requests may hold in all.
         self.background_tokens = int(max_tokens * background_share)
         self._lock = threading.Lock()
@@ -103,6 +101,7 @@ class AdmissionControl:
         self._line = WaitingLine()  # requests waiting at the door
         self.waited = 0
         self._costs = CostForecast(cost_per_estimate)
+        self.departures = Departures()
 
     @property
     def waiting(self) -> int:
@@ -288,6 +287,7 @@ class AdmissionControl:
                 self._costs.priced(ticket.door_estimate, None)
             granted = self._grant_waiters()
         wake(granted)
+        self.departures.left()
 
     def _estimate(self, content_length: int | None) -> int:
         return min(content_length or 0, self.request_cap)

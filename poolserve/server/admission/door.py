@@ -54,14 +54,23 @@ def ticket_of(scope: Scope) -> Ticket | None:
 
 
 class AdmissionMiddleware:
-    """Every POST (the routes that do work) is admitted here, or refused before it is read."""
+    """Every POST (the routes that do work) is admitted here, or refused before it is read;
+    but for the paths under `unpriced` (routes that run no model: the Batch API's files and
+    batches, whose lines are admitted one by one as they run)."""
 
-    def __init__(self, app: ASGIApp, *, control: AdmissionControl) -> None:
+    def __init__(
+        self, app: ASGIApp, *, control: AdmissionControl, unpriced: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
         self.control = control
+        self.unpriced = unpriced
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or (self.unpriced and scope["path"].startswith(self.unpriced))
+        ):
             await self.app(scope, receive, send)
             return
         length = content_length(scope)

@@ -112,3 +112,29 @@ def _set_ticket(waiter: Waiter) -> None:
         waiter.timer.cancel()
     if not waiter.future.done():
         waiter.future.set_result(waiter.granted)
+
+
+class Departures:
+    """Futures completed when the next admitted request leaves: a request the door turned away
+    that may try again at once waits on one (a batch's line: server/batch_api/)."""
+
+    def __init__(self) -> None:
+        self._waiting: list[asyncio.Future[None]] = []
+
+    def next(self) -> asyncio.Future[None]:
+        """On the event loop."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        return future
+
+    def left(self) -> None:
+        """A request left (from any thread)."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for future in waiting:
+                future.get_loop().call_soon_threadsafe(_set_none, future)
+
+
+def _set_none(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
