@@ -212,7 +212,7 @@ class BatchRun:
                 )
                 if answer.status != 429 or self._stop.is_set():
                     break
-                await deps.room()
+                await self._room_or_stop()
             if answer.status == 503 and not self._stop.is_set():
                 logger.warning(
                     "batch %s: paused, the engine cannot take work (503); it resumes at the "
@@ -231,6 +231,13 @@ class BatchRun:
             deps.counted_line(ok)
         finally:
             deps.slots.release()
+
+    async def _room_or_stop(self) -> None:
+        """Until a request leaves the door, or the run is told to stop."""
+        waits = {asyncio.ensure_future(self._deps.room()), asyncio.ensure_future(self._stop.wait())}
+        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for each in pending:
+            each.cancel()
 
     async def _checkpoint(self) -> None:
         if not self._answered:

@@ -34,8 +34,11 @@ logger = logging.getLogger("poolserve")
 # The routes a batch may send its lines to (those the server's models serve).
 BATCH_ENDPOINTS = ("/v1/embeddings", "/v1/rerank", "/v1/score", "/classify", "/pooling")
 COMPLETION_WINDOWS = {"24h": 24 * 3600}
-# Lines in flight, all batches together: enough for the engine's batches to fill.
-LINES_IN_FLIGHT = 256
+# Lines in flight, all batches together: enough for the engine's batches to fill, few enough
+# that their Python work leaves interactive requests room (benchmarks/batch_api.py: 256 ran a
+# batch 1.36x `poolserve embed` but took queries' p99 to 15x idle; 32: 0.72x, 2.9x; 64: 0.82x,
+# 3.0x).
+LINES_IN_FLIGHT = 64
 # OpenAI's bounds on a batch's metadata.
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
 STATUSES = (
