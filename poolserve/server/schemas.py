@@ -240,6 +240,12 @@ _ERRORS = {
     504: "the request took longer than its time limit",
     500: "a server bug (its log has the traceback); the connection stays open",
 }
+# Statuses only some routes answer (`documented(also=...)`).
+_MORE_ERRORS = {
+    409: "the file or batch is not in a state that allows it",
+    415: "the body is not in the encoding the route reads",
+    507: "the batch folder holds as much as --max-batch-dir-bytes allows",
+}
 
 
 # What the door refuses before any route reads the body is in OpenAI's shape: 401 always, 413
@@ -272,8 +278,11 @@ def documented(
     shape of its errors (a route without a body: 401, 404, 500 and those `also` names)."""
     answer = response if isinstance(response, dict) else {"model": response}
     responses: dict[int | str, dict[str, Any]] = {200: answer}
+    known = {**_ERRORS, **_MORE_ERRORS}
     statuses = (
-        _ERRORS if request is not None else {s: _ERRORS[s] for s in sorted({404, 401, 500, *also})}
+        {**_ERRORS, **{s: known[s] for s in also}}
+        if request is not None
+        else {s: known[s] for s in sorted({404, 401, 500, *also})}
     )
     bodies = errors if isinstance(errors, tuple) else (errors,)
     for status, description in statuses.items():

@@ -53,6 +53,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("server") / "server.log"
     command = [sys.executable, "-m", "poolserve", "serve", "--port", str(port)]
     command += ["--dtype", "float32", "--log-level", "info"]
+    # The Batch API's folder: the test run's own (the default is the user's cache).
+    command += ["--batch-dir", str(log.parent / "batches")]
     with log.open("wb") as output:
         process = subprocess.Popen(
             command, env=server_env(), stdout=output, stderr=subprocess.STDOUT

@@ -132,6 +132,8 @@ def running_server(
         *(sys.executable, "-m", module, "serve", "--port", str(port)),
         *("--dtype", "float32", "--runners", "1", "--compile", "off", "--backend", "torch"),
     ]
+    if "--batch-dir" not in flags:  # the test's own folder, not the user's cache
+        command += ["--batch-dir", str(directory / f"batches-{port}")]
     environment = {**server_env(), "PYTHONUNBUFFERED": "1", **(env or {})}
     if faults is not None:
         environment[FAULTS_ENV] = json.dumps(faults)

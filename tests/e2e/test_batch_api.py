@@ -19,6 +19,7 @@ import numpy as np
 import openai
 import pytest
 
+from poolserve.server.batch_api.batch_schemas import BatchList, BatchObject, FileList
 from tests.e2e.harness import Server, running_server
 from tests.reference import FP32_COSINE, MODEL_ID, Corpus, assert_close_vectors
 
@@ -121,6 +122,11 @@ def test_an_embeddings_batch_answers_each_line_as_the_route_does(
     assert refused["response"]["status_code"] == 400
     assert "input 0 is empty" in refused["response"]["body"]["error"]["message"]
 
+    # The answers are the shapes /docs documents (unknown fields forbidden).
+    key = {"authorization": f"Bearer {KEY}"}
+    BatchObject.model_validate(httpx.get(f"{server.url}/v1/batches/{batch.id}", headers=key).json())
+    BatchList.model_validate(httpx.get(f"{server.url}/v1/batches", headers=key).json())
+    FileList.model_validate(httpx.get(f"{server.url}/v1/files", headers=key).json())
     listed = {each.id for each in client.files.list()}
     assert {source.id, batch.output_file_id, batch.error_file_id} <= listed
     assert created.id in {each.id for each in client.batches.list(limit=5)}

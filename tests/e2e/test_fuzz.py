@@ -56,6 +56,15 @@ OPERATIONS = [
     "POST /similarity",
     "POST /",
     "GET /info",
+    "POST /v1/files",
+    "GET /v1/files",
+    "GET /v1/files/{file_id}",
+    "GET /v1/files/{file_id}/content",
+    "DELETE /v1/files/{file_id}",
+    "POST /v1/batches",
+    "GET /v1/batches",
+    "GET /v1/batches/{batch_id}",
+    "POST /v1/batches/{batch_id}/cancel",
 ]
 
 
@@ -168,7 +177,8 @@ CASES = [
     pytest.param(label, mode, id=f"{label}-{mode.value}")
     for label in OPERATIONS
     for mode in GenerationMode
-    if mode is GenerationMode.POSITIVE or label.startswith("POST ")
+    if mode is GenerationMode.POSITIVE
+    or (label.startswith("POST ") and label != "POST /v1/batches/{batch_id}/cancel")
 ]
 
 
@@ -233,6 +243,9 @@ MEDIA_FLAGS = ["--allowed-media-domains", "127.0.0.1", "localhost"]
 COMMON_OPERATIONS = [label for label in OPERATIONS if not label.startswith("POST ")] + [
     "POST /tokenize",
     "POST /detokenize",
+    "POST /v1/files",
+    "POST /v1/batches",
+    "POST /v1/batches/{batch_id}/cancel",
 ]
 KIND_EXAMPLES = 10
 

@@ -14,13 +14,39 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse, Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError
+from poolserve.server.batch_api.batch_schemas import (
+    BatchList,
+    BatchObject,
+    FileDeleted,
+    FileList,
+    FileObject,
+)
 from poolserve.server.batch_api.batch_service import BatchService
 from poolserve.server.batch_api.multipart_upload import read_upload
 from poolserve.server.body import parse_body
 from poolserve.server.responses import json_response
+from poolserve.server.schemas import documented
 from poolserve.server.serving_state import state_of
 
 ROUTES = APIRouter()
+# The upload's body, as OpenAI documents it (the route reads it itself: multipart_upload.py).
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "purpose"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "purpose": {"type": "string", "enum": ["batch"]},
+                    },
+                }
+            }
+        },
+    }
+}
 # OpenAI's bounds on a file's own expiry (`expires_after[seconds]`): an hour to 30 days.
 FILE_EXPIRY_SECONDS = (3600, 30 * 24 * 3600)
 
@@ -77,7 +103,12 @@ def _limit(request: Request, default: int, most: int) -> int:
     return limit
 
 
-@ROUTES.post("/v1/files", name="upload_file")
+@ROUTES.post(
+    "/v1/files",
+    name="upload_file",
+    **documented(FileObject, also=(400, 413, 415, 507)),
+    openapi_extra=UPLOAD_BODY,
+)
 async def upload_file(request: Request) -> Response:
     """Upload a JSONL file of batch requests (multipart: `file`, `purpose=batch`)."""
     service = batches_of(request)
@@ -121,7 +152,7 @@ def _file_lifetime(fields: dict[str, str]) -> float | None:
     return float(seconds)
 
 
-@ROUTES.get("/v1/files", name="list_files")
+@ROUTES.get("/v1/files", name="list_files", **documented(FileList, also=(400,)))
 async def list_files(request: Request) -> Response:
     service = batches_of(request)
     order = request.query_params.get("order", "desc")
@@ -136,12 +167,16 @@ async def list_files(request: Request) -> Response:
     return _listed([each.wire() for each in files[:limit]], len(files) > limit)
 
 
-@ROUTES.get("/v1/files/{file_id}", name="retrieve_file")
+@ROUTES.get("/v1/files/{file_id}", name="retrieve_file", **documented(FileObject))
 async def retrieve_file(request: Request, file_id: str) -> Response:
     return json_response(orjson.dumps(batches_of(request).files.get(file_id).wire()))
 
 
-@ROUTES.get("/v1/files/{file_id}/content", name="file_content")
+@ROUTES.get(
+    "/v1/files/{file_id}/content",
+    name="file_content",
+    **documented({"content": {"application/octet-stream": {}}, "description": "the file's bytes"}),
+)
 async def file_content(request: Request, file_id: str) -> Response:
     """The file's bytes, streamed from disk."""
     files = batches_of(request).files
@@ -151,7 +186,7 @@ async def file_content(request: Request, file_id: str) -> Response:
     )
 
 
-@ROUTES.delete("/v1/files/{file_id}", name="delete_file")
+@ROUTES.delete("/v1/files/{file_id}", name="delete_file", **documented(FileDeleted, also=(409,)))
 async def delete_file(request: Request, file_id: str) -> Response:
     service = batches_of(request)
     stored = service.files.get(file_id)
@@ -159,7 +194,7 @@ async def delete_file(request: Request, file_id: str) -> Response:
     return json_response(orjson.dumps({"id": stored.id, "object": "file", "deleted": True}))
 
 
-@ROUTES.post("/v1/batches", name="create_batch")
+@ROUTES.post("/v1/batches", name="create_batch", **documented(BatchObject, BatchCreate))
 async def create_batch(request: Request) -> Response:
     """A batch of the requests in an uploaded file, run in the background (lowest) lane."""
     service = batches_of(request)
@@ -171,7 +206,7 @@ async def create_batch(request: Request) -> Response:
     return json_response(orjson.dumps(record.wire()))
 
 
-@ROUTES.get("/v1/batches", name="list_batches")
+@ROUTES.get("/v1/batches", name="list_batches", **documented(BatchList, also=(400,)))
 async def list_batches(request: Request) -> Response:
     records, has_more = batches_of(request).listed(
         _limit(request, 20, 100), request.query_params.get("after")
@@ -179,12 +214,16 @@ async def list_batches(request: Request) -> Response:
     return _listed([record.wire() for record in records], has_more)
 
 
-@ROUTES.get("/v1/batches/{batch_id}", name="retrieve_batch")
+@ROUTES.get("/v1/batches/{batch_id}", name="retrieve_batch", **documented(BatchObject))
 async def retrieve_batch(request: Request, batch_id: str) -> Response:
     return json_response(orjson.dumps(batches_of(request).get(batch_id).wire()))
 
 
-@ROUTES.post("/v1/batches/{batch_id}/cancel", name="cancel_batch")
+@ROUTES.post(
+    "/v1/batches/{batch_id}/cancel",
+    name="cancel_batch",
+    **documented(BatchObject, also=(409,)),
+)
 async def cancel_batch(request: Request, batch_id: str) -> Response:
     record = await batches_of(request).cancel(batch_id)
     return json_response(orjson.dumps(record.wire()))

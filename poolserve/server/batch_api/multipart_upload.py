@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
@@ -69,7 +70,9 @@ class _Form:
         if name == "file":
             if self.filename is not None:
                 raise InvalidRequestError("send one file a request", param="file")
-            self.filename = options.get(b"filename", b"upload.jsonl").decode("utf-8", "replace")
+            self.filename = options.get(b"filename", b"upload.jsonl").decode("utf-8", "replace")[
+                :255
+            ]
         elif name not in TEXT_FIELDS:
             raise InvalidRequestError(
                 f"unknown form field {name[:64]!r}; send `file` and `purpose` (and optionally "
@@ -109,13 +112,19 @@ async def read_upload(request: Request, upload: Upload) -> tuple[str, dict[str, 
     parser = MultipartParser(_boundary(request), form.callbacks())  # type: ignore[arg-type]
     gathered: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        gathered.append(chunk)
-        size += len(chunk)
-        if size >= FEED_BYTES:
-            await asyncio.to_thread(parser.write, b"".join(gathered))
-            gathered, size = [], 0
-    await asyncio.to_thread(_last, parser, b"".join(gathered))
+    try:
+        async for chunk in request.stream():
+            gathered.append(chunk)
+            size += len(chunk)
+            if size >= FEED_BYTES:
+                await asyncio.to_thread(parser.write, b"".join(gathered))
+                gathered, size = [], 0
+        await asyncio.to_thread(_last, parser, b"".join(gathered))
+    except FormParserError as exc:
+        raise InvalidRequestError(
+            f"the multipart/form-data body cannot be read ({exc}); send the file as the openai "
+            "SDK's files.create does"
+        ) from None
     if form.filename is None:
         raise InvalidRequestError("the form has no `file` field; send the file in it", param="file")
     return form.filename, form.fields
