@@ -24,11 +24,12 @@ a row, then seeds the next one unless another has been passed over longer.
 
 A forward pass cannot be interrupted. The express runner (scheduler.py's `next_express_batch`,
 on CPU unless `--no-express-runner`) is one more runner thread, for work of the default lane and
-above only, and only while every runner is busy and at least one holds background items: a
-query that arrives then runs at once beside the background batches, sharing the cores (its
-thread has the higher OS priority: runner.py), rather than wait for one of them to end. It runs
-those requests' preparations too, and its batches hold no background item. Background batches
-are then as large as any (slices would cost the bulk work a forward pass's fixed cost each).
+above only, and only while a background batch runs: a query that arrives then runs at once
+beside the background batches, sharing the cores (its thread has the higher OS priority:
+runner.py; an idle runner, at the lower one, would run it more slowly), rather than wait for one
+of them to end. It runs those requests' preparations too, and its batches hold no background
+item. Background batches are then as large as any (slices would cost the bulk work a forward
+pass's fixed cost each).
 
 Without an express runner (`--no-express-runner`, a GPU), background work runs in time slices
 while the default lane or a higher one has work: a batch is then cut to what a runner runs in

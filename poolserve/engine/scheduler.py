@@ -260,8 +260,8 @@ class Scheduler:
 
     def next_express_batch(self) -> Assignment | None:
         """The express runner's `next_batch`: block until work of the default lane or above
-        waits while every runner is busy and one of them runs background items, then run its
-        preparations or pop a batch of it (no background items); None once closed."""
+        waits while a background batch runs, then run its preparations or pop a batch of it
+        (no background items); None once closed."""
         with self._condition:
             self._express_idle = True
             try:
@@ -282,12 +282,11 @@ class Scheduler:
                 self._express_idle = False
 
     def _express_may_take(self) -> bool:
-        """Whether foreground work waits that the express runner should take: no runner is
-        free for it and background work holds one."""
+        """Whether foreground work waits that the express runner should take: a background batch
+        runs (the runners then run at a lower OS priority: an idle one would run it slower)."""
         return (
             self._express_idle
             and self._background_running > 0
-            and self._idle <= self._lent
             and (
                 any(count for lane, count in self._lane_items.items() if not is_background(lane))
                 or self._preparing.has_foreground()

@@ -140,9 +140,17 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     serving.metrics.live.start(serving.cpu)
     if grpc is not None:
         await grpc.start()
-    caller = LineCaller(app.state.inner, app)
+    admission = serving.admission
+
+    def crowded() -> bool:
+        """Whether interactive requests (the default lane and above) hold admitted work."""
+        return admission.admitted_tokens > admission.admitted_background
+
     await batches.start(
-        caller, serving.admission.departures.next, chosen=app.state.batch_dir_chosen
+        LineCaller(app.state.inner, app),
+        admission.departures.next,
+        crowded,
+        chosen=app.state.batch_dir_chosen,
     )
     # Told to stop, the batches take no more lines; those in flight finish in the grace period.
     serving.grace.begun().add_done_callback(lambda _: batches.drain())

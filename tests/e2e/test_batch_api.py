@@ -295,3 +295,50 @@ def test_a_batch_killed_drained_and_resumed_answers_every_request_once(
         assert cancelled.status == "cancelled" and cancelled.cancelled_at is not None
         kept = [line["custom_id"] for line in lines_of(client, cancelled.output_file_id)]
         assert len(kept) == len(set(kept)) == cancelled.request_counts.completed < 1600
+
+
+def test_a_batch_past_its_window_expires_and_is_deleted_after_the_retention(
+    tmp_path: Path, corpus: Corpus
+) -> None:
+    """A batch whose window ends while its server is down ends `expired` at the next start: the
+    requests it answered in the output, the rest in the error file as `batch_expired`, each
+    once. Then, past `--batch-retention-hours`, the batch and its files are deleted."""
+    folder = tmp_path / "batches"
+    flags = ["--api-key", KEY, "--batch-dir", str(folder)]
+    texts = (corpus.within * 10)[:1600]
+    lines = [request_line(f"r{i}", {"input": text}) for i, text in enumerate(texts)]
+    with running_server(tmp_path, flags, faults={"delay": 0.03}) as first:
+        client = sdk(first)
+        batch = client.batches.create(
+            input_file_id=uploaded(client, lines).id,
+            endpoint="/v1/embeddings",
+            completion_window="24h",
+        )
+        first.wait_for_output("of 1600 requests answered", timeout=120)
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(30)
+    record_path = folder / "batches" / batch.id / "batch.json"
+    record = json.loads(record_path.read_text())
+    record["expires_at"] = int(time.time()) - 1  # its 24 hours went by while it was down
+    record_path.write_text(json.dumps(record))
+    with running_server(tmp_path, [*flags, "--batch-retention-hours", "0.002"]) as second:
+        client = sdk(second)
+        expired = until_ended(client, batch.id)
+        assert expired.status == "expired" and expired.expired_at is not None
+        answered = lines_of(client, expired.output_file_id)
+        refused = lines_of(client, expired.error_file_id)
+        assert 0 < len(answered) < 1600
+        assert {line["error"]["code"] for line in refused} == {"batch_expired"}
+        ids = sorted(line["custom_id"] for line in answered + refused)
+        assert ids == sorted(f"r{i}" for i in range(1600))
+        counts = expired.request_counts
+        assert (counts.completed, counts.failed) == (len(answered), len(refused))
+        # 7.2 s after it ended, the sweep deletes it and its files (the input's time runs from
+        # the batch's end too).
+        deadline = time.monotonic() + 60
+        while list(client.batches.list()) or list(client.files.list()):
+            assert time.monotonic() < deadline, "kept past the retention period"
+            time.sleep(0.5)
+        assert not (folder / "batches" / batch.id).exists()
+        with pytest.raises(openai.NotFoundError):
+            client.files.retrieve(expired.output_file_id)

@@ -27,6 +27,7 @@ from poolserve.errors import ConflictError, InvalidRequestError, SettingError
 from poolserve.server.batch_api.batch_record import BATCH_PREFIX, BatchFolder, BatchRecord
 from poolserve.server.batch_api.batch_run import BatchRun, RunDeps
 from poolserve.server.batch_api.line_calls import LineCaller
+from poolserve.server.batch_api.line_gate import LineGate
 from poolserve.server.batch_api.stored_files import FileLimits, FileStore, NotFoundError
 
 logger = logging.getLogger("poolserve")
@@ -34,11 +35,11 @@ logger = logging.getLogger("poolserve")
 # The routes a batch may send its lines to (those the server's models serve).
 BATCH_ENDPOINTS = ("/v1/embeddings", "/v1/rerank", "/v1/score", "/classify", "/pooling")
 COMPLETION_WINDOWS = {"24h": 24 * 3600}
-# Lines in flight, all batches together: enough for the engine's batches to fill, few enough
-# that their Python work leaves interactive requests room (benchmarks/batch_api.py: 256 ran a
-# batch 1.36x `poolserve embed` but took queries' p99 to 15x idle; 32: 0.72x, 2.9x; 64: 0.82x,
-# 3.0x).
-LINES_IN_FLIGHT = 64
+# Lines in flight, all batches together (line_gate.py): enough for the engine's batches to fill
+# when nothing else asks; few while interactive requests are in flight, so that the lines'
+# Python leaves them room (docs/benchmarks.md, "OpenAI's Batch API beside interactive traffic").
+LINES_IN_FLIGHT = 256
+LINES_BESIDE_INTERACTIVE, LINE_RATE_BESIDE_INTERACTIVE = 8, 400.0
 # OpenAI's bounds on a batch's metadata.
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
 STATUSES = (
@@ -96,7 +97,12 @@ class BatchService:
         return self._deps is not None
 
     async def start(
-        self, caller: LineCaller, room: Callable[[], Awaitable[None]], *, chosen: bool
+        self,
+        caller: LineCaller,
+        room: Callable[[], Awaitable[None]],
+        crowded: Callable[[], bool],
+        *,
+        chosen: bool,
     ) -> None:
         """Read what is on disk; resume the batches that had not finished. The folder is this
         server's alone (a lock held while the process lives): where another server holds it,
@@ -118,7 +124,9 @@ class BatchService:
             files=self.files,
             folder=self._folder,
             caller=caller,
-            slots=asyncio.Semaphore(LINES_IN_FLIGHT),
+            gate=LineGate(
+                LINES_IN_FLIGHT, LINES_BESIDE_INTERACTIVE, LINE_RATE_BESIDE_INTERACTIVE, crowded
+            ),
             room=room,
             publish=self._publish,
             save=self._save,
