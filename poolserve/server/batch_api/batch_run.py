@@ -110,14 +110,15 @@ class BatchRun:
     def stop(self, why: Stop) -> None:
         """Take no more lines: to drain (the lines in flight finish), or to end the batch
         cancelled or expired (their work is cancelled)."""
-        if why == "cancelled" and self._why != "cancelled":
+        if self._why in ("cancelled", "expired"):
+            return  # it is ending already
+        if why == "cancelled":
             cancelling = int(time.time())
             self.record = replace(
                 self.record, status="cancelling", cancelling_at=cancelling, ending="cancelled"
             )
             self._deps.publish(self.record)
-        if self._why is None or why != "drain":
-            self._why = why
+        self._why = why
         self._stop.set()
         if why != "drain":
             self._gone.set()
