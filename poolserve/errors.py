@@ -143,6 +143,20 @@ class ModelNotFoundError(PoolserveError):
     error_type = "not_found_error"
 
 
+class NotFoundError(PoolserveError):
+    """No file or batch by that id (404: the Batch API's)."""
+
+    status = 404
+    error_type = "invalid_request_error"
+
+
+class StorageFullError(PoolserveError):
+    """The batch folder holds as much as `--max-batch-dir-bytes` allows (507)."""
+
+    status = 507
+    error_type = "invalid_request_error"
+
+
 class EngineUnavailableError(PoolserveError):
     """The engine cannot take work: it is shut down or its runner thread has died (503)."""
 

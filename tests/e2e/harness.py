@@ -91,10 +91,11 @@ class Server:
             self, lambda s: s["tokens_in_work"] > 0 and s["queued_items"] == 0, timeout
         )
 
-    def wait_for_output(self, text: str, timeout: float = 30) -> None:
-        """Read the server's log until `text` shows up in it."""
+    def wait_for_output(self, text: str | tuple[str, ...], timeout: float = 30) -> None:
+        """Read the server's log until `text` (or one of several) shows up in it."""
         deadline = time.monotonic() + timeout
-        while text not in self.output():
+        texts = (text,) if isinstance(text, str) else text
+        while not any(each in self.output() for each in texts):
             assert self.process.poll() is None, f"exited before logging {text!r}:\n{self.output()}"
             assert time.monotonic() < deadline, f"{text!r} not logged in {timeout} s"
             time.sleep(0.02)

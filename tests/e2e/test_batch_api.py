@@ -41,14 +41,13 @@ def uploaded(client: openai.OpenAI, lines: list[str]) -> Any:
     return client.files.create(file=("requests.jsonl", io.BytesIO(data)), purpose="batch")
 
 
-def until_ended(client: openai.OpenAI, batch_id: str, timeout: float = 120) -> Any:
-    """Poll the batch (the SDK user's loop) until it has ended."""
-    deadline = time.monotonic() + timeout
-    batch = client.batches.retrieve(batch_id)
-    while batch.status not in ENDED:
-        assert time.monotonic() < deadline, f"batch still {batch.status} after {timeout} s"
-        time.sleep(0.1)
-        batch = client.batches.retrieve(batch_id)
+def until_ended(server: Server, batch_id: str, timeout: float = 120) -> Any:
+    """The batch once its server has logged its end (the line it writes as the batch ends)."""
+    server.wait_for_output(
+        tuple(f"batch {batch_id} {status}" for status in (*ENDED, "failed validation")), timeout
+    )
+    batch = sdk(server).batches.retrieve(batch_id)
+    assert batch.status in ENDED, batch
     return batch
 
 
@@ -96,7 +95,7 @@ def test_an_embeddings_batch_answers_each_line_as_the_route_does(
         metadata={"corpus": "nightly"},
     )
     assert created.status == "validating" and created.metadata == {"corpus": "nightly"}
-    batch = until_ended(client, created.id)
+    batch = until_ended(server, created.id)
     assert batch.status == "completed", batch
     counts = batch.request_counts
     assert (counts.total, counts.completed, counts.failed) == (122, 121, 1)
@@ -150,7 +149,7 @@ def test_a_rerank_batch_is_answered_like_the_route(client: openai.OpenAI, server
         endpoint="/v1/rerank",
         completion_window="24h",
     )
-    batch = until_ended(client, batch.id)
+    batch = until_ended(server, batch.id)
     (line,) = lines_of(client, batch.output_file_id)
     alone = httpx.post(
         f"{server.url}/v1/rerank", json=body, headers={"authorization": f"Bearer {KEY}"}
@@ -165,7 +164,7 @@ def test_a_rerank_batch_is_answered_like_the_route(client: openai.OpenAI, server
 
 
 def test_a_file_that_is_not_a_batch_fails_validation_naming_its_lines(
-    client: openai.OpenAI,
+    client: openai.OpenAI, server: Server
 ) -> None:
     lines = [
         request_line("a", {"input": "fine"}),
@@ -179,7 +178,7 @@ def test_a_file_that_is_not_a_batch_fails_validation_naming_its_lines(
         endpoint="/v1/embeddings",
         completion_window="24h",
     )
-    batch = until_ended(client, batch.id)
+    batch = until_ended(server, batch.id)
     assert batch.status == "failed" and batch.output_file_id is None
     assert batch.errors is not None
     found = {(error.line, error.code) for error in batch.errors.data}
@@ -252,34 +251,40 @@ def server_batch_dir(server: Server) -> str:
     return str(command[command.index("--batch-dir") + 1])
 
 
+def killed_after_a_checkpoint(directory: Path, flags: list[str], lines: list[str]) -> str:
+    """A batch of `lines` on a slow server (a few seconds a run), killed with SIGKILL once its
+    first checkpoint is written; its id."""
+    with running_server(directory, flags, faults={"delay": 0.03}) as server:
+        client = sdk(server)
+        batch = client.batches.create(
+            input_file_id=uploaded(client, lines).id,
+            endpoint="/v1/embeddings",
+            completion_window="24h",
+        )
+        server.wait_for_output(f"of {len(lines)} requests answered", timeout=120)
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(30)
+    return batch.id
+
+
 def test_a_batch_killed_drained_and_resumed_answers_every_request_once(
     tmp_path: Path, corpus: Corpus
 ) -> None:
     """SIGKILL after the first checkpoint, SIGTERM after the next, then to the end; and a
     cancelled batch keeps the lines it answered."""
     flags = ["--api-key", KEY, "--batch-dir", str(tmp_path / "batches")]
-    slow = {"delay": 0.03}  # each forward pass: a run that lasts a few seconds
     texts = (corpus.within * 10)[:1600]
     lines = [request_line(f"r{i}", {"input": text}) for i, text in enumerate(texts)]
-    with running_server(tmp_path, flags, faults=slow) as first:
-        client = sdk(first)
-        batch = client.batches.create(
-            input_file_id=uploaded(client, lines).id,
-            endpoint="/v1/embeddings",
-            completion_window="24h",
-        )
-        first.wait_for_output("of 1600 requests answered", timeout=120)
-        first.process.send_signal(signal.SIGKILL)
-        first.process.wait(30)
-    with running_server(tmp_path, flags, faults=slow) as second:
+    batch_id = killed_after_a_checkpoint(tmp_path, flags, lines)
+    with running_server(tmp_path, flags, faults={"delay": 0.03}) as second:
         second.wait_for_output("resumed,", timeout=60)
-        answered = sdk(second).batches.retrieve(batch.id).request_counts.completed
+        answered = sdk(second).batches.retrieve(batch_id).request_counts.completed
         assert 0 < answered < 1600
         assert second.stop() in (0, -signal.SIGTERM)
     assert "Traceback" not in second.output()
     with running_server(tmp_path, flags) as third:
         client = sdk(third)
-        done = until_ended(client, batch.id)
+        done = until_ended(third, batch_id)
         assert done.status == "completed"
         custom_ids = [line["custom_id"] for line in lines_of(client, done.output_file_id)]
         assert custom_ids == [f"r{i}" for i in range(1600)]  # each once, in input order
@@ -291,7 +296,7 @@ def test_a_batch_killed_drained_and_resumed_answers_every_request_once(
             completion_window="24h",
         )
         assert client.batches.cancel(cancelled.id).status in ("cancelling", "cancelled")
-        cancelled = until_ended(client, cancelled.id)
+        cancelled = until_ended(third, cancelled.id)
         assert cancelled.status == "cancelled" and cancelled.cancelled_at is not None
         kept = [line["custom_id"] for line in lines_of(client, cancelled.output_file_id)]
         assert len(kept) == len(set(kept)) == cancelled.request_counts.completed < 1600
@@ -307,23 +312,14 @@ def test_a_batch_past_its_window_expires_and_is_deleted_after_the_retention(
     flags = ["--api-key", KEY, "--batch-dir", str(folder)]
     texts = (corpus.within * 10)[:1600]
     lines = [request_line(f"r{i}", {"input": text}) for i, text in enumerate(texts)]
-    with running_server(tmp_path, flags, faults={"delay": 0.03}) as first:
-        client = sdk(first)
-        batch = client.batches.create(
-            input_file_id=uploaded(client, lines).id,
-            endpoint="/v1/embeddings",
-            completion_window="24h",
-        )
-        first.wait_for_output("of 1600 requests answered", timeout=120)
-        first.process.send_signal(signal.SIGKILL)
-        first.process.wait(30)
-    record_path = folder / "batches" / batch.id / "batch.json"
+    batch_id = killed_after_a_checkpoint(tmp_path, flags, lines)
+    record_path = folder / "batches" / batch_id / "batch.json"
     record = json.loads(record_path.read_text())
     record["expires_at"] = int(time.time()) - 1  # its 24 hours went by while it was down
     record_path.write_text(json.dumps(record))
     with running_server(tmp_path, [*flags, "--batch-retention-hours", "0.002"]) as second:
         client = sdk(second)
-        expired = until_ended(client, batch.id)
+        expired = until_ended(second, batch_id)
         assert expired.status == "expired" and expired.expired_at is not None
         answered = lines_of(client, expired.output_file_id)
         refused = lines_of(client, expired.error_file_id)
@@ -334,11 +330,10 @@ def test_a_batch_past_its_window_expires_and_is_deleted_after_the_retention(
         counts = expired.request_counts
         assert (counts.completed, counts.failed) == (len(answered), len(refused))
         # 7.2 s after it ended, the sweep deletes it and its files (the input's time runs from
-        # the batch's end too).
-        deadline = time.monotonic() + 60
-        while list(client.batches.list()) or list(client.files.list()):
-            assert time.monotonic() < deadline, "kept past the retention period"
-            time.sleep(0.5)
-        assert not (folder / "batches" / batch.id).exists()
+        # the batch's end too: it goes last).
+        second.wait_for_output(f"batch {batch_id} deleted", timeout=60)
+        second.wait_for_output(f"file {expired.input_file_id} deleted", timeout=60)
+        assert list(client.batches.list()) == [] and list(client.files.list()) == []
+        assert not (folder / "batches" / batch_id).exists()
         with pytest.raises(openai.NotFoundError):
             client.files.retrieve(expired.output_file_id)

@@ -274,20 +274,16 @@ class BatchRun:
         ending = record.ending or "completed"
         if ending == "expired":
             await self._expire_the_rest(path)
-        output = await asyncio.to_thread(
-            deps.files.keep_lines,
-            deps.folder.answered(record.id, True),
-            f"{record.id}_output.jsonl",
-            "batch_output",
-            record.output_lifetime,
-        )
-        errors = await asyncio.to_thread(
-            deps.files.keep_lines,
-            deps.folder.answered(record.id, False),
-            f"{record.id}_error.jsonl",
-            "batch_output",
-            record.output_lifetime,
-        )
+        output, errors = [
+            await asyncio.to_thread(
+                deps.files.keep_lines,
+                deps.folder.answered(record.id, ok),
+                f"{record.id}_{name}.jsonl",
+                "batch_output",
+                record.output_lifetime,
+            )
+            for ok, name in ((True, "output"), (False, "error"))
+        ]
         for made in (output, errors):
             if made is not None:
                 deps.files.add(made)

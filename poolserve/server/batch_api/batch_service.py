@@ -23,12 +23,12 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from poolserve.errors import ConflictError, InvalidRequestError, SettingError
+from poolserve.errors import ConflictError, InvalidRequestError, NotFoundError, SettingError
 from poolserve.server.batch_api.batch_record import BATCH_PREFIX, BatchFolder, BatchRecord
 from poolserve.server.batch_api.batch_run import BatchRun, RunDeps
 from poolserve.server.batch_api.line_calls import LineCaller
 from poolserve.server.batch_api.line_gate import LineGate
-from poolserve.server.batch_api.stored_files import FileLimits, FileStore, NotFoundError
+from poolserve.server.batch_api.stored_files import FileLimits, FileStore
 
 logger = logging.getLogger("poolserve")
 
@@ -356,9 +356,11 @@ class BatchService:
                 del self._records[record.id]
                 self._saving.pop(record.id, None)
                 await asyncio.to_thread(self._folder.remove, record.id)
+                logger.info("batch %s deleted: past its retention", record.id)
         for file_id in self.files.expired(now):
             if self.reads(file_id) is None:
                 await asyncio.to_thread(self.files.remove, self.files.forget(file_id))
+                logger.info("file %s deleted: past its retention", file_id)
         self._schedule_sweep()
 
 

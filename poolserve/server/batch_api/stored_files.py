@@ -23,23 +23,9 @@ from typing import Any, BinaryIO
 import orjson
 
 from poolserve.bulk.atomic_files import sync_and_rename, temporary, write_atomically
-from poolserve.errors import PayloadTooLargeError, PoolserveError
+from poolserve.errors import NotFoundError, PayloadTooLargeError, StorageFullError
 
 FILE_PREFIX = "file-"
-
-
-class NotFoundError(PoolserveError):
-    """No file or batch by that id (404)."""
-
-    status = 404
-    error_type = "invalid_request_error"
-
-
-class StorageFullError(PoolserveError):
-    """The batch folder holds as much as `--max-batch-dir-bytes` allows (507)."""
-
-    status = 507
-    error_type = "invalid_request_error"
 
 
 @dataclass(frozen=True)
