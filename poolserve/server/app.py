@@ -120,7 +120,6 @@ def create_app(
     )
     app.state.grpc = _grpc_front_end(config, app.state.serving)
     app.state.batches = _batch_service(config, served_routes, metrics)
-    app.state.batch_dir_chosen = config.batch_dir is not None
     routers = routers_for([service.tasks for service in models])
     install_error_handlers(app)
     for each in routers:
@@ -150,7 +149,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         LineCaller(app.state.inner, app),
         admission.departures.next,
         crowded,
-        chosen=app.state.batch_dir_chosen,
     )
     # Told to stop, the batches take no more lines; those in flight finish in the grace period.
     serving.grace.begun().add_done_callback(lambda _: batches.drain())
@@ -182,7 +180,8 @@ def _tracing(config: ServerConfig, metrics: Metrics) -> Tracing | None:
 def _batch_service(
     config: ServerConfig, served_routes: tuple[str, ...], metrics: Metrics
 ) -> BatchService:
-    """The Batch API's files and batches, under --batch-dir (read when the app starts)."""
+    """The Batch API's files and batches, under --batch-dir: the folder claimed now (a second
+    server on a chosen one is refused here), read when the app starts."""
     limits = FileLimits(
         file_bytes=config.max_batch_file_bytes,
         file_lines=MAX_BATCH_FILE_LINES,
@@ -190,7 +189,9 @@ def _batch_service(
         retention=config.batch_retention_hours * 3600,
     )
     directory = Path(config.batch_dir) if config.batch_dir else cache_dir() / "batches"
-    return BatchService(directory.expanduser(), limits, served_routes, metrics.registry)
+    service = BatchService(directory.expanduser(), limits, served_routes, metrics.registry)
+    service.claim(chosen=config.batch_dir is not None)
+    return service
 
 
 def _grpc_front_end(config: ServerConfig, serving: ServingState) -> GrpcFrontEnd | None:

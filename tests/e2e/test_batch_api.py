@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import openai
 import pytest
 
 from poolserve.server.batch_api.batch_schemas import BatchList, BatchObject, FileList
+from tests.e2e.conftest import free_port, server_env
 from tests.e2e.harness import Server, running_server
 from tests.reference import FP32_COSINE, MODEL_ID, Corpus, assert_close_vectors
 
@@ -243,6 +246,17 @@ def test_uploads_past_the_bounds_are_refused_before_they_are_kept(
     # Behind the API key, like every route.
     assert httpx.get(f"{server.url}/v1/files").status_code == 401
     assert httpx.post(f"{server.url}/v1/batches", json={}).status_code == 401
+
+
+def test_a_second_server_on_the_same_folder_is_refused_in_one_line(server: Server) -> None:
+    """Two servers resuming one folder's batches would answer their lines twice."""
+    command = [sys.executable, "-m", "poolserve", "serve", "--port", str(free_port())]
+    command += ["--batch-dir", server_batch_dir(server), "--compile", "off"]
+    done = subprocess.run(command, env=server_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    refusals = [line for line in done.stderr.splitlines() if "cannot start" in line]
+    assert len(refusals) == 1 and "give each server a --batch-dir of its own" in refusals[0]
+    assert sdk(server).files.list() is not None  # the first one serves on
 
 
 def server_batch_dir(server: Server) -> str:

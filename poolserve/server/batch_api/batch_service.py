@@ -96,26 +96,29 @@ class BatchService:
     def started(self) -> bool:
         return self._deps is not None
 
+    def claim(self, *, chosen: bool) -> None:
+        """Make the folder this server's alone (a lock held while the process lives), before
+        the models load: where another server holds it, a folder `chosen` (--batch-dir) is a
+        SettingError, the default one leaves the Batch API off, with a warning."""
+        if self._lock():
+            return
+        message = (
+            f"the batch folder {self._directory} is in use by another poolserve server; give "
+            "each server a --batch-dir of its own"
+        )
+        if chosen:
+            raise SettingError(message)
+        logger.warning("%s (the Batch API is off on this one)", message)
+
     async def start(
         self,
         caller: LineCaller,
         room: Callable[[], Awaitable[None]],
         crowded: Callable[[], bool],
-        *,
-        chosen: bool,
     ) -> None:
-        """Read what is on disk; resume the batches that had not finished. The folder is this
-        server's alone (a lock held while the process lives): where another server holds it,
-        a folder `chosen` (--batch-dir) refuses to start, the default one leaves the Batch API
-        off, with a warning."""
-        if not await asyncio.to_thread(self._lock):
-            message = (
-                f"the batch folder {self._directory} is in use by another poolserve server; "
-                "give each server a --batch-dir of its own"
-            )
-            if chosen:
-                raise SettingError(message)
-            logger.warning("%s (the Batch API is off on this one)", message)
+        """Read what is on disk; resume the batches that had not finished (where the folder
+        was claimed)."""
+        if self._lock_file is None:
             return
         for stored in await asyncio.to_thread(self.files.load):
             self.files.add(stored)
@@ -142,7 +145,7 @@ class BatchService:
         self._schedule_sweep()
 
     def _lock(self) -> bool:
-        """Take the folder's lock (in a thread); False where another process holds it."""
+        """Take the folder's lock; False where another process holds it."""
         self._directory.mkdir(parents=True, exist_ok=True)
         lock_file = open(self._directory / ".lock", "wb")  # noqa: SIM115 (held while it serves)
         try:
@@ -201,7 +204,10 @@ class BatchService:
                 param="completion_window",
             )
         _check_metadata(metadata)
-        stored = self.files.get(input_file_id)
+        try:
+            stored = self.files.get(input_file_id)
+        except NotFoundError as exc:
+            raise NotFoundError(exc.message, param="input_file_id") from None
         if stored.purpose != "batch":
             raise InvalidRequestError(
                 f"file {stored.id} was uploaded with purpose {stored.purpose!r}; a batch reads a "
