@@ -61,7 +61,7 @@ def compile_models(served: Sequence[ServedModel]) -> int:
                 "%s: not compiled ahead of time (%s); `serve` %s",
                 name,
                 report.source,
-                "compiles it with torch.compile at every start"
+                "serves it eagerly (with --compile on, compiled with torch.compile at every start)"
                 if report.source == "jit"
                 else "serves it eagerly",
             )
@@ -80,9 +80,11 @@ def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
     spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
     backend = backend_for(engine)(spec, engine, collate_for(spec))
     from poolserve.backends.choice.auto_backend import AutoBackend  # loads torch
+    from poolserve.backends.torch.torch_backend import TorchBackend
 
-    if isinstance(backend, AutoBackend):
-        # Measured anew, torch compiled in each precision, with no time bound: `serve` reads it.
+    if isinstance(backend, AutoBackend | TorchBackend):
+        # Built where the cache lacks it, and (auto) measured anew, torch compiled in each
+        # precision, with no time bound: `serve` reads it.
         backend.ahead_of_time = True
     fetch_weights(served.model.model, served.model.revision, spec.layout.directory)
     backend.load()

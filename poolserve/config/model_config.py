@@ -17,9 +17,9 @@ BACKENDS = tuple(entry.name for entry in ENGINES)
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
-# auto: compile ahead of time where it can work (or load it from the cache); cached: load it
-# from the cache where it is there, else run eagerly (what `poolserve embed`'s auto means: a
-# job pays for no compile); on: compile or refuse to start.
+# auto: compiled ahead of time by `poolserve compile` where it can work, and served where the
+# cache holds it and it pays (a start builds nothing); cached: load it from the cache where it
+# is there, else run eagerly; on: compile at start, or refuse to start.
 CompileMode = Literal["off", "on", "auto", "cached"]
 PackingMode = Literal["auto", "off"]
 # `--quantize`: off, or int8 weights (per output channel) with activations quantized as they run.
@@ -243,11 +243,12 @@ class EngineConfig:
     compile: CompileMode = setting(
         "off",
         cli_default="auto",
-        help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR, so "
-        "a restart loads it instead of compiling again; `poolserve compile` fills the cache); "
-        "auto: on CPU "
-        "where a C++ compiler is found (`embed`: only what the cache holds, else eagerly: a "
-        "job never waits for a compile); cached: only what the cache holds",
+        help="compile the model's forward ahead of time (cached under POOLSERVE_CACHE_DIR); "
+        "auto: `poolserve compile` builds it on CPU where a C++ compiler is found and measures "
+        "it against eager, and `serve` and `embed` run it where the cache holds it and it "
+        "pays, else eagerly (a start never waits for a compile); on: compile it at start "
+        "(torch.compile where it cannot be exported) and serve it compiled; cached: only what "
+        "the cache holds",
     )
     # See engine/result_cache.py.
     cache_bytes: int = setting(

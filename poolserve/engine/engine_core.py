@@ -137,6 +137,7 @@ class EngineCore:
             packs=self._packs,
             # Beside an express runner, background batches need no slices (scheduler.py).
             background_slice=0.0 if express else config.background_slice,
+            express=express,
         )
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None

@@ -158,12 +158,17 @@ class Runner:
                 item.deliver(outputs[row], ended)
 
 
+def thread_nice() -> int:
+    """The calling thread's nice value (Linux keeps one per thread; threads it starts inherit
+    it)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
 def lower_priority(nice: int) -> None:
     """Raise this thread's nice value by `nice` (threads it starts later inherit it); where the
     system refuses, say so and go on at the priority it has."""
-    thread = threading.get_native_id()
     try:
-        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + nice)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), thread_nice() + nice)
     except OSError as exc:
         logger.warning(
             "could not lower a runner thread's priority (%s): the express runner "

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 
 from poolserve.config.priorities import is_background
 from poolserve.engine.batch_picking import choose, head_window
-from poolserve.engine.lanes import in_turn, slice_budget
+from poolserve.engine.lanes import in_turn, one_side, slice_budget
 from poolserve.engine.preparations import Preparation, Preparations, run_all
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import Assignment, WorkItem
@@ -64,8 +64,12 @@ class Scheduler:
         bucket_padding_tokens: int | None = None,
         packs: Callable[[Head], bool] = lambda head: False,
         background_slice: float = 0.0,
+        express: bool = False,
     ) -> None:
         self._max_batch_tokens = max_batch_tokens
+        # Whether an express runner takes the default lane and above beside background batches
+        # (then no batch mixes the two: lanes.py's `one_side`).
+        self._express = express
         # Seconds a batch may run while background work waits (0: no slices), and when the
         # last item of the default lane or above was submitted.
         self._background_slice = background_slice
@@ -245,7 +249,7 @@ class Scheduler:
                     self._condition.notify()
                 elif self._may_lend(assignment, peers):
                     self._lent += peers
-                    assignment = Assignment(items, borrowed=peers)
+                    assignment = Assignment(items, borrowed=peers, background=background)
                 return assignment
 
     def batch_ended(self, assignment: Assignment) -> None:
@@ -344,26 +348,17 @@ class Scheduler:
         if not waiting:
             return []
         queues = in_turn(waiting, self._batches_formed, self._last_served)
-        budget = self._max_batch_tokens if foreground_only else self._budget(queues)
+        if self._express and not foreground_only:
+            queues = one_side(queues, express_free=self._express_idle)
+        budget = self._max_batch_tokens
+        if self._background_slice and not foreground_only:
+            rate = self._stats.runner_token_rate
+            budget = slice_budget(queues, budget, self._background_slice, self._foreground_at, rate)
         window = head_window(queues, self._window)
         limit = min(self._max_batch_size, math.ceil(sum(map(len, window)) / share))
         chosen = choose(window, limit, budget, self._packs, self._bucket_padding)
         self._take(chosen)
         return chosen
-
-    def _budget(self, queues: list[deque[WorkItem]]) -> int:
-        """The batch's token budget: a slice while background work waits and other work is
-        about (lanes.py)."""
-        if not self._background_slice or not any(
-            is_background(queue[0].group.priority) for queue in queues
-        ):
-            return self._max_batch_tokens
-        return slice_budget(
-            self._max_batch_tokens,
-            self._background_slice,
-            self._foreground_at,
-            self._stats.runner_token_rate,
-        )
 
     def _drop_finished(self) -> None:
         """Forget the waiting items of requests that were cancelled or failed."""

@@ -24,6 +24,7 @@ from tests.e2e.harness import (
     assert_openai_error,
     closed_loop,
     embedding_vectors,
+    native_lower_precision,
     parse_metrics,
     peak_rss,
     post_all,
@@ -93,7 +94,7 @@ def test_two_hundred_clients_of_real_prose_are_served_under_a_bound_below_their_
     until the admitted ones are tokenized and answered. What admission holds never passes the
     bound."""
     plans, bodies = real_load_bodies()
-    flags = ["--dtype", "bfloat16", "--max-queued-tokens", str(REAL_LOAD_BOUND)]
+    flags = ["--dtype", native_lower_precision(), "--max-queued-tokens", str(REAL_LOAD_BOUND)]
     with running_server(tmp_path_factory.mktemp("real-load"), flags) as server:
         outcomes = asyncio.run(post_all(server.url, bodies))
         stats = wait_for_stats(server, lambda s: s["requests_in_flight"] == 0)
@@ -129,7 +130,7 @@ def test_a_burst_all_at_once_is_refused_at_the_door_and_the_bound_holds(
     flags = [
         *("--max-queued-tokens", str(BURST_BOUND), "--max-client-batch-size", "64"),
         *("--max-admission-wait", "1"),
-        *("--max-request-bytes", "1000000", "--dtype", "bfloat16"),
+        *("--max-request-bytes", "1000000", "--dtype", native_lower_precision()),
     ]
     plans = [
         [(request * 7 + i) % 96 for i in range(BURST_INPUTS)] for request in range(BURST_REQUESTS)

@@ -1,15 +1,16 @@
-"""`--backend auto`: the engine and precision that run this model fastest on this machine,
-chosen by measurement at its first start and read from the cache at later ones.
+"""`--backend auto`: the engine and precision that run this model fastest on this machine, chosen by
+measurement at its first start and read from the cache at later ones.
 
-Each candidate (candidates.py) is built as the backend that would serve it and tried in turn
-(trial.py), at most two loaded at once (the fastest so far and the one being tried); the first
-is torch float32, the reference every other is judged against. The fastest that passes the
-gate serves (a graph runtime's trial backend serves as it is; torch is loaded again to compile
-as `--compile` asks). A first start spends at most `BUDGET_SECONDS` on the trials beyond the
-reference (one whose time would run past it is left out, and said so); `poolserve compile`
-measures without that bound and with torch compiled (`ahead_of_time`). A model whose weights
-exceed `LARGE_MODEL_BYTES` is not measured: it runs on torch, as `--backend torch` would.
-`--backend NAME` for an engine with several precisions narrows the candidates to that engine.
+Every candidate (candidates.py) is timed at a first start, on any CPU, the trials sharing
+`trial_budget.BUDGET_SECONDS` by running shorter passes on a slower (or busier) machine rather than
+leaving candidates out (trial_round.py, trial_budget.py). The fastest that passes the gate serves as
+its trial loaded it: a start never waits for a compile (torch serves its compiled forward where
+`poolserve compile` built it and measured it faster, else eagerly). `poolserve compile` measures
+without the bound, torch compiled (`ahead_of_time`). A model whose weights exceed
+`LARGE_MODEL_BYTES` is not measured: it runs on torch, as `--backend torch` would. `--backend NAME`
+for an engine with several precisions narrows the candidates to that engine. A precision the CPU
+only emulates (`--dtype bfloat16` without AVX512-BF16 or AMX) is served as asked, after a short
+trial beside float32 whose cost the log tells.
 """
 
 from __future__ import annotations
@@ -19,21 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from poolserve._environment import cache_dir
-from poolserve.backends.choice.candidates import REFERENCE, Candidate, Candidates, candidates
+from poolserve.backends.choice.candidates import Candidate, Candidates, candidates, emulated
 from poolserve.backends.choice.choice_cache import cached_choice, choice_file, save_choice
-from poolserve.backends.choice.choice_table import describe, left_out_rows, refusal
-from poolserve.backends.choice.trial import (
-    Tried,
-    build,
-    candidate_config,
-    duel,
-    judge,
-    near,
-    run_probe,
-)
+from poolserve.backends.choice.choice_table import describe, emulation_line, left_out_rows, refusal
+from poolserve.backends.choice.trial import build, candidate_config
+from poolserve.backends.choice.trial_budget import TrialBudget
+from poolserve.backends.choice.trial_round import TrialRound
 from poolserve.backends.progress import progress
 from poolserve.backends.torch.device import place
 from poolserve.config import EngineConfig
@@ -43,7 +36,6 @@ from poolserve.engine.model_backend import (
     Collate,
     CompileReport,
     EngineChoice,
-    EngineTrial,
     Forward,
     PrecisionReport,
     QuantizationReport,
@@ -55,18 +47,19 @@ from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-BUDGET_SECONDS = 30.0
 LARGE_MODEL_BYTES = 2 << 30
 
 
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
     """The backend that chooses among the candidates at load; where an engine was named and
-    only one candidate is left, that candidate's backend itself."""
+    only one candidate is left, that candidate's backend itself (but for a precision the CPU
+    only emulates, whose cost is measured first)."""
     placed = place(model)
     found = candidates(placed, config)
-    if config.backend != "auto" and len(found.tried) <= 1:
+    lone = found.tried[0] if len(found.tried) == 1 else None
+    if config.backend != "auto" and len(found.tried) <= 1 and not emulated(lone, placed):
         # The named engine's own factory builds it, or refuses what it cannot run in its words.
-        only = found.tried[0] if found.tried else Candidate(config.backend, placed.dtype)
+        only = lone or Candidate(config.backend, placed.dtype)
         return build(only, model, candidate_config(only, config, compiling=True), collate)
     if not found.tried:
         raise SettingError(refusal(config, found))
@@ -116,22 +109,28 @@ class AutoBackend:
         tried = self._found.tried
         path = choice_file(cache_dir(), self._spec, self._config, self._found)
         cached = None if self.ahead_of_time else cached_choice(path)
+        lone_emulated = len(tried) == 1 and emulated(tried[0], self._spec)
         if cached is not None and Candidate(cached.engine, cached.precision) in tried:
             self.choice = cached
             self._chosen = self._serve(Candidate(cached.engine, cached.precision))
+        elif lone_emulated:
+            self._measure(path, started, TrialBudget(started, 0.0))
         elif len(tried) == 1 or _weights_bytes(self._spec.layout.directory) > LARGE_MODEL_BYTES:
             self._serve_unmeasured(started)
         else:
-            self._measure(path, started)
+            budget = TrialBudget.unbounded() if self.ahead_of_time else TrialBudget(started)
+            self._measure(path, started, budget)
         logger.info(describe(self._spec.name, self.choice))
+        if self.choice is not None and emulated(
+            Candidate(self.choice.engine, self.choice.precision), self._spec
+        ):
+            logger.warning(emulation_line(self._spec.name, self.choice))
 
-    def _serve(self, candidate: Candidate, backend: Backend | None = None) -> Backend:
-        """The candidate's backend loaded to serve (`backend`: its trial's, where it serves as
-        it is)."""
-        if backend is None:
-            config = candidate_config(candidate, self._config, compiling=True)
-            backend = build(candidate, self._spec, config, self._collate)
-            backend.load()
+    def _serve(self, candidate: Candidate) -> Backend:
+        """The candidate's backend, loaded to serve."""
+        config = candidate_config(candidate, self._config, compiling=True)
+        backend = build(candidate, self._spec, config, self._collate)
+        backend.load()
         return backend
 
     def _serve_unmeasured(self, started: float) -> None:
@@ -159,26 +158,27 @@ class AutoBackend:
             time.perf_counter() - started,
         )
 
-    def _measure(self, path: Path, started: float) -> None:
+    def _measure(self, path: Path, started: float, budget: TrialBudget) -> None:
         what = (
             f"{self._spec.name}: timing {', '.join(c.label for c in self._found.tried)} on "
             f"{self._threads} thread(s) to choose the fastest"
         )
+        rounds = TrialRound(
+            self._spec, self._config, self._collate, self._found, ahead_of_time=self.ahead_of_time
+        )
         with progress(logger, what):
-            rows, best = self._trials(started)
-        seconds = time.perf_counter() - started  # the trials', not the winner's compile
-        if best is None:
+            rows, best = rounds.run(budget)
+        seconds = time.perf_counter() - started
+        if best is None or best.backend is None:
             failed = "; ".join(f"{row.candidate.label}: {row.trial.outcome}" for row in rows)
             raise ModelLoadError(f"{self._spec.name}: no engine could serve it ({failed})")
-        winner = best.candidate
         best.release()  # the trial's helper runners; the server's runners make their own
-        keep = winner.engine != "torch" or self._config.compile in ("off", "cached")
-        if not keep and best.backend is not None:
-            best.backend.close()
-        self._chosen = self._serve(winner, best.backend if keep else None)
+        # The winner serves as its trial loaded it (torch: compiled where the cache held it).
+        self._chosen = best.backend
         trials = tuple(
             replace(row.trial, outcome="chosen") if row is best else row.trial for row in rows
         )
+        winner = best.candidate
         self.choice = EngineChoice(
             winner.engine,
             winner.precision,
@@ -187,88 +187,6 @@ class AutoBackend:
             seconds,
         )
         save_choice(path, self.choice)
-
-    def _trials(self, started: float) -> tuple[list[Tried], Tried | None]:
-        """Every candidate tried (the reference first), and the fastest that passed, its
-        backend still loaded."""
-        rows: list[Tried] = []
-        best: Tried | None = None
-        reference: list[np.ndarray] | None = None
-        for candidate in [REFERENCE, *(c for c in self._found.tried if c != REFERENCE)]:
-            if rows and self._past_budget(rows[0], started):
-                why = f"not timed: past the {BUDGET_SECONDS:.0f} s a first start may measure for"
-                rows.append(Tried.left_out(candidate, why))
-                continue
-            row = self._try(candidate, reference, best)
-            rows.append(row)
-            if reference is None:
-                if row.probe is None:
-                    raise ModelLoadError(
-                        f"{self._spec.name}: torch float32, the reference every engine is "
-                        f"judged against, failed to run ({row.trial.outcome})"
-                    )
-                reference = row.probe.outputs
-            if candidate not in self._found.tried:
-                row.settle("the reference (not a candidate)")
-            elif row.backend is None or row.probe is None:
-                continue
-            elif best is None or best.probe is None:
-                best = row
-            elif row.probe.first_pass_only:
-                times = row.probe.pass_seconds / best.probe.pass_seconds
-                row.settle(f"slower (its first timed pass took {times:.1f}x the fastest's)")
-            else:
-                slower = "slower"
-                if near(row.probe, best.probe):
-                    retimed = duel(best.probe, row.probe)
-                    best.retimed(retimed[0])
-                    row.retimed(retimed[1])
-                    slower = "slower, timed again in turn with {}"
-                if row.rate > best.rate:
-                    best.settle(slower.format(row.candidate.label))
-                    best = row
-                else:
-                    row.settle(slower.format(best.candidate.label))
-        return rows, best
-
-    def _past_budget(self, first: Tried, started: float) -> bool:
-        """Whether another trial, estimated to take as long as the first, would run past the
-        budget (never for `poolserve compile`)."""
-        elapsed = time.perf_counter() - started
-        return not self.ahead_of_time and elapsed + first.seconds > BUDGET_SECONDS
-
-    def _try(
-        self, candidate: Candidate, reference: list[np.ndarray] | None, best: Tried | None
-    ) -> Tried:
-        """One trial: its row, its backend loaded where it passed the gate (`best`: the
-        fastest so far, whose pass a slower one's first pass is cut off at)."""
-        started = time.perf_counter()
-        config = candidate_config(candidate, self._config, compiling=self.ahead_of_time)
-        try:
-            backend = build(candidate, self._spec, config, self._collate)
-            fastest = None if best is None or best.probe is None else best.probe.pass_seconds
-            probe = run_probe(
-                backend, self._collate, self._config, self._runners, self._threads, fastest
-            )
-        except Exception as exc:  # a candidate that cannot load or export is left out
-            why = exc.cli_message if isinstance(exc, SettingError) else str(exc) or repr(exc)
-            logger.warning("%s: %s left out: %s", self._spec.name, candidate.label, why)
-            return Tried.left_out(candidate, f"failed: {why}", time.perf_counter() - started)
-        expected = probe.outputs if reference is None else reference
-        figures, error, failures = judge(candidate, probe, expected, self._spec.heads[0])
-        trial = EngineTrial(
-            candidate.engine,
-            candidate.precision,
-            probe.sentences_per_second,
-            probe.single_ms,
-            figures,
-            error,
-            "passed" if not failures else f"off the gate: {'; '.join(failures)}",
-        )
-        tried = Tried(candidate, trial, backend, probe, time.perf_counter() - started)
-        if failures:
-            tried.settle(trial.outcome)
-        return tried
 
     def executor(self) -> Forward:
         if self._chosen is None:

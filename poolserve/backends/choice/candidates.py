@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poolserve.backends.torch.device import cpu_precisions
+from poolserve.backends.torch.device import cpu_precisions, native_features
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME, ENGINES, EngineEntry
 from poolserve.models.spec import ModelSpec
@@ -51,12 +51,13 @@ def candidates(spec: ModelSpec, config: EngineConfig) -> Candidates:
     left_out: list[tuple[Candidate, str]] = []
     precisions = _precisions(spec, config)
     for entry in engines_asked(config):
-        why = _why_not(entry, spec, config)
+        why_not_engine = _why_not(entry, spec, config)
         for precision in precisions:
             candidate = Candidate(entry.name, precision)
             runs = entry.int8 if precision == "int8" else precision in entry.precisions
             if not runs:
                 continue
+            why = why_not_engine or _why_not_precision(candidate, spec)
             if why is not None:
                 left_out.append((candidate, why))
             else:
@@ -72,6 +73,28 @@ def _precisions(spec: ModelSpec, config: EngineConfig) -> tuple[str, ...]:
     if spec.dtype != "auto":
         return (spec.dtype,)
     return cpu_precisions()
+
+
+def emulated(candidate: Candidate | None, spec: ModelSpec) -> bool:
+    """Whether the CPU only emulates the candidate's precision (torch runs it, slowly)."""
+    return (
+        candidate is not None
+        and spec.device == "cpu"
+        and candidate.precision not in ("float32", "int8")
+        and candidate.precision not in cpu_precisions()
+    )
+
+
+def _why_not_precision(candidate: Candidate, spec: ModelSpec) -> str | None:
+    """Why a graph runtime cannot run the candidate's precision here (None: it can): they run
+    a lower precision only where the CPU runs it natively (torch emulates it, and says what it
+    costs)."""
+    if candidate.engine == "torch" or not emulated(candidate, spec):
+        return None
+    return (
+        f"runs {candidate.precision} only on a CPU that runs it natively "
+        f"({native_features(candidate.precision)}), and this one does not"
+    )
 
 
 def _why_not(entry: EngineEntry, spec: ModelSpec, config: EngineConfig) -> str | None:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,7 +53,20 @@ class Crew:
     def outputs(self, batches: Sequence[Batch]) -> list[np.ndarray]:
         """Every batch run by the crew, their outputs in the batches' order."""
         done = self._run(batches)
-        return [output for batch_outputs in done.outputs for output in batch_outputs]
+        return [output for batch_outputs in done.outputs for output in batch_outputs or ()]
+
+    def first_pass(self, batches: Sequence[Batch], limit: float | None) -> FirstPass:
+        """A pass over `batches` that no member starts a batch of once it has run `limit`
+        seconds (None: no limit): its outputs in the batches' order where it ran them all."""
+        started = time.perf_counter()
+        deadline = None if limit is None else started + limit
+        done = self._run(batches, deadline)
+        seconds = time.perf_counter() - started
+        ran = [outputs for outputs in done.outputs if outputs is not None]
+        if len(ran) < len(batches):
+            return FirstPass(None, seconds, sum(len(outputs) for outputs in ran))
+        outputs = [output for batch_outputs in ran for output in batch_outputs]
+        return FirstPass(outputs, seconds, len(outputs))
 
     def timed(self, batches: Sequence[Batch]) -> float:
         """Seconds the crew takes to run every one of `batches`."""
@@ -66,8 +80,8 @@ class Crew:
         self._forward(batch, self._threads)
         return time.perf_counter() - started
 
-    def _run(self, batches: Sequence[Batch]) -> _Pass:
-        work = _Pass(batches, self._threads, 1 + len(self._inboxes))
+    def _run(self, batches: Sequence[Batch], deadline: float | None = None) -> _Pass:
+        work = _Pass(batches, self._threads, 1 + len(self._inboxes), deadline)
         for inbox in self._inboxes:
             inbox.put(work)
         work.take_part(self._forward)
@@ -84,18 +98,32 @@ class Crew:
         self._helpers.clear()
 
 
-class _Pass:
-    """One pass over the batches, shared by the crew: the next batch to take, each batch's
-    outputs, and when every member is done."""
+@dataclass(frozen=True)
+class FirstPass:
+    """A crew's first pass over some batches: their outputs (None: it was stopped at its limit
+    before it ran them all), how long it took, and how many outputs it made."""
 
-    def __init__(self, batches: Sequence[Batch], threads: int, members: int) -> None:
+    outputs: list[np.ndarray] | None
+    seconds: float
+    made: int
+
+
+class _Pass:
+    """One pass over the batches, shared by the crew: the next batch to take (none once past
+    `deadline`, a `time.perf_counter()` time), each batch's outputs (None: not run), and when
+    every member is done."""
+
+    def __init__(
+        self, batches: Sequence[Batch], threads: int, members: int, deadline: float | None = None
+    ) -> None:
         self._batches = batches
         self._threads = threads
+        self._deadline = deadline
         self._next = 0
         self._busy = members
         self._done = threading.Condition()
         self._error: BaseException | None = None
-        self.outputs: list[Sequence[np.ndarray]] = [() for _ in batches]
+        self.outputs: list[Sequence[np.ndarray] | None] = [None for _ in batches]
 
     def take_part(self, forward: Forward) -> None:
         try:
@@ -113,6 +141,9 @@ class _Pass:
     def _take(self) -> int | None:
         with self._done:
             if self._next >= len(self._batches):
+                return None
+            if self._deadline is not None and time.perf_counter() > self._deadline:
+                self._next = len(self._batches)  # the others stop at their next batch too
                 return None
             self._next += 1
             return self._next - 1

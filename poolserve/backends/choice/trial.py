@@ -3,20 +3,23 @@ and precision forced), loaded and warmed up on the calling runner thread, its ma
 real text shipped with the package by as many runners as the server has, all at once, each on
 its own thread with its own forward (crew.py), and its outputs judged against torch float32's.
 
-The objective is throughput: `TIMED_SENTENCES` sentences of backends/calibration.txt (5-60
-tokens, every other one, so their lengths spread as the file's do) as requests of 32 waiting at
-once, in the batches the engine's own scheduler forms from them for the runners (`drain`),
-taken by the runners as each is free: so each engine is timed as it would serve, in the batches
-it would serve, packed ones for a backend that packs, length buckets for a padded one
-(measured: served, torch packed about 60 sentences a batch where OpenVINO's buckets held 27,
-which batches of 32 for both do not show). Sentences per second, the median of timed passes (as
-many as fit in `PASS_SECONDS`, at least `MIN_PASSES`). 16 sentences of the probe
-(backends/probe.txt) one at a time are timed too, on one runner, and shown, not chosen by. A
-candidate whose first timed pass takes `CUT_OFF` times the fastest's pass is slower, and is not
-timed further (the warm-up passes cannot tell: a graph runtime's first pass over new shapes can
-take twice its steady time, OpenVINO's does). Two within `NEAR` of each other are timed again
-in turn (`duel`), so a sequential trial's noise does not decide. The judge is the quality gate
-int8 already has (backends/quality_gate.py: cosines for vectors, probabilities and labels for
+The objective is throughput: sentences of backends/calibration.txt (5-60 tokens, spread as the
+file's are; how many a pass runs is trial_budget.py's) as requests of 32 waiting at once, in the
+batches the engine's own scheduler forms from them for the runners (`drain`), taken by the
+runners as each is free: so each engine is timed as it would serve, in the batches it would
+serve, packed ones for a backend that packs, length buckets for a padded one (measured: served,
+torch packed about 60 sentences a batch where OpenVINO's buckets held 27, which batches of 32
+for both do not show). Sentences per second, the median of timed passes (as many as the trial's
+share of the budget holds, up to what `PASS_SECONDS` holds; one at least). 16 sentences of the
+probe (backends/probe.txt) one at a time are timed too, on one runner, and shown, not chosen by.
+
+A candidate slower than the fastest so far is told early (`Limits`): its first pass is stopped
+once it has run `FIRST_PASS_CUT_OFF` times the fastest's timed pass (a first pass over new
+shapes is slower than a steady one: OpenVINO's took 2.3x its steady time, so this bound is
+wide; a precision the CPU only emulates runs 5x slower), and a first timed pass past `CUT_OFF`
+times the fastest's ends its timing. Two within `NEAR` of each other are timed again in turn
+(`duel`), so a sequential trial's noise does not decide. The judge is the quality gate int8
+already has (backends/quality_gate.py: cosines for vectors, probabilities and labels for
 scores), and for a float precision also precision.py's tolerance (a relative L2 distance of
 0.045, a cosine of about 0.999), so a lower precision is held to what `--dtype auto` always held
 it to.
@@ -26,9 +29,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,8 +40,10 @@ import numpy as np
 from poolserve.backends import quality_gate
 from poolserve.backends.choice.candidates import Candidate
 from poolserve.backends.choice.crew import Crew
+from poolserve.backends.choice.trial_budget import REQUEST_SENTENCES
 from poolserve.backends.probe import calibration_texts, probe_texts
 from poolserve.backends.torch.precision import TOLERANCE, probe_batches, worst_error
+from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize
@@ -56,35 +62,60 @@ PASS_SECONDS = 1.5
 MIN_PASSES = 2
 MAX_PASSES = 9
 SINGLE_SENTENCES = 16
-REQUEST_SENTENCES = 32
 CUT_OFF = 1.5
+FIRST_PASS_CUT_OFF = 4.0
 NEAR = 1.1
 DUEL_PASSES = 5
+
+
+def trial_texts() -> list[str]:
+    """The trials' sentences: `TIMED_SENTENCES` of calibration.txt, every other one (the file
+    is shuffled: any first part of them is spread as the whole is)."""
+    texts = calibration_texts()
+    return list(texts[:: len(texts) // TIMED_SENTENCES][:TIMED_SENTENCES])
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What ends a trial's passes early."""
+
+    # A first pass still running past this many seconds is stopped (None: never): slower.
+    first_pass: float | None = None
+    # A first timed pass of more seconds than this ends the timing (None: never): slower.
+    cut_off: float | None = None
+    # More timed passes run while one more would end before this (a `time.perf_counter()`
+    # time); one at least.
+    until: float = math.inf
+    # Whether to time it at all (the reference, where it is not a candidate, gives outputs).
+    timed: bool = True
 
 
 @dataclass(frozen=True)
 class Probe:
     """The probe's outputs and timings on one backend, and what re-times it (`duel`)."""
 
+    # Every text's output, in the texts' order (empty: stopped in its first pass).
     outputs: list[np.ndarray]
     sentences_per_second: float
-    single_ms: float | None  # None: not timed (its first timed pass was past the cut-off)
-    # How long one pass of the batches took (the median of the timed ones, or the one).
+    single_ms: float | None  # None: not timed
+    # How long one timed pass took (the median of the timed ones), or the first pass.
     pass_seconds: float
+    # Timed passes run (0: the first pass alone), and the sentences each ran.
+    passes: int
+    sentences: int
     # What times it again; None once let go (nothing may hold the model then).
     crew: Crew | None
     batches: Sequence[Batch]
+    # Why it ended early: "first pass" (stopped in it), "cut-off" (its first timed pass),
+    # "not timed" (outputs only); None: timed in full.
+    ended: str | None = None
 
-    @property
-    def first_pass_only(self) -> bool:
-        return self.single_ms is None
 
-
-@dataclass
+@dataclass(eq=False)
 class Tried:
     """A candidate's trial: its row, and its backend where it loaded and passed (kept while it
-    is the fastest so far: the winner serves without being loaded again), and how long the
-    trial took (the next ones' time is estimated from the first's)."""
+    is the fastest so far, or near it: the winner serves without being loaded again), and how
+    long the trial took."""
 
     candidate: Candidate
     trial: EngineTrial
@@ -134,11 +165,21 @@ def candidate_config(
     return replace(config, backend=candidate.engine, compile=compile, quantize=quantize)
 
 
-def build(candidate: Candidate, spec: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
-    """The candidate's backend (not loaded): its factory refuses what it cannot run."""
+def build(
+    candidate: Candidate,
+    spec: ModelSpec,
+    config: EngineConfig,
+    collate: Collate,
+    *,
+    ahead_of_time: bool = False,
+) -> Backend:
+    """The candidate's backend (not loaded): its factory refuses what it cannot run
+    (`ahead_of_time`: for `poolserve compile`, torch builds what the compile cache lacks)."""
     dtype = "float32" if candidate.precision == "int8" else candidate.precision
     module = importlib.import_module(ENGINE_BY_NAME[candidate.engine].module)
     backend: Backend = module.make_backend(replace(spec, dtype=dtype), config, collate)
+    if isinstance(backend, TorchBackend):
+        backend.ahead_of_time = ahead_of_time
     return backend
 
 
@@ -181,19 +222,19 @@ def run_probe(
     config: EngineConfig,
     runners: int,
     threads: int,
-    fastest: float | None = None,
+    texts: Sequence[str],
+    limits: Limits,
+    sizing: Callable[[float], int] | None = None,
 ) -> Probe:
-    """Load `backend` (on this thread), warm a runner's forward up and run the probe in the
-    batches `config`'s scheduler forms for `runners` (`fastest`: the fastest pass so far, in
-    seconds; a first timed pass past `CUT_OFF` times it ends the probe there)."""
+    """Load `backend` (on this thread), warm a runner's forward up and run `texts` in the
+    batches `config`'s scheduler forms for `runners`: a first pass (its outputs), a settling
+    one, then timed ones, as `limits` bound them. `sizing` (the reference's): how many of the
+    texts the timed passes run, from the first pass's seconds (default: all)."""
     backend.load()
     forward = backend.executor()
     spec = backend.spec
     packed = spec.heads[0] in backend.packed_heads
-    texts = calibration_texts()[:: len(calibration_texts()) // TIMED_SENTENCES]
-    batches, places = served_batches(
-        spec, collate, packed, config, runners, texts[:TIMED_SENTENCES]
-    )
+    batches, places = served_batches(spec, collate, packed, config, runners, texts)
     singles = [
         batch
         for text in probe_texts()[:SINGLE_SENTENCES]
@@ -201,24 +242,33 @@ def run_probe(
     ]
     crew = Crew(backend, forward, runners, threads)
     try:
-        started = time.perf_counter()
-        produced = crew.outputs(batches)  # the warm-up pass
-        first = time.perf_counter() - started
-        if runners > 1:
-            crew.timed(batches)  # each runner has now run most of the batches' shapes
+        first = crew.first_pass(batches, limits.first_pass)
+        if first.outputs is None:
+            rate = first.made / first.seconds
+            return Probe([], rate, None, first.seconds, 0, first.made, crew, batches, "first pass")
         # In the texts' order, whatever batches each engine formed (the judge compares by place).
-        outputs = [produced[i] for i in sorted(range(len(places)), key=places.__getitem__)]
+        outputs = [first.outputs[i] for i in sorted(range(len(places)), key=places.__getitem__)]
+        count = len(texts) if sizing is None else sizing(first.seconds)
+        if count < len(texts):
+            batches, _ = served_batches(spec, collate, packed, config, runners, texts[:count])
+        if not limits.timed:
+            rate = len(texts) / first.seconds
+            return Probe(outputs, rate, None, first.seconds, 0, count, crew, batches, "not timed")
+        if runners > 1 or count < len(texts):
+            crew.timed(batches)  # each runner has now run most of the timed batches' shapes
         timed = [crew.timed(batches)]
-        if fastest is not None and timed[0] > CUT_OFF * fastest:
-            return Probe(outputs, len(outputs) / timed[0], None, timed[0], crew, batches)
-        passes = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(first, 1e-6))))
-        timed += [crew.timed(batches) for _ in range(passes - 1)]
+        if limits.cut_off is not None and timed[0] > limits.cut_off:
+            rate = count / timed[0]
+            return Probe(outputs, rate, None, timed[0], 1, count, crew, batches, "cut-off")
+        most = max(MIN_PASSES, min(MAX_PASSES, int(PASS_SECONDS / max(timed[0], 1e-6))))
+        while len(timed) < most and time.perf_counter() + statistics.median(timed) <= limits.until:
+            timed.append(crew.timed(batches))
         seconds = statistics.median(timed)
         single = statistics.median(crew.single(batch) for batch in singles)
     except BaseException:
         crew.close()
         raise
-    return Probe(outputs, len(outputs) / seconds, single * 1000, seconds, crew, batches)
+    return Probe(outputs, count / seconds, single * 1000, seconds, len(timed), count, crew, batches)
 
 
 def near(one: Probe, other: Probe) -> bool:
@@ -227,19 +277,20 @@ def near(one: Probe, other: Probe) -> bool:
     return rates[1] <= NEAR * rates[0]
 
 
-def duel(one: Probe, other: Probe) -> tuple[Probe, Probe]:
-    """Both timed again, a pass of each in turn (`DUEL_PASSES` each): the same moments of the
+def duel(one: Probe, other: Probe, passes: int = DUEL_PASSES) -> tuple[Probe, Probe]:
+    """Both timed again, a pass of each in turn (`passes` each): the same moments of the
     machine's noise fall on both. Their rates are those passes' medians."""
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(DUEL_PASSES):
+    for _ in range(passes):
         for probe, seconds in zip((one, other), times, strict=True):
             assert probe.crew is not None  # both still loaded
             seconds.append(probe.crew.timed(probe.batches))
     return tuple(  # type: ignore[return-value]
         replace(
             probe,
-            sentences_per_second=len(probe.outputs) / statistics.median(seconds),
+            sentences_per_second=probe.sentences / statistics.median(seconds),
             pass_seconds=statistics.median(seconds),
+            passes=probe.passes + passes,
         )
         for probe, seconds in zip((one, other), times, strict=True)
     )

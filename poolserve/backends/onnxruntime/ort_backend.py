@@ -38,7 +38,7 @@ from poolserve.backends.onnxruntime.onnx_export import (
 from poolserve.backends.probe import calibration_split
 from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.deferred_module import deferred_module
-from poolserve.backends.torch.device import cpu_precisions, place
+from poolserve.backends.torch.device import cpu_precisions, native_features, place
 from poolserve.backends.torch.executor import (
     CompiledForward,
     CompiledRun,
@@ -90,7 +90,7 @@ def graph_backend(
     if precision != "float32" and precision not in cpu_precisions():
         raise SettingError(
             f"--backend {name} --dtype {precision} needs a CPU that runs it natively "
-            "(AVX512-BF16 or AMX); this one runs float32: leave --dtype out"
+            f"({native_features(precision)}); this one runs float32: leave --dtype out"
         )
     if config.quantize != "off" and precision != "float32":
         raise SettingError(

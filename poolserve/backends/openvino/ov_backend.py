@@ -10,18 +10,29 @@ the model's other heads. Why a second runtime: on a CPU with VNNI, OpenVINO's st
 measures each activation's range as it runs (docs/benchmarks.md).
 
 Each compiled model runs at a fixed number of inference threads per stream, with a stream for
-each runner that may run it at once (the express runner's too), unpinned (the runners share the
-cores with the tokenizers), at the precision `--dtype` names: float32, or bf16 on a CPU with
+each runner that may run it at once, unpinned (the runners share the cores with the tokenizers),
+at the precision `--dtype` names: float32, or bf16 on a CPU with
 AVX512-BF16 or AMX (OpenVINO's own default there; poolserve pins it, so that what runs is what
 was asked for, or what `--backend auto` measured behind the gate: backends/choice/). On a 2-core
 AMD EPYC without AMX bf16 ran 1.6x its float32 (docs/benchmarks.md). A runner thread keeps its
 own infer request of each compiled model.
+
+OpenVINO infers on threads of its own (a thread per stream), not on the caller's, and those
+threads take the OS priority of the thread that made them (OpenVINO keeps a finished model's
+threads for the next model compiled with as many streams and threads; in poolserve every model
+of several streams is compiled on a runner's thread). Sharing the runners' models, the express
+runner's query waited for a stream a background batch held, then ran at the runners' lower
+priority (engine/engine_core.py: 3x its idle p99 beside a bulk job). So the express runner
+compiles models of its own, one stream each, which OpenVINO runs on the calling thread: its
+own, at its priority.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +45,10 @@ from poolserve.backends.onnxruntime.onnx_export import graph_inputs, input_names
 from poolserve.backends.onnxruntime.ort_backend import OrtBackend, graph_backend
 from poolserve.backends.openvino.ov_int8 import OPENVINO_INT8
 from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.executor import CompiledRun, TorchBatch
+from poolserve.backends.torch.executor import CompiledForward, CompiledRun, TorchBatch
 from poolserve.config import EngineConfig
 from poolserve.engine.model_backend import BackendFactory, Collate, CompileSource
+from poolserve.engine.runner import thread_nice
 from poolserve.models.spec import ModelSpec
 
 
@@ -57,11 +69,44 @@ class OvBackend(OrtBackend):
     def _core(self) -> Any:
         return openvino.Core()
 
+    def load(self) -> None:
+        # The priority of the thread that loads, which the loaded models' threads take.
+        self._loaded_nice = thread_nice()
+        super().load()
+
     def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
-        # Every runner (and the express runner) may run a count up to its own at once; more
-        # (lent cores) one at a time.
-        streams = self._callers if threads <= self._threads else 1
+        # Every runner at the loading thread's priority may run a count up to its own at once;
+        # more (lent cores) one at a time.
+        streams = self._sharing() if threads <= self._threads else 1
         return OvRun(self._core, graph, target, threads, streams, _HINTS[self._precision])
+
+    def _sharing(self) -> int:
+        """How many runners run the loaded models: all of them, but the express runner where
+        its thread runs at another priority (it makes its own: `_runner_forwards`)."""
+        # The runners' threads run below the thread that started them (the express runner's
+        # priority), unless the system refused to lower them (engine/runner.py).
+        apart = self._callers > self._runners and self._loaded_nice > os.getpriority(
+            os.PRIO_PROCESS, os.getpid()
+        )
+        return self._runners if apart else self._callers
+
+    def _runner_forwards(self) -> tuple[CompiledForward, ...]:
+        """The loaded models for a runner at the loading thread's priority; for one at another
+        (the express runner), models of its own, one stream each (run on its thread), at the
+        counts it runs (its own threads or fewer: it borrows no cores)."""
+        if thread_nice() == self._loaded_nice:
+            return self._compiled
+        return tuple(
+            replace(
+                forward,
+                runs={
+                    count: OvRun(self._core, run.graph, run.target, count, 1, run.precision)
+                    for count, run in forward.runs.items()
+                    if count <= self._threads and isinstance(run, OvRun)
+                },
+            )
+            for forward in self._compiled
+        )
 
 
 # OpenVINO's names of the precisions it runs.
@@ -90,6 +135,8 @@ class OvRun:
             "ENABLE_CPU_PINNING": False,
         }
         self._compiled = core.compile_model(str(graph), "CPU", config)
+        # What another compile of it needs (`OvBackend._runner_forwards`).
+        self.graph, self.target, self.precision = graph, target, precision
         # OpenVINO's bindings load numpy's C API on their first array: two runners warming up
         # at once deadlocked there (pybind11's call-once waits for the GIL its other caller
         # holds), so the loading thread loads it first, alone.
@@ -97,14 +144,13 @@ class OvRun:
         takes = {name for port in self._compiled.inputs for name in port.get_names()}
         self._names = input_names(target)
         self._fed = [name for name in self._names if name in takes]
-        self._target = target
         self._requests = threading.local()
 
     def __call__(self, batch: TorchBatch) -> torch.Tensor:
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self._compiled.create_infer_request()
-        arrays = dict(zip(self._names, graph_inputs(batch, self._target), strict=True))
+        arrays = dict(zip(self._names, graph_inputs(batch, self.target), strict=True))
         result = request.infer({name: arrays[name] for name in self._fed})
         return torch.from_numpy(result[0])
 

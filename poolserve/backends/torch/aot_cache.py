@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from poolserve.backends.torch import device
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -101,17 +102,13 @@ def _code_digest() -> str:
 
 
 def cpu_identity() -> str:
-    """The instruction set the kernels may use: the CPU flags line (and the machine type)."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        pass
-    words = " ".join(sorted(set(flags.split(":", 1)[-1].split())))
+    """The CPU a measurement or a kernel was made for: its instruction set (the flags, the
+    machine type, torch's kernels' capability) and its model (CPUs with the same flags differ
+    in speed)."""
+    words = " ".join(sorted(device.cpu_flags()))
     return (
         f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} "
-        + hashlib.sha256(words.encode()).hexdigest()[:16]
+        + hashlib.sha256(f"{device.cpu_model()}\n{words}".encode()).hexdigest()[:16]
     )
 
 

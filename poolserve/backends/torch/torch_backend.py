@@ -121,6 +121,9 @@ class TorchBackend:
         self.precision: PrecisionReport | None = None  # how `--dtype auto` chose, if it did
         self.quantization: QuantizationReport | None = None  # nothing quantized here
         self.choice: EngineChoice | None = None  # the engine was named, not chosen here
+        # Set by `poolserve compile`: with --compile auto, build what the cache lacks and
+        # measure it (a start only loads it: compile_gain.not_compiled_line).
+        self.ahead_of_time = False
 
     @property
     def spec(self) -> ModelSpec:
@@ -144,6 +147,11 @@ class TorchBackend:
     def compiled_threads(self) -> tuple[int, ...]:
         """The intra-op thread counts the main head runs compiled at (others run eagerly)."""
         return tuple(sorted({count for each in self._compiled for count in each.runs}))
+
+    @property
+    def _builds(self) -> bool:
+        """Whether what the cache lacks is compiled now: `on`, or auto in `poolserve compile`."""
+        return self._compile == "on" or (self._compile == "auto" and self.ahead_of_time)
 
     def _own_threads(self) -> None:
         if self._runner_threads is not None:
@@ -184,7 +192,7 @@ class TorchBackend:
         self.report = CompileReport("cached", gains=self._gain_ratios())
         self._warm_up(self._new_executor(), heads=(found.forward.head,))
         self.report = replace(self.report, seconds=time.perf_counter() - started)
-        self._log_compiled()
+        logger.info(compile_gain.compiled_line(self._spec.name, self.report, self.compiled_threads))
         return True
 
     def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
@@ -209,14 +217,10 @@ class TorchBackend:
         try:
             compiled = self._compile_ahead_of_time(module, head, counts)
         except aot.NotInCacheError:
-            logger.info(
-                "%s: no compiled forward in the cache for these settings; running it eagerly "
-                "(`poolserve compile` with the same flags fills the cache)",
-                self._spec.name,
-            )
+            logger.info(compile_gain.not_compiled_line(self._spec.name))
             return
         except AotUnavailableError as exc:
-            if self._compile == "cached":
+            if not self._builds:
                 logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
                 return
             compiled = self._compile_just_in_time(module, head, str(exc), counts)
@@ -244,9 +248,6 @@ class TorchBackend:
         self.report = replace(
             self.report, seconds=time.perf_counter() - started, gains=self._gain_ratios()
         )
-        self._log_compiled()
-
-    def _log_compiled(self) -> None:
         logger.info(compile_gain.compiled_line(self._spec.name, self.report, self.compiled_threads))
 
     def _gain_ratios(self) -> dict[int, float]:
@@ -315,7 +316,7 @@ class TorchBackend:
         if self._spec.device != "cpu":
             raise AotUnavailableError("ahead-of-time compiling is for the CPU only")
         targets = self._targets(head, counts)
-        source = module if self._compile != "cached" else None
+        source = module if self._builds else None
         loaded = aot.load_or_build(cache_dir(), source, self._spec, targets, self._callers)
         self.report = CompileReport("built" if loaded.built else "cached")
         with_types = targets[0].with_token_types
@@ -328,16 +329,12 @@ class TorchBackend:
     def _compile_just_in_time(
         self, module: PoolingModule, head: Head, why: str, counts: Sequence[int]
     ) -> CompiledForward | None:
+        # torch.compile's kernels take the thread count of each call: only the runner's own
+        # counts run it (a batch on borrowed cores runs eagerly).
+        mine = sorted(set(counts) & {1, self._threads})
+        packed = head in self.packed_heads
         compiled = just_in_time(
-            module,
-            self._spec.name,
-            head,
-            why,
-            # torch.compile's kernels take the thread count of each call: only the runner's
-            # own counts run it (a batch on borrowed cores runs eagerly).
-            sorted(set(counts) & {1, self._threads}),
-            packed=head in self.packed_heads,
-            runners=self._callers,
+            module, self._spec.name, head, why, mine, packed=packed, runners=self._callers
         )
         if compiled is not None:
             self.report = CompileReport("jit")
@@ -346,7 +343,7 @@ class TorchBackend:
     def executor(self) -> Forward:
         self._own_threads()
         started = time.perf_counter()
-        executor = self._new_executor()
+        executor = self._new_executor(self._runner_forwards())
         # A restart served from the cache warms what its libraries run, not the eager module.
         deferred = isinstance(self._module, DeferredModule) and not self._module.built
         heads = self.compiled_heads if deferred else self._spec.heads
@@ -358,6 +355,11 @@ class TorchBackend:
             self.FASTER_FORWARD if self._compiled else "eager",
         )
         return executor
+
+    def _runner_forwards(self) -> tuple[CompiledForward, ...]:
+        """The faster forwards the calling runner runs: those loaded, shared by every runner
+        (OpenVINO compiles the express runner its own: openvino/ov_backend.py)."""
+        return self._compiled
 
     def _new_executor(self, compiled: Sequence[CompiledForward] | None = None) -> ModelExecutor:
         if self._module is None:

@@ -155,7 +155,7 @@ def test_the_express_runner_takes_the_default_lane_and_above_only_beside_backgro
     """Beside a runner holding a background batch, the express runner runs a small request's
     preparation and its batch, takes no background item however much room its batch has, and
     takes nothing once no background batch runs (a runner is for that)."""
-    runs, _ = scheduler()
+    runs, _ = scheduler(express=True)
     taken: queue.Queue[list[WorkItem] | None] = queue.Queue()
 
     def express() -> None:
@@ -183,11 +183,52 @@ def test_the_express_runner_takes_the_default_lane_and_above_only_beside_backgro
     runs.batch_ended(background)
 
     runs.submit(request(0, [4]))
-    # A runner takes it (and the background items, beside it); the express runner took none.
-    assert lanes_of(take(runs)) == [0, 5, 5, 5, 5]
+    # No background batch runs, and background items wait: a runner takes them and leaves the
+    # query to the express runner, which its batch lets start.
+    bulk = runs.next_batch()
+    assert bulk is not None and lanes_of(bulk.items) == [5, 5, 5, 5]
+    assert lanes_of(taken.get(timeout=WAIT) or []) == [0]
+    runs.batch_ended(bulk)
     runs.close()
     assert taken.get(timeout=WAIT) is None
     thread.join(WAIT)
+
+
+def test_beside_an_express_runner_no_batch_holds_a_query_and_background_work() -> None:
+    """A query in a background batch waits as long as the batch runs. A runner that finds
+    both waiting leaves the query to the express runner while it is free (its background batch
+    lets it start), and takes the query alone while the express runner is busy; without an
+    express runner a batch is filled from the lower lanes, as before."""
+    runs, _ = scheduler(express=True)
+    express_took: queue.Queue[list[WorkItem]] = queue.Queue()
+    release = threading.Event()
+
+    def express() -> None:
+        while (assignment := runs.next_express_batch()) is not None:
+            express_took.put(assignment.items)
+            release.wait(WAIT)
+            runs.batch_ended(assignment)
+
+    thread = threading.Thread(target=express, name="express", daemon=True)
+    thread.start()
+    runs.submit(request(5, [10] * 8))
+    runs.submit(request(0, [4]))
+    bulk = runs.next_batch()
+    assert bulk is not None and lanes_of(bulk.items) == [5] * 8 and bulk.background
+    assert lanes_of(express_took.get(timeout=WAIT)) == [0]
+    # The express runner is busy: the next query goes to a runner, without background items.
+    runs.submit(request(5, [10] * 8) + request(0, [4]))
+    assert lanes_of(take(runs)) == [0]
+    assert lanes_of(take(runs)) == [5] * 8
+    release.set()
+    runs.batch_ended(bulk)
+    runs.close()
+    thread.join(WAIT)
+
+    alone, _ = scheduler()  # no express runner
+    alone.submit(request(5, [10] * 8) + request(0, [4]))
+    alone.close()
+    assert lanes_of(take(alone)) == [0] + [5] * 8
 
 
 # -- the CPU pool's queue -------------------------------------------------------------------------

@@ -120,14 +120,17 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
     eager = make_backend(spec, "off")
     eager.load()
     eager_forward = eager.executor()
-    # `cached` (`poolserve embed`'s auto) never compiles: on an empty cache it runs eagerly.
-    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, "poolserve"):
-        patched.setattr(aot, "build", lambda *args, **kwargs: pytest.fail("compiled"))
-        uncached = make_backend(spec, "cached")
-        uncached.load()
-        assert uncached.report.source == "eager" and not uncached.compiled
-        assert "no compiled forward in the cache" in caplog.text
-        uncached.close()
+    # `cached`, and `auto` at a start (`serve`, `embed`), never compile: on an empty cache they
+    # run eagerly and say so (`poolserve compile` builds it: test_compile_command.py).
+    for mode in ("cached", "auto"):
+        with monkeypatch.context() as patched, caplog.at_level(logging.INFO, "poolserve"):
+            patched.setattr(aot, "build", lambda *args, **kwargs: pytest.fail("compiled"))
+            uncached = make_backend(spec, mode)
+            uncached.load()
+            assert uncached.report.source == "eager" and not uncached.compiled
+            assert "a start never waits for a compile" in caplog.text
+            uncached.close()
+        caplog.clear()
     built = make_backend(spec, "on")
     built.load()
     assert built.report.source == "built"
@@ -376,7 +379,11 @@ def test_a_model_that_does_not_export_is_compiled_with_torch_compile_on_one_runn
 ) -> None:
     compiled = _unexportable(monkeypatch)
     monkeypatch.setattr(compile_gain, "MIN_GAIN", 0.0)  # the stand-in compiles to eager
-    backend = make_backend(spec, "auto", packing="off")
+    # `auto` at a start waits for no compile: torch.compile (not cached) would run at each one.
+    served = make_backend(spec, "auto", packing="off")
+    served.load()
+    assert served.report.source == "eager" and not compiled
+    backend = make_backend(spec, "on", packing="off")
     with caplog.at_level(logging.INFO, logger="poolserve.backends.torch"):
         backend.load()
     assert backend.report.source == "jit" and len(compiled) == 1
@@ -390,7 +397,7 @@ def test_with_several_runners_a_model_that_does_not_export_is_served_eagerly(
     spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiled = _unexportable(monkeypatch)
-    backend = make_backend(spec, "auto", runners=2, packing="off")
+    backend = make_backend(spec, "on", runners=2, packing="off")
     with caplog.at_level(logging.INFO, logger="poolserve.backends.torch"):
         backend.load()
     assert backend.report.source == "eager" and not backend.compiled and not compiled
@@ -401,7 +408,7 @@ def test_a_packed_model_that_does_not_export_serves_packed_batches_eagerly(
     spec: ModelSpec, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiled = _unexportable(monkeypatch)
-    backend = make_backend(spec, "auto")
+    backend = make_backend(spec, "on")
     with caplog.at_level(logging.INFO, logger="poolserve.backends.torch"):
         backend.load()
     assert backend.report.source == "eager" and not compiled and backend.packed_heads

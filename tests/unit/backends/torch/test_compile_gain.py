@@ -45,7 +45,8 @@ def start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cross_encoder_dir: Path
 ) -> Callable[..., TorchBackend]:
     """Start a backend whose compiled forward is `run` (None: compiling is not expected) at one
-    and two thread counts, in a cache of its own; counts how often it compiled."""
+    and two thread counts, in a cache of its own, as `poolserve compile` starts it (a
+    server's start only loads what the cache holds: test_aot.py)."""
     monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path / "cache"))
     spec = prepare_model(ModelConfig(model=str(cross_encoder_dir), dtype="float32"))
 
@@ -58,6 +59,7 @@ def start(
             runners=2,
             compile=mode,
         )
+        backend.ahead_of_time = True
 
         def compile_ahead_of_time(module: Any, head: Any, counts: Any) -> CompiledForward:
             assert run is not None, "compiled at a restart"
