@@ -159,10 +159,9 @@ class AutoBackend:
         )
 
     def _measure(self, path: Path, started: float, budget: TrialBudget) -> None:
-        what = (
-            f"{self._spec.name}: timing {', '.join(c.label for c in self._found.tried)} on "
-            f"{self._threads} thread(s) to choose the fastest"
-        )
+        labels = ", ".join(c.label for c in self._found.tried)
+        why = "to tell what it costs" if len(self._found.tried) == 1 else "to choose the fastest"
+        what = f"{self._spec.name}: timing {labels} on {self._threads} thread(s) {why}"
         rounds = TrialRound(
             self._spec, self._config, self._collate, self._found, ahead_of_time=self.ahead_of_time
         )
