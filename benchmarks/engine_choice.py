@@ -114,11 +114,18 @@ def main() -> None:
 
 def _served(texts: list[str], seconds: float) -> dict[str, float]:
     """`poolserve serve` at its defaults (the choice read from the cache) under two loads."""
-    with running_server([]) as port:
+    return served_loads(texts, seconds, [])
+
+
+def served_loads(texts: list[str], seconds: float, flags: list[str]) -> dict[str, float]:
+    """`poolserve serve FLAGS` under two loads of `texts`, `seconds` each (after 2 s of the
+    first as a warm-up): c=8 requests of 32 sentences and c=64 requests of one."""
+    with running_server(flags) as port:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/info") as answer:
-            engine = orjson.loads(answer.read())["engine"]
-        chosen = f"{engine['chosen']['engine']} {engine['chosen']['precision']}"
-        print(f"poolserve serve chose {chosen} ({engine['source']})")
+            engine = orjson.loads(answer.read()).get("engine")
+        if engine is not None:
+            chosen = f"{engine['chosen']['engine']} {engine['chosen']['precision']}"
+            print(f"poolserve serve chose {chosen} ({engine['source']})")
 
         def requests(inputs: Callable[[int], object], count: int) -> list[bytes]:
             path = "/v1/embeddings"
@@ -127,6 +134,7 @@ def _served(texts: list[str], seconds: float) -> dict[str, float]:
 
         batches = requests(lambda i: texts[i * 32 % len(texts) :][:32], 64)
         singles = requests(lambda i: texts[i * 7 % len(texts)], 256)
+        asyncio.run(run_load("127.0.0.1", port, batches, concurrency=8, seconds=2.0))
         c8 = asyncio.run(run_load("127.0.0.1", port, batches, concurrency=8, seconds=seconds))
         c64 = asyncio.run(run_load("127.0.0.1", port, singles, concurrency=64, seconds=seconds))
     return {

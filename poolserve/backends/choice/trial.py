@@ -34,6 +34,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -90,6 +91,11 @@ class Limits:
     timed: bool = True
 
 
+# Why a probe ended early: stopped in its first pass, its first timed pass past the cut-off, or
+# not timed at all (the reference where it is not a candidate: its outputs alone).
+Ended = Literal["first pass", "cut-off", "not timed"]
+
+
 @dataclass(frozen=True)
 class Probe:
     """The probe's outputs and timings on one backend, and what re-times it (`duel`)."""
@@ -106,9 +112,8 @@ class Probe:
     # What times it again; None once let go (nothing may hold the model then).
     crew: Crew | None
     batches: Sequence[Batch]
-    # Why it ended early: "first pass" (stopped in it), "cut-off" (its first timed pass),
-    # "not timed" (outputs only); None: timed in full.
-    ended: str | None = None
+    # Why it ended early (None: timed in full).
+    ended: Ended | None = None
 
 
 @dataclass(eq=False)

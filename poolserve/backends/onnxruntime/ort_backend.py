@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import torch
 
 from poolserve._environment import cache_dir
@@ -300,8 +301,6 @@ class OrtRun:
     """One ONNX Runtime session of a graph at one intra-op thread count, as a `CompiledRun`."""
 
     def __init__(self, graph: Path, target: AotTarget, threads: int) -> None:
-        import onnxruntime
-
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

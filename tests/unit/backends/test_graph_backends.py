@@ -210,11 +210,9 @@ def _threads_cpu_and_nice() -> dict[int, tuple[int, int]]:
 
 
 def _who_works(runtime: str, cache: str) -> dict[str, tuple[int, dict[int, int]]]:
-    """In a fresh process (OpenVINO hands a finished model's stream threads to the next model
-    compiled alike: another test's would be reused): a runner at nice +5 loads the bundled
-    model's backend, then it and an express runner at the process's priority each run
-    forwards. By runner: its nice, and the nice of each thread that did a fifth of its work or
-    more."""
+    """A runner at nice +5 loads the bundled model's backend, then it and an express runner at
+    the process's priority each run forwards. By runner: its nice, and the nice of each thread
+    that did a fifth of its work or more."""
     import os
 
     from poolserve.backends.choice.auto_backend import make_backend
@@ -236,7 +234,7 @@ def _who_works(runtime: str, cache: str) -> dict[str, tuple[int, dict[int, int]]
             backend.load()
         forward = backend.executor()
         before = _threads_cpu_and_nice()
-        for _ in range(6):
+        for _ in range(3):
             for batch in batches:
                 forward(batch, 1)
         after = _threads_cpu_and_nice()
@@ -253,22 +251,28 @@ def _who_works(runtime: str, cache: str) -> dict[str, tuple[int, dict[int, int]]
     return found
 
 
-def test_the_threads_that_run_a_runner_s_batches_run_at_its_os_priority(
-    runtime: str, cache: Path
-) -> None:
+def _who_works_in_each(runtimes: tuple[str, ...], cache: str) -> dict[str, Any]:
+    return {runtime: _who_works(runtime, cache) for runtime in runtimes}
+
+
+def test_the_threads_that_run_a_runner_s_batches_run_at_its_os_priority(cache: Path) -> None:
     """The express runner's thread runs above the runners' (nice +5: engine_core.py), and the
     threads that do its batches' work must too, whatever the runtime: ONNX Runtime computes on
     the calling thread, OpenVINO's models with several streams on threads of their own, which
     take the priority of the thread that made them (the express runner's model, one stream,
-    runs on its own thread). Measured by where the CPU time of each one's forwards goes."""
+    runs on its own thread). Measured by where the CPU time of each one's forwards goes, in a
+    fresh process: OpenVINO hands a finished model's stream threads to the next model compiled
+    alike, and another test's, made at another priority, would be reused."""
+    runtimes = ("onnxruntime", "openvino")
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-        found = fresh.submit(_who_works, runtime, str(cache)).result()
-    (runner_nice, runner_threads), (express_nice, express_threads) = (
-        found["runner"],
-        found["express"],
-    )
-    if runner_nice == express_nice:
-        pytest.skip("this system refused to lower a thread's priority")
-    assert runner_threads and express_threads, found
-    assert set(runner_threads.values()) == {runner_nice}, found
-    assert set(express_threads.values()) == {express_nice}, found
+        by_runtime = fresh.submit(_who_works_in_each, runtimes, str(cache)).result()
+    for runtime, found in by_runtime.items():
+        (runner_nice, runner_threads), (express_nice, express_threads) = (
+            found["runner"],
+            found["express"],
+        )
+        if runner_nice == express_nice:
+            pytest.skip("this system refused to lower a thread's priority")
+        assert runner_threads and express_threads, (runtime, found)
+        assert set(runner_threads.values()) == {runner_nice}, (runtime, found)
+        assert set(express_threads.values()) == {express_nice}, (runtime, found)
