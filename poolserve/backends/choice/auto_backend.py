@@ -40,7 +40,6 @@ from poolserve.engine.model_backend import (
     PrecisionReport,
     QuantizationReport,
 )
-from poolserve.engine.runner_layout import runner_layout
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
@@ -77,8 +76,6 @@ class AutoBackend:
         self._config = config
         self._collate = collate
         self._found = found
-        self._runners, threads = runner_layout(config, spec.device)
-        self._threads = threads or 1
         self._chosen: Backend | None = None
         self.choice: EngineChoice | None = None
         # Set by `poolserve compile`: measure anew, torch compiled, with no time bound.
@@ -159,12 +156,12 @@ class AutoBackend:
         )
 
     def _measure(self, path: Path, started: float, budget: TrialBudget) -> None:
-        labels = ", ".join(c.label for c in self._found.tried)
-        why = "to tell what it costs" if len(self._found.tried) == 1 else "to choose the fastest"
-        what = f"{self._spec.name}: timing {labels} on {self._threads} thread(s) {why}"
         rounds = TrialRound(
             self._spec, self._config, self._collate, self._found, ahead_of_time=self.ahead_of_time
         )
+        labels = ", ".join(c.label for c in self._found.tried)
+        why = "to tell what it costs" if len(self._found.tried) == 1 else "to choose the fastest"
+        what = f"{self._spec.name}: timing {labels} on {rounds.layout} {why}"
         with progress(logger, what):
             rows, best = rounds.run(budget)
         seconds = time.perf_counter() - started

@@ -63,6 +63,11 @@ class TrialRound:
         self._threads = threads or 1
         self._ahead_of_time = ahead_of_time
 
+    @property
+    def layout(self) -> str:
+        """The runners a trial runs at once, as the log says it."""
+        return f"{self._runners} runner(s) of {self._threads} thread(s)"
+
     def run(self, budget: TrialBudget) -> tuple[list[Tried], Tried | None]:
         """Every candidate tried (the reference first), then the two fastest timed again in
         turn where they are near; the fastest that passed, its backend still loaded."""

@@ -149,6 +149,26 @@ def test_no_slices_before_the_rate_is_measured_or_when_switched_off(clock: Clock
         assert len(take(runs)) == 41
 
 
+def express_runner(
+    runs: Scheduler, holds_until: threading.Event | None = None
+) -> tuple[queue.Queue[list[WorkItem] | None], threading.Thread]:
+    """An express runner's thread over `runs`: each batch it takes is put in the queue (then
+    None once closed), and ended at once, or once `holds_until` is set."""
+    taken: queue.Queue[list[WorkItem] | None] = queue.Queue()
+
+    def express() -> None:
+        while (assignment := runs.next_express_batch()) is not None:
+            taken.put(assignment.items)
+            if holds_until is not None:
+                holds_until.wait(WAIT)
+            runs.batch_ended(assignment)
+        taken.put(None)
+
+    thread = threading.Thread(target=express, name="express", daemon=True)
+    thread.start()
+    return taken, thread
+
+
 def test_the_express_runner_takes_the_default_lane_and_above_only_beside_background_batches() -> (
     None
 ):
@@ -156,16 +176,7 @@ def test_the_express_runner_takes_the_default_lane_and_above_only_beside_backgro
     preparation and its batch, takes no background item however much room its batch has, and
     takes nothing once no background batch runs (a runner is for that)."""
     runs, _ = scheduler(express=True)
-    taken: queue.Queue[list[WorkItem] | None] = queue.Queue()
-
-    def express() -> None:
-        while (assignment := runs.next_express_batch()) is not None:
-            taken.put(assignment.items)
-            runs.batch_ended(assignment)
-        taken.put(None)
-
-    thread = threading.Thread(target=express, name="express", daemon=True)
-    thread.start()
+    taken, thread = express_runner(runs)
     runs.submit(request(5, [10] * 8))
     background = runs.next_batch()  # the only runner now holds background items
     assert background is not None and lanes_of(background.items) == [5] * 8
@@ -200,22 +211,13 @@ def test_beside_an_express_runner_no_batch_holds_a_query_and_background_work() -
     lets it start), and takes the query alone while the express runner is busy; without an
     express runner a batch is filled from the lower lanes, as before."""
     runs, _ = scheduler(express=True)
-    express_took: queue.Queue[list[WorkItem]] = queue.Queue()
     release = threading.Event()
-
-    def express() -> None:
-        while (assignment := runs.next_express_batch()) is not None:
-            express_took.put(assignment.items)
-            release.wait(WAIT)
-            runs.batch_ended(assignment)
-
-    thread = threading.Thread(target=express, name="express", daemon=True)
-    thread.start()
+    express_took, thread = express_runner(runs, holds_until=release)
     runs.submit(request(5, [10] * 8))
     runs.submit(request(0, [4]))
     bulk = runs.next_batch()
     assert bulk is not None and lanes_of(bulk.items) == [5] * 8 and bulk.background
-    assert lanes_of(express_took.get(timeout=WAIT)) == [0]
+    assert lanes_of(express_took.get(timeout=WAIT) or []) == [0]
     # The express runner is busy: the next query goes to a runner, without background items.
     runs.submit(request(5, [10] * 8) + request(0, [4]))
     assert lanes_of(take(runs)) == [0]
