@@ -169,12 +169,18 @@ class AutoBackend:
             failed = "; ".join(f"{row.candidate.label}: {row.trial.outcome}" for row in rows)
             raise ModelLoadError(f"{self._spec.name}: no engine could serve it ({failed})")
         best.release()  # the trial's helper runners; the server's runners make their own
-        # The winner serves as its trial loaded it (torch: compiled where the cache held it).
-        self._chosen = best.backend
+        winner = best.candidate
+        # The winner serves as its trial loaded it (torch: compiled where the cache held it),
+        # but where the trial ran what the cache held and `--compile on` asks for a compile.
+        compiles = candidate_config(winner, self._config, compiling=True).compile == "on"
+        if compiles and not self.ahead_of_time:
+            best.backend.close()
+            self._chosen = self._serve(winner)
+        else:
+            self._chosen = best.backend
         trials = tuple(
             replace(row.trial, outcome="chosen") if row is best else row.trial for row in rows
         )
-        winner = best.candidate
         self.choice = EngineChoice(
             winner.engine,
             winner.precision,

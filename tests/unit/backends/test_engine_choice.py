@@ -142,6 +142,7 @@ class Fake:
         self.report = CompileReport("eager")
         self.precision = self.quantization = self.choice = None
         self.loaded = self.closed = False
+        self.config: EngineConfig | None = None  # what it was built with
 
     def load(self) -> None:
         self.loaded = True
@@ -165,6 +166,7 @@ def faked(
         if isinstance(outcome, Exception):
             raise outcome
         built.append(Fake(candidate, spec))
+        built[-1].config = config
         return built[-1]
 
     def run_probe(backend: Fake, *args: Any) -> Probe:
@@ -216,6 +218,28 @@ def test_the_fastest_within_the_gate_serves_and_the_others_say_why_not(
     serving = [fake for fake in built if not fake.closed]
     assert [fake.candidate.label for fake in serving] == ["torch bfloat16"]
     assert backend.spec.dtype == "bfloat16"
+
+
+def test_the_winner_serves_as_tried_but_is_built_again_where_compile_on_asks_for_a_compile(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A trial runs torch as the compile cache holds it (a start never waits for a compile):
+    with --compile auto the winner serves as its trial loaded it; with --compile on it is built
+    again, to compile."""
+    rates: dict[str, tuple[float, float] | Exception] = {
+        "torch float32": (100.0, 0.0),
+        "torch bfloat16": (300.0, 0.01),
+    }
+    for compile, builds in (("auto", 2), ("on", 3)):
+        monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path / compile))
+        built = faked(monkeypatch, rates)
+        backend = choose(spec, compile=compile)
+        assert backend.choice is not None and backend.choice.precision == "bfloat16"
+        assert len(built) == builds
+        assert all(fake.config and fake.config.compile == "cached" for fake in built[:2])
+        serving = [fake for fake in built if not fake.closed]
+        assert len(serving) == 1 and serving[0].config is not None
+        assert serving[0].config.compile == ("cached" if compile == "auto" else "on")
 
 
 def test_the_choice_is_cached_and_a_restart_reads_it_without_trials(
