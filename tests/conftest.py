@@ -121,3 +121,46 @@ def token_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.tiny_models import make_token_classifier
 
     return make_token_classifier(tmp_path_factory.mktemp("tiny") / "token-classifier")
+
+
+class StaticCheckpoints:
+    """The static embedding checkpoints of tests/static_models.py, each written once a session
+    when a test first asks for it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[str, Path] = {}
+
+    def __getitem__(self, name: str) -> Path:
+        if name not in self._made:
+            from tests import static_models
+
+            directory = self.root / name
+            makers = {
+                "model2vec": lambda: static_models.make_model2vec(directory),
+                "model2vec-float16-cut": lambda: static_models.make_model2vec(
+                    directory, dtype="float16", max_length=16, seed=2
+                ),
+                "model2vec-int8": lambda: static_models.make_model2vec(
+                    directory, dtype="int8", seed=3
+                ),
+                # Vocabulary-quantized (mapping and weights), over XLM-RoBERTa's Unigram.
+                "model2vec-multilingual-quantized": lambda: static_models.make_model2vec(
+                    directory,
+                    tokenizer="xlmr",
+                    vocabulary_quantization=64,
+                    normalize=False,
+                    seed=4,
+                ),
+                "static-embedding": lambda: static_models.make_static_embedding(directory),
+                "static-embedding-published": lambda: static_models.make_static_embedding(
+                    directory, layout="published", normalize=False
+                ),
+            }
+            self._made[name] = makers[name]()
+        return self._made[name]
+
+
+@pytest.fixture(scope="session")
+def static_dirs(tmp_path_factory: pytest.TempPathFactory) -> StaticCheckpoints:
+    return StaticCheckpoints(tmp_path_factory.mktemp("static"))

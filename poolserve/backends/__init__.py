@@ -13,12 +13,20 @@ from poolserve.config import EngineConfig
 from poolserve.config.engine_table import AUTO_MODULE, ENGINE_BY_NAME
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.errors import SettingError
+from poolserve.models.spec import ModelSpec
+
+# The runtime of static embedding models (models/static_layout.py): no `--backend` names it.
+STATIC_MODULE = "poolserve.backends.static.static_backend"
 
 
-def backend_for(config: EngineConfig) -> BackendFactory:
+def backend_for(config: EngineConfig, model: ModelSpec | None = None) -> BackendFactory:
     """The factory of the backend `config` names (auto: the chooser; an engine with several
     precisions: the chooser narrowed to it, which measures them where `--dtype` is auto); an
-    unknown name, or an engine whose libraries are missing, is a SettingError in one line."""
+    unknown name, or an engine whose libraries are missing, is a SettingError in one line. A
+    static `model` runs on the static runtime, whatever is named (it refuses what does not
+    apply)."""
+    if model is not None and model.layout.static is not None:
+        return _factory(STATIC_MODULE, "static", config)
     if config.quantize == "off" and config.quantize_gate != "refuse":
         raise SettingError(
             f"--quantize-gate {config.quantize_gate} says what a quantized model below the gate "

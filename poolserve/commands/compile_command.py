@@ -39,7 +39,9 @@ def compile_models(served: Sequence[ServedModel]) -> int:
             logger.error("%s: %s", each.model.model or "the bundled default model", message)
             failed += 1
             continue
-        if report.source in ("onnxruntime", "openvino"):
+        if report.source == "table":
+            logger.info("%s: a static model (a table looked up in numpy): nothing to compile", name)
+        elif report.source in ("onnxruntime", "openvino"):
             logger.info("%s: exported to ONNX (and quantized) in %s", name, cache_dir() / "onnx")
         elif report.source in ("built", "cached"):
             logger.info(
@@ -78,7 +80,9 @@ def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
             f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass --compile on"
         )
     spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
-    backend = backend_for(engine)(spec, engine, collate_for(spec))
+    if spec.layout.static is not None:
+        return spec.name, CompileReport("table")  # a table: nothing to compile
+    backend = backend_for(engine, spec)(spec, engine, collate_for(spec))
     from poolserve.backends.choice.auto_backend import AutoBackend  # loads torch
     from poolserve.backends.torch.torch_backend import TorchBackend
 

@@ -67,11 +67,13 @@ class ModelConfig:
     max_model_len: int | None = setting(
         None, minimum=1, help="lower the model's length limit (tokens)"
     )
-    long_input: LongInput = setting(
-        "error",
+    # None: the model's own rule (truncate for a static model that cuts texts, else error).
+    long_input: LongInput | None = setting(
+        None,
         help="what an embedding input longer than the model's length gets when its request "
         "does not say (long_input, or its API's truncation field): error (a 400), truncate, or "
-        "chunk (embedded in chunks, their vectors averaged by tokens)",
+        "chunk (embedded in chunks, their vectors averaged by tokens); default: truncate for a "
+        "static model that cuts texts at its max_length (model2vec), else error",
     )
     max_input_tokens: int = setting(
         32768,

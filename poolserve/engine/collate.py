@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -41,6 +42,9 @@ class Batch:
     packed: PackedRows | None = None
     # Set for a batch of images (float32 [items, 3, size, size]; no token arrays then).
     pixel_values: np.ndarray | None = None
+    # Set for a flat batch (`collate_flat`): each item's token count; `input_ids` then holds
+    # the items' tokens end to end, with no padding and no mask.
+    lengths: np.ndarray | None = None
 
     @property
     def padded_tokens(self) -> int:
@@ -158,6 +162,20 @@ def collate(
         for row, text in enumerate(texts):
             pool_mask[row, : text.pool_from] = 0
     return Batch(items, items[0].head, input_ids, attention_mask, token_type_ids, pool_mask)
+
+
+def collate_flat(items: list[WorkItem], packed: bool = False) -> Batch:
+    """The items' tokens end to end in one int64 array, and each one's count: the batch of a
+    runtime that looks tokens up one by one (a static model's table) and needs no rows."""
+    texts: list[TokenizedText] = [item.payload for item in items]
+    lengths = np.fromiter((len(text.input_ids) for text in texts), np.int64, len(texts))
+    total = int(lengths.sum())
+    ids = np.fromiter(chain.from_iterable(text.input_ids for text in texts), np.int64, total)
+    return Batch(items, items[0].head, ids, _NO_MASK, None, lengths=lengths)
+
+
+# A flat batch's mask: its tokens are all real.
+_NO_MASK = np.zeros(0, dtype=np.int64)
 
 
 def _images(items: list[WorkItem]) -> Batch:

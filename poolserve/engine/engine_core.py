@@ -22,7 +22,7 @@ from typing import Any
 from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.config.priorities import DEFAULT_PRIORITY
-from poolserve.engine.collate import Batch, collate
+from poolserve.engine.collate import Batch, collate, collate_flat
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.model_backend import (
     BackendFactory,
@@ -95,7 +95,10 @@ def processor_key(model: ModelSpec) -> str:
 
 
 def collate_for(model: ModelSpec) -> Collate:
-    """The model's collate function (padded or packed batches, engine/collate.py)."""
+    """The model's collate function (padded or packed batches, engine/collate.py; flat ones
+    for a static model's table)."""
+    if model.layout.static is not None:
+        return collate_flat
     return partial(
         collate,
         pad_token_id=model.pad_token_id,
@@ -249,7 +252,9 @@ class EngineCore:
     def _build_processor(self, key: str) -> TextTokenizer:
         vision = self.model.layout.vision
         if vision is None:
-            return TextTokenizer(self.model.tokenizer_json)
+            static = self.model.layout.static
+            chars = None if static is None else static.chars_per_token
+            return TextTokenizer(self.model.tokenizer_json, chars_per_token=chars)
         return ImageTextProcessor(self.model.tokenizer_json, vision)
 
     @property

@@ -33,9 +33,9 @@ Forward = Callable[[Batch, int], Sequence[np.ndarray]]
 Collate = Callable[[list[WorkItem], bool], Batch]
 
 # How the main head's forward was obtained: compiled ahead of time at this start ("built"), from
-# the cache ("cached"), by torch.compile ("jit"), not compiled ("eager"), or exported and run by
-# ONNX Runtime ("onnxruntime") or OpenVINO ("openvino").
-CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime", "openvino"]
+# the cache ("cached"), by torch.compile ("jit"), not compiled ("eager"), exported and run by
+# ONNX Runtime ("onnxruntime") or OpenVINO ("openvino"), or a static model's table ("table").
+CompileSource = Literal["built", "cached", "jit", "eager", "onnxruntime", "openvino", "table"]
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,12 @@ class TokenizedText:
 class TextTokenizer:
     """One thread's tokenizer."""
 
-    def __init__(self, tokenizer: str | Tokenizer) -> None:
+    def __init__(self, tokenizer: str | Tokenizer, *, chars_per_token: int | None = None) -> None:
         """Over the tokenizer a tokenizer.json defines (parsed here), or over one parsed
-        before (`ModelSpec.tokenizer`: then only one thread at a time may use this one)."""
+        before (`ModelSpec.tokenizer`: then only one thread at a time may use this one).
+        `chars_per_token`: texts cut to N tokens from the right are first cut to N × this many
+        characters (model2vec's rule, models/static_layout.py)."""
+        self._chars_per_token = chars_per_token
         if isinstance(tokenizer, str):
             tokenizer = Tokenizer.from_str(tokenizer)
         tokenizer.no_truncation()
@@ -89,6 +92,8 @@ class TextTokenizer:
         the text's last tokens dropped (`side` "right") or its first ("left"). Cutting from the
         left never drops the tokens of the first `keep_leading_chars` characters (a prompt the
         model must see): the tokens right after them go instead."""
+        if truncate_to is not None and side == "right" and self._chars_per_token:
+            texts = [text[: truncate_to * self._chars_per_token] for text in texts]
         if sum(len(text) for text in texts) <= HOLD_GIL_CHARS:
             encode = self._tokenizer.encode
             encodings = [encode(text, add_special_tokens=add_special_tokens) for text in texts]

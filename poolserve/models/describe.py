@@ -14,10 +14,11 @@ from poolserve.config import ModelConfig
 from poolserve.config.fields import check_settings
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Kind, describe, detect_kind
-from poolserve.models.layout import ModelLayout, read_layout
+from poolserve.models.layout import NO_LENGTH_LIMIT, ModelLayout, read_layout
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 from poolserve.models.score_template import template_for, with_token_ids
 from poolserve.models.spec import ModelSpec
+from poolserve.models.static_layout import TABLE_FILE, plain_tokenizer_json, static_folder
 from poolserve.models.vision import pad_token
 
 logger = logging.getLogger(__name__)
@@ -77,11 +78,18 @@ def prepare_model(
     more (then the engine refuses to start): `capped_from` says so, for one log line."""
     check_settings(config)  # what each flag would refuse, given in Python
     directory = resolve_model_dir(config.model, config.revision, weights=weights)
+    static = static_folder(directory)
+    if static is not None and not weights and not (static / TABLE_FILE).is_file():
+        # A static model's table is small and its header is its description (its shape).
+        directory = resolve_model_dir(config.model, config.revision, weights=True)
     layout = read_layout(
         directory, config.max_model_len, trust_remote_code=config.trust_remote_code
     )
     capped_from = None
-    if (
+    if layout.max_model_len == NO_LENGTH_LIMIT and max_batch_tokens is not None:
+        # A static model that never cuts a text: served up to the batch budget.
+        layout = replace(layout, max_model_len=max_batch_tokens)
+    elif (
         max_batch_tokens is not None
         and config.max_model_len is None
         and layout.max_model_len > max_batch_tokens
@@ -90,7 +98,11 @@ def prepare_model(
         layout = replace(layout, max_model_len=max_batch_tokens)
     kind = detect_kind(layout, config.task)
     _check_kind_settings(config, layout, kind)
-    tokenizer_json = load_tokenizer_json(layout.directory)
+    if layout.static is not None:
+        text = layout.static.tokenizer_file.read_text(encoding="utf-8")
+        tokenizer_json = plain_tokenizer_json(text)
+    else:
+        tokenizer_json = load_tokenizer_json(layout.directory)
     tokenizer = _parse_tokenizer(tokenizer_json, directory)
     pad_id = None
     if layout.vision is not None and (token := pad_token(layout.directory)) is not None:

@@ -136,6 +136,9 @@ class EmbeddingSpace:
             ],
             "splade": [layout.splade_strategy, layout.splade_activation],
         }
+        if layout.static is not None:
+            # Whose rules turn texts into its rows (model2vec's cut and unknown token).
+            described["static"] = [layout.static.library, layout.static.max_length]
         return cls(_digest(described))
 
     def fingerprint(

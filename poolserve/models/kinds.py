@@ -83,7 +83,15 @@ def _sentence_transformers_kind(layout: ModelLayout) -> Kind | None:
 def detect_kind(layout: ModelLayout, task: str | None = None) -> Kind:
     """The kind of model in `layout`, or the one `task` forces. sentence-transformers' files
     decide first, then the transformers class name; a class that could be several kinds
-    (a masked LM, a causal LM) is refused with the `--task` that serves it."""
+    (a masked LM, a causal LM) is refused with the `--task` that serves it. A static model
+    (a table of token vectors) is an embedding model and nothing else."""
+    if layout.static is not None:
+        if task not in (None, "auto") and TASK_OVERRIDES.get(task) != "embedding":
+            raise SettingError(
+                f"{layout.directory} is a static embedding model ({layout.architecture}): it "
+                f"serves as an embedding model only; leave --task out"
+            )
+        return "embedding"
     if task is not None and task != "auto":
         if task not in TASK_OVERRIDES:
             raise ModelLoadError(

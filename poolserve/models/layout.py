@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from poolserve.errors import ModelLoadError, SettingError
+from poolserve.models.static_layout import StaticTable, read_static, static_config, static_folder
 from poolserve.models.vision import VisionLayout, image_family, read_vision
 
 # Class-name endings of decoder checkpoints saved with their language-model head.
@@ -77,6 +78,8 @@ class ModelLayout:
     truncate_dim: int | None = None
     # An image-text model's image side (CLIP, SigLIP); None for a text model.
     vision: VisionLayout | None = None
+    # A static embedding model's table (model2vec, StaticEmbedding); None for a transformer.
+    static: StaticTable | None = None
 
     @property
     def model_type(self) -> str:
@@ -172,7 +175,11 @@ def read_layout(
 ) -> ModelLayout:
     """Read config.json and the sentence-transformers module files of a model directory.
     The layout's `directory` is where the transformers checkpoint is (`transformers_directory`);
-    the sentence-transformers files are read from `directory`."""
+    the sentence-transformers files are read from `directory`. A static embedding model
+    (models/static_layout.py) is read without transformers."""
+    folder = static_folder(directory)
+    if folder is not None:
+        return _static_layout(directory, folder, max_model_len)
     root, directory = directory, transformers_directory(directory)
     hf_config = _read_json(directory / "config.json")
     if not isinstance(hf_config, dict):
@@ -211,6 +218,45 @@ def read_layout(
         m3_heads=all((directory / name).is_file() for name in M3_HEAD_FILES),
         truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
         vision=vision,
+    )
+
+
+# The length limit of a static model that never cuts a text: any, within the batch budget
+# (models/describe.py serves it up to --max-batch-tokens).
+NO_LENGTH_LIMIT = 2**31 - 1
+
+
+def _static_layout(root: Path, folder: Path, max_model_len: int | None) -> ModelLayout:
+    """A static model's layout: its table, its modules (Normalize, or none after the table) and
+    sentence-transformers' config (prompts, truncate_dim)."""
+    table = read_static(root, folder, max_model_len)
+    modules = _read_modules(root, ("mean",))
+    others = [kind for kind in modules.types[1:] if kind != "Normalize"]
+    if others:
+        raise ModelLoadError(
+            f"{root}: its StaticEmbedding is followed by {others[0]}; a static model is served "
+            "with a Normalize module after it, or nothing"
+        )
+    config = static_config(table)
+    st_file = root / "config_sentence_transformers.json"
+    st_config = _read_json(st_file) if st_file.is_file() else {}
+    if table.library == "model2vec":
+        normalize = bool(config.get("normalize", False))  # model2vec's own default
+    else:
+        normalize = "Normalize" in modules.types
+    return ModelLayout(
+        directory=root,
+        architecture="StaticModel" if table.library == "model2vec" else "StaticEmbedding",
+        hf_config=config,
+        pooling_modes=("mean",),
+        dense=(),
+        normalize=normalize,
+        max_model_len=table.max_length or NO_LENGTH_LIMIT,
+        hidden_size=table.dim,
+        module_types=tuple(modules.types),
+        st_config=st_config,
+        truncate_dim=int(st_config["truncate_dim"]) if st_config.get("truncate_dim") else None,
+        static=table,
     )
 
 

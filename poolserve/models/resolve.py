@@ -8,6 +8,7 @@ from pathlib import Path
 
 from poolserve.errors import ModelLoadError
 from poolserve.models.layout import transformers_directory
+from poolserve.models.static_layout import static_folder
 
 # The files a pooling model needs; weights in other formats are not downloaded.
 DESCRIPTION_PATTERNS = ("*.json", "*.txt", "*.model", "*/*.json")
@@ -78,7 +79,7 @@ def _local_dir(model: str | None) -> Path:
     if model is None or not Path(model).expanduser().is_dir():
         return default_model_dir()
     path = Path(model).expanduser()
-    if not (transformers_directory(path) / "config.json").is_file():
+    if static_folder(path) is None and not (transformers_directory(path) / "config.json").is_file():
         raise ModelLoadError(f"{path} is a directory but has no config.json")
     return path.resolve()
 

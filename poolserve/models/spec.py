@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
+from poolserve.config.model_config import LongInput
 from poolserve.models.kinds import HEADS, Head, Kind
 from poolserve.models.layout import ModelLayout
 from poolserve.models.score_template import ScoreTemplate
@@ -58,6 +59,14 @@ class ModelSpec:
             # BGE-M3: dense, lexical (sparse) and multi-vector outputs, and all three at once.
             return ("embed", "token_embed", "sparse", "m3")
         return HEADS[self.kind]
+
+    @property
+    def default_long_input(self) -> LongInput:
+        """What a long input gets where neither the request nor --long-input says: a static
+        model that cuts texts (model2vec's max_length) cuts them, as its library does; any
+        other refuses them."""
+        static = self.layout.static
+        return "truncate" if static is not None and static.max_length else "error"
 
     @property
     def max_model_len(self) -> int:

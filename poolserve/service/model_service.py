@@ -75,7 +75,7 @@ class ModelService:
         core = EngineCore(
             spec,
             engine_config,
-            backend=backend or backend_for(engine_config),
+            backend=backend or backend_for(engine_config, spec),
             cpu=cpu,
         )
         return cls(
@@ -90,7 +90,7 @@ class ModelService:
             num_special_tokens=spec.num_special_tokens,
             served_names=served_names or (spec.name,),
             output_floats=spec.output_floats,
-            long_input=model_config.long_input,
+            long_input=model_config.long_input or spec.default_long_input,
             source=model_config,
         )
 

@@ -57,7 +57,8 @@ def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:
         "max_batch_tokens": service.core.config.max_batch_tokens,
         "max_batch_requests": service.core.config.max_batch_size,
         "max_client_batch_size": state.max_client_batch_size,
-        "auto_truncate": False,
+        # Whether an input too long for the model is cut where its request does not say.
+        "auto_truncate": service.long_input == "truncate",
         "tokenization_workers": state.cpu.workers,
         "version": __version__,
         **service.tasks.prompts.card(),
