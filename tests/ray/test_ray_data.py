@@ -11,6 +11,7 @@ import ray
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.ray import embed_dataset
+from tests.conftest import StaticCheckpoints
 from tests.reference import FP32_COSINE, WORDS, assert_close_vectors
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -57,3 +58,19 @@ def test_a_missing_column_fails_naming_the_columns(ray_address: str) -> None:
     dataset = ray.data.from_items([{"body": "hello"}])
     with pytest.raises(Exception, match=r"no column 'text'; its columns: body"):
         embed_dataset(dataset, model_config=FP32, engine_config=EAGER).take_all()
+
+
+def test_a_static_model_embeds_on_ray_as_model2vec(
+    ray_address: str, static_dirs: StaticCheckpoints
+) -> None:
+    from tests.static_models import model2vec_reference
+
+    directory = static_dirs["model2vec"]
+    texts = [document(i) for i in range(200)]
+    dataset = ray.data.from_items([{"id": i, "text": text} for i, text in enumerate(texts)])
+    rows = embed_dataset(
+        dataset, replicas=1, batch_size=64, model_config=ModelConfig(model=str(directory))
+    ).take_all()
+    rows.sort(key=lambda row: row["id"])
+    vectors = np.stack([np.asarray(row["embedding"], np.float32) for row in rows])
+    np.testing.assert_allclose(vectors, model2vec_reference(directory, texts), atol=1e-6)
