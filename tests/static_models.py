@@ -133,47 +133,6 @@ def model2vec_reference(directory: Path, texts: Sequence[str], **encode: Any) ->
     return vectors
 
 
-def model2vec_exact(directory: Path, texts: Sequence[str]) -> np.ndarray:
-    """model2vec's vectors computed in float64 from its own tokens and arrays: the means
-    `encode` rounds (its float32 sums drift up to ~2e-6 over 512 repeats of one token)."""
-    from model2vec import StaticModel
-
-    model = StaticModel.from_pretrained(str(directory))
-    if model.max_length is not None:  # `encode` cuts characters first
-        texts = [text[: model.max_length * model.median_token_length] for text in texts]
-    table = np.asarray(model.embedding, dtype=np.float64)
-    vectors = np.zeros((len(texts), table.shape[1]))
-    for row, ids in enumerate(model.tokenize(list(texts))):
-        if not ids:
-            continue
-        rows = table[ids if model.token_mapping is None else model.token_mapping[ids]]
-        if model.weights is not None:
-            rows = rows * np.asarray(model.weights, np.float64)[ids][:, None]
-        vectors[row] = rows.mean(axis=0)
-    if model.normalize:
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
-    return vectors
-
-
-def st_exact(directory: Path, texts: Sequence[str]) -> np.ndarray:
-    """sentence-transformers' vectors computed in float64 from its own module's tokens and
-    table: the means its float32 EmbeddingBag rounds."""
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(directory), device="cpu")
-    static = model[0]
-    table = static.embedding.weight.detach().double().numpy()
-    vectors = np.zeros((len(texts), table.shape[1]))
-    for row, encoding in enumerate(
-        static.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-    ):
-        if encoding.ids:
-            vectors[row] = table[encoding.ids].mean(axis=0)
-    if any(type(module).__name__ == "Normalize" for module in model):
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
-    return vectors
-
-
 def st_reference(directory: Path, texts: Sequence[str], **encode: Any) -> np.ndarray:
     """sentence-transformers' own vectors (`SentenceTransformer.encode`)."""
     from sentence_transformers import SentenceTransformer

@@ -1,5 +1,5 @@
 """A static model's table in memory, and a whole batch looked up at once: one gather of the
-batch's rows and one segment sum (`np.add.reduceat`), not a loop over texts.
+batch's rows, then each text's sum over its slice of them.
 
 The rules are the libraries' (models/static_layout.py): a vocabulary-quantized model2vec model
 maps each token id to a row (`mapping`) and scales it by the token's weight (`weights`); the
@@ -60,11 +60,17 @@ class LoadedTable:
         tokens each)."""
         ids, lengths = self._kept(ids, lengths)
         sums = np.zeros((len(lengths), self.dim), dtype=np.float32)
-        filled = lengths > 0
-        if ids.size:
-            starts = np.cumsum(lengths) - lengths
-            sums[filled] = np.add.reduceat(self._rows(ids), starts[filled], axis=0)
-            sums[filled] /= lengths[filled, None].astype(np.float32)
+        rows = self._rows(ids)
+        start = 0
+        # A float32 sum per text over its slice of the rows, row after row as model2vec's
+        # mean and sentence-transformers' EmbeddingBag add them (their vectors, bit for bit).
+        # np.add.reduceat along the rows' axis walks them column by column: 2x slower (64
+        # texts of 5-40 tokens, 256 dims: 753 against 382 µs with the gather).
+        for text, end in enumerate(np.cumsum(lengths).tolist()):
+            if end > start:
+                np.add.reduce(rows[start:end], axis=0, out=sums[text])
+            start = end
+        sums /= np.maximum(lengths, 1)[:, None].astype(np.float32)
         return sums
 
     def token_vectors(self, ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
