@@ -77,11 +77,7 @@ def prepare_model(
     against the default 16,384) is served up to that budget, unless `--max-model-len` asked for
     more (then the engine refuses to start): `capped_from` says so, for one log line."""
     check_settings(config)  # what each flag would refuse, given in Python
-    directory = resolve_model_dir(config.model, config.revision, weights=weights)
-    static = static_folder(directory)
-    if static is not None and not weights and not (static / TABLE_FILE).is_file():
-        # A static model's table is small and its header is its description (its shape).
-        directory = resolve_model_dir(config.model, config.revision, weights=True)
+    directory = _model_directory(config, weights)
     layout = read_layout(
         directory, config.max_model_len, trust_remote_code=config.trust_remote_code
     )
@@ -98,11 +94,7 @@ def prepare_model(
         layout = replace(layout, max_model_len=max_batch_tokens)
     kind = detect_kind(layout, config.task)
     _check_kind_settings(config, layout, kind)
-    if layout.static is not None:
-        text = layout.static.tokenizer_file.read_text(encoding="utf-8")
-        tokenizer_json = plain_tokenizer_json(text)
-    else:
-        tokenizer_json = load_tokenizer_json(layout.directory)
+    tokenizer_json = _tokenizer_json(layout)
     tokenizer = _parse_tokenizer(tokenizer_json, directory)
     pad_id = None
     if layout.vision is not None and (token := pad_token(layout.directory)) is not None:
@@ -129,6 +121,23 @@ def prepare_model(
         capped_from=capped_from,
         tokenizer_pad_id=pad_id,
     )
+
+
+def _model_directory(config: ModelConfig, weights: bool) -> Path:
+    """The model's directory; a hub model's weights only where asked, but a static model's
+    table always: it is small, and its header is its description (its shape)."""
+    directory = resolve_model_dir(config.model, config.revision, weights=weights)
+    static = static_folder(directory)
+    if static is not None and not weights and not (static / TABLE_FILE).is_file():
+        directory = resolve_model_dir(config.model, config.revision, weights=True)
+    return directory
+
+
+def _tokenizer_json(layout: ModelLayout) -> str:
+    """The tokenizer's definition (a static model's without special tokens to add)."""
+    if layout.static is not None:
+        return plain_tokenizer_json(layout.static.tokenizer_file.read_text(encoding="utf-8"))
+    return load_tokenizer_json(layout.directory)
 
 
 def _check_kind_settings(config: ModelConfig, layout: ModelLayout, kind: Kind) -> None:
