@@ -154,6 +154,31 @@ def test_token_vectors_are_model2vecs_sequences(
         np.testing.assert_allclose(np.asarray(mine), theirs, rtol=0, atol=1e-6)
 
 
+def test_each_table_and_its_rules_is_a_space_of_its_own(
+    engines: Engines, static_dirs: StaticCheckpoints, tmp_path: Path
+) -> None:
+    """The fingerprint hashes the table's file like any weights: another table, or the same
+    table served by the other library's rules, is another space; a copy of one is the same."""
+    import shutil
+
+    spaces = {name: engines[name].embedding_space() for name in ("model2vec", "model2vec-int8")}
+    assert len(set(spaces.values())) == 2
+    copy = tmp_path / "copy"
+    shutil.copytree(static_dirs["model2vec"], copy)
+    with Engine(str(copy)) as same:
+        assert same.embedding_space() == spaces["model2vec"]
+    # The same table under sentence-transformers' rules (no cut, the unknown token kept).
+    as_st = tmp_path / "as-sentence-transformers"
+    shutil.copytree(static_dirs["model2vec"], as_st)
+    tensors = load_file(str(as_st / "model.safetensors"))
+    save_file({"embedding.weight": tensors["embeddings"]}, as_st / "model.safetensors")
+    (as_st / "config.json").unlink()
+    with Engine(str(as_st)) as other:
+        static = other.core.model.layout.static
+        assert static is not None and static.library == "sentence-transformers"
+        assert other.embedding_space() != spaces["model2vec"]
+
+
 def test_nothing_of_a_transformer_is_imported(static_dirs: StaticCheckpoints) -> None:
     """A fresh process serving a static model never imports torch or transformers."""
     import subprocess
