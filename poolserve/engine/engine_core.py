@@ -87,11 +87,14 @@ def invariant_config(config: EngineConfig) -> EngineConfig:
 
 def processor_key(model: ModelSpec) -> str:
     """The key of each CPU-pool thread's processor of `model`'s inputs (a str caches its
-    hash): its tokenizer, and for an image-text model its image processor's folder too."""
-    vision = model.layout.vision
-    if vision is None:
-        return model.tokenizer_json
-    return f"{vision.directory}\n{model.tokenizer_json}"
+    hash): its tokenizer, and what else decides what a text becomes: an image-text model's
+    image processor's folder, a static model's cut by characters (model2vec's)."""
+    vision, static = model.layout.vision, model.layout.static
+    if vision is not None:
+        return f"{vision.directory}\n{model.tokenizer_json}"
+    if static is not None and static.chars_per_token:
+        return f"cut at {static.chars_per_token} characters a token\n{model.tokenizer_json}"
+    return model.tokenizer_json
 
 
 def collate_for(model: ModelSpec) -> Collate:

@@ -179,9 +179,11 @@ def _unknown_id(tokenizer: Tokenizer, definition: dict[str, Any]) -> int | None:
 
 def plain_tokenizer_json(tokenizer_json: str) -> str:
     """The tokenizer without its post-processor: both libraries tokenize without special tokens
-    ([CLS], [SEP], <s>), and a tokenizer with none to add never adds any, whoever asks."""
+    ([CLS], [SEP], <s>), and a tokenizer with none to add never adds any, whoever asks. Its
+    truncation and padding go too (the server cuts texts itself; `read_static` has read where
+    the file truncates), so one tokenizer saved by either library is one definition."""
     definition = json.loads(tokenizer_json)
-    definition["post_processor"] = None
+    definition.update(post_processor=None, truncation=None, padding=None)
     return json.dumps(definition, ensure_ascii=False)
 
 

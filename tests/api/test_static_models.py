@@ -297,3 +297,19 @@ def model2vec_tokens(directory: Path, texts: list[str]) -> list[list[int]]:
 
     tokens: list[list[int]] = StaticModel.from_pretrained(str(directory)).tokenize(texts)
     return tokens
+
+
+def test_two_static_models_on_one_tokenizer_keep_their_own_rules(
+    static_dirs: StaticCheckpoints,
+) -> None:
+    """model2vec's cut by characters and sentence-transformers' no cut, over one tokenizer in
+    one process: the CPU pool's thread (long requests are tokenized there) holds a tokenizer
+    for each model's rules, whichever model started first."""
+    from poolserve import ModelSet, ServedModel
+
+    st, cut = static_dirs["static-embedding"], static_dirs["model2vec-float16-cut"]
+    served = [ServedModel(ModelConfig(model=str(each)), EngineConfig(), None) for each in (st, cut)]
+    with ModelSet.load(served, cpu_workers=1) as loaded:
+        reference = model2vec_reference(cut, TEXTS)
+        assert_same_vectors(np.asarray(loaded[cut.name].embed(TEXTS)), reference, ulp_of=np.float16)
+        assert_same_vectors(np.asarray(loaded[st.name].embed(TEXTS)), st_reference(st, TEXTS))
