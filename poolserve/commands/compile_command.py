@@ -19,8 +19,8 @@ from poolserve._environment import cache_dir
 from poolserve.backends import backend_for
 from poolserve.config import ServedModel
 from poolserve.config.grammar import model_engine_configs
-from poolserve.engine.engine_core import collate_for
 from poolserve.engine.model_backend import CompileReport
+from poolserve.engine.model_inputs import collate_for
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.describe import prepare_model
 from poolserve.models.resolve import fetch_weights

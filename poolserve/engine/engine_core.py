@@ -22,16 +22,16 @@ from typing import Any
 from poolserve.config import EngineConfig
 from poolserve.config.fields import check_settings
 from poolserve.config.priorities import DEFAULT_PRIORITY
-from poolserve.engine.collate import Batch, collate, collate_flat
+from poolserve.engine.collate import Batch
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.model_backend import (
     BackendFactory,
-    Collate,
     EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
 )
+from poolserve.engine.model_inputs import build_processor, collate_for, processor_key
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import has_express_runner, runner_layout
@@ -39,7 +39,6 @@ from poolserve.engine.scheduler import Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import EngineUnavailableError, SettingError
-from poolserve.inputs.image_processor import ImageTextProcessor
 from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
@@ -83,31 +82,6 @@ def invariant_config(config: EngineConfig) -> EngineConfig:
                 "batch-invariant: leave it out"
             )
     return replace(config, compile="off", packing="off", single_thread_tokens=0, backend="torch")
-
-
-def processor_key(model: ModelSpec) -> str:
-    """The key of each CPU-pool thread's processor of `model`'s inputs (a str caches its
-    hash): its tokenizer, and what else decides what a text becomes: an image-text model's
-    image processor's folder, a static model's cut by characters (model2vec's)."""
-    vision, static = model.layout.vision, model.layout.static
-    if vision is not None:
-        return f"{vision.directory}\n{model.tokenizer_json}"
-    if static is not None and static.chars_per_token:
-        return f"cut at {static.chars_per_token} characters a token\n{model.tokenizer_json}"
-    return model.tokenizer_json
-
-
-def collate_for(model: ModelSpec) -> Collate:
-    """The model's collate function (padded or packed batches, engine/collate.py; flat ones
-    for a static model's table)."""
-    if model.layout.static is not None:
-        return collate_flat
-    return partial(
-        collate,
-        pad_token_id=model.pad_token_id,
-        hidden_size=model.layout.hidden_size,
-        max_row_length=model.max_model_len,
-    )
 
 
 class EngineCore:
@@ -253,12 +227,7 @@ class EngineCore:
         return self.cpu.processor(self._processor_key, self._build_processor)
 
     def _build_processor(self, key: str) -> TextTokenizer:
-        vision = self.model.layout.vision
-        if vision is None:
-            static = self.model.layout.static
-            chars = None if static is None else static.chars_per_token
-            return TextTokenizer(self.model.tokenizer_json, chars_per_token=chars)
-        return ImageTextProcessor(self.model.tokenizer_json, vision)
+        return build_processor(self.model)
 
     @property
     def runners(self) -> int:

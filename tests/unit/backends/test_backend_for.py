@@ -27,7 +27,7 @@ def test_python_defaults_to_torch_and_auto_or_a_multi_precision_engine_chooses()
 def test_int8_on_the_torch_backend_is_refused_before_loading() -> None:
     from poolserve.backends.torch.torch_backend import make_backend
     from poolserve.config import ModelConfig
-    from poolserve.engine.engine_core import collate_for
+    from poolserve.engine.model_inputs import collate_for
     from poolserve.models.describe import prepare_model
 
     spec = prepare_model(ModelConfig())

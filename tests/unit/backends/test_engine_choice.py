@@ -35,8 +35,8 @@ from poolserve.backends.choice.trial import Probe
 from poolserve.backends.torch import device
 from poolserve.backends.torch.device import place
 from poolserve.engine.collate import Batch
-from poolserve.engine.engine_core import collate_for
 from poolserve.engine.model_backend import CompileReport
+from poolserve.engine.model_inputs import collate_for
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.describe import prepare_model
 from poolserve.models.spec import ModelSpec

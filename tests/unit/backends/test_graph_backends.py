@@ -227,7 +227,8 @@ def _who_works(runtime: str, cache: str) -> dict[str, tuple[int, dict[int, int]]
 
     from poolserve.backends.choice.auto_backend import make_backend
     from poolserve.backends.torch.precision import probe_batches
-    from poolserve.engine.engine_core import EXPRESS_NICE, collate_for
+    from poolserve.engine.engine_core import EXPRESS_NICE
+    from poolserve.engine.model_inputs import collate_for
     from poolserve.engine.runner import lower_priority, thread_nice
     from poolserve.models.describe import prepare_model
 
