@@ -152,6 +152,10 @@ class StaticCheckpoints:
                     normalize=False,
                     seed=4,
                 ),
+                "model2vec-float64": lambda: static_models.make_model2vec(
+                    directory, dtype="float64", normalize=False, seed=7
+                ),
+                "model2vec-distilled": lambda: static_models.make_distilled_model2vec(directory),
                 "static-embedding": lambda: static_models.make_static_embedding(directory),
                 "static-embedding-published": lambda: static_models.make_static_embedding(
                     directory, layout="published", normalize=False

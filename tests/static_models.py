@@ -69,7 +69,7 @@ def make_model2vec(
     directory: Path,
     *,
     tokenizer: Tokenizers = "bert",
-    dtype: Literal["float32", "float16", "int8"] = "float32",
+    dtype: Literal["float32", "float16", "int8", "float64"] = "float32",
     vocabulary_quantization: int | None = None,
     normalize: bool = True,
     max_length: int | None = 512,
@@ -93,6 +93,24 @@ def make_model2vec(
             quantize_to=None if dtype == "float32" else dtype,
         )
     model.save_pretrained(directory)
+    return directory
+
+
+def make_distilled_model2vec(directory: Path, *, clusters: int = 32, seed: int = 6) -> Path:
+    """A vocabulary-quantized model2vec checkpoint as `distill` leaves it: its per-token weights
+    in float64 (as model2vec computes them), a row per cluster, not normalized."""
+    from model2vec import StaticModel
+
+    loaded = _tokenizer("xlmr", directory.parent / f"{directory.name}-tokenizer")
+    rng = np.random.default_rng(seed)
+    vocabulary = loaded.get_vocab_size()
+    StaticModel(
+        _vectors(clusters, seed),
+        loaded,
+        normalize=False,
+        weights=rng.uniform(0.05, 2.0, vocabulary),  # float64
+        token_mapping=rng.integers(0, clusters, vocabulary),
+    ).save_pretrained(directory)
     return directory
 
 

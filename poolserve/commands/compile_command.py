@@ -80,9 +80,9 @@ def _compile_one(served: ServedModel) -> tuple[str, CompileReport]:
             f"--compile {engine.compile} compiles nothing: leave it out (auto) or pass --compile on"
         )
     spec = prepare_model(served.model, engine.max_batch_tokens, weights=False)
+    backend = backend_for(engine, spec)(spec, engine, collate_for(spec))  # refuses what cannot work
     if spec.layout.static is not None:
-        return spec.name, CompileReport("table")  # a table: nothing to compile
-    backend = backend_for(engine, spec)(spec, engine, collate_for(spec))
+        return spec.name, backend.report  # a table: nothing to compile
     from poolserve.backends.choice.auto_backend import AutoBackend  # loads torch
     from poolserve.backends.torch.torch_backend import TorchBackend
 

@@ -18,7 +18,7 @@ from poolserve.models.layout import NO_LENGTH_LIMIT, ModelLayout, read_layout
 from poolserve.models.resolve import DEFAULT_MODEL_ID, resolve_model_dir
 from poolserve.models.score_template import template_for, with_token_ids
 from poolserve.models.spec import ModelSpec
-from poolserve.models.static_layout import TABLE_FILE, plain_tokenizer_json, static_folder
+from poolserve.models.static_layout import plain_tokenizer_json, table_needed
 from poolserve.models.vision import pad_token
 
 logger = logging.getLogger(__name__)
@@ -127,8 +127,7 @@ def _model_directory(config: ModelConfig, weights: bool) -> Path:
     """The model's directory; a hub model's weights only where asked, but a static model's
     table always: it is small, and its header is its description (its shape)."""
     directory = resolve_model_dir(config.model, config.revision, weights=weights)
-    static = static_folder(directory)
-    if static is not None and not weights and not (static / TABLE_FILE).is_file():
+    if not weights and table_needed(directory):
         directory = resolve_model_dir(config.model, config.revision, weights=True)
     return directory
 

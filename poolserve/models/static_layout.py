@@ -90,6 +90,26 @@ def static_folder(root: Path) -> Path | None:
     return root if _is_model2vec(root) else None
 
 
+def table_needed(root: Path) -> bool:
+    """Whether what `root` is can be told only from its table, which is not there yet (a hub
+    model described before its weights are fetched): a StaticEmbedding module's folder without
+    its table, or a config.json naming no transformers model (model2vec wrote such configs
+    before it wrote `model_type`) without a modules.json."""
+    folder = static_folder(root)
+    if folder is not None:
+        return not (folder / TABLE_FILE).is_file()
+    config_file = root / "config.json"
+    if (root / "modules.json").is_file() or not config_file.is_file():
+        return False
+    config = _read_json(config_file)
+    return (
+        isinstance(config, dict)
+        and "model_type" not in config
+        and "architectures" not in config
+        and not (root / TABLE_FILE).is_file()
+    )
+
+
 def _is_model2vec(folder: Path) -> bool:
     """A model2vec directory without modules.json: its config.json says so (`model_type`,
     `architectures`), or names no transformers model beside a table of model2vec's."""

@@ -2,11 +2,17 @@
 then JSON naming each tensor's dtype, shape and byte range) says where each one lies, and
 numpy maps those bytes. safetensors' own numpy loader copies every tensor into memory; a static
 embedding model's table (potion-multilingual-128M: 500k tokens × 256 floats) is better left in
-the page cache, shared by every process that serves it, and ready at once."""
+the page cache, shared by every process that serves it, and ready at once.
+
+A mapped file must not change under the server: a checkpoint is replaced by writing a new file
+and renaming it over the old one (as `huggingface_hub` and safetensors' `save_file` do), never
+by writing into it (`cp` over it, `rsync --inplace`): changed bytes would be served as they
+are, and a file cut shorter ends the process (SIGBUS) at the next lookup past its end."""
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,22 +60,21 @@ class TensorFile:
         """The header of `path` (ModelLoadError, one line, where it is not a safetensors file)."""
         try:
             with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
                 (length,) = struct.unpack("<Q", file.read(8))
-                if not 2 <= length <= MAX_HEADER_BYTES:
+                if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
                     raise ValueError(f"a header of {length} bytes")
                 header = json.loads(file.read(length))
-        except (OSError, ValueError, struct.error) as exc:
-            raise ModelLoadError(f"{path} is not a readable safetensors file: {exc}") from exc
-        entries = {
-            name: TensorEntry(
-                str(entry["dtype"]),
-                tuple(int(n) for n in entry["shape"]),
-                int(entry["data_offsets"][0]),
-                int(entry["data_offsets"][1]),
-            )
-            for name, entry in header.items()
-            if name != "__metadata__"
-        }
+                entries = {
+                    name: _entry(name, fields, size - 8 - length)
+                    for name, fields in header.items()
+                    if name != "__metadata__"
+                }
+        except (OSError, ValueError, TypeError, KeyError, IndexError, struct.error) as exc:
+            raise ModelLoadError(
+                f"{path} is not a whole safetensors file ({type(exc).__name__}: {exc}); "
+                "download or write it again"
+            ) from exc
         return cls(path, entries, 8 + length)
 
     def array(self, name: str) -> np.ndarray:
@@ -92,3 +97,11 @@ class TensorFile:
             widened: np.ndarray = (mapped.astype(np.uint32) << 16).view(np.float32)
             return widened
         return mapped
+
+
+def _entry(name: str, fields: Any, data_bytes: int) -> TensorEntry:
+    """One tensor's header, its bytes within the data the file holds (ValueError where not)."""
+    begin, end = (int(n) for n in fields["data_offsets"])
+    if not 0 <= begin <= end <= data_bytes:
+        raise ValueError(f"tensor {name} lies at bytes {begin}-{end} of {data_bytes}")
+    return TensorEntry(str(fields["dtype"]), tuple(int(n) for n in fields["shape"]), begin, end)

@@ -162,6 +162,12 @@ class BiEncoderScorer(_EachTextOnce):
     # An image-text model's image documents are scored by cosine as texts are.
     takes_images = True
 
+    def __init__(self, *, max_model_len: int, cuts_texts: bool = False) -> None:
+        super().__init__(max_model_len=max_model_len)
+        # A model that cuts every text to its length where the request does not say otherwise
+        # (a model2vec model, as model2vec does): queries and documents are cut, not refused.
+        self.cuts_texts = cuts_texts
+
     def preprocess(
         self,
         ctx: ServeContext[ScoreRequest],
@@ -190,7 +196,7 @@ class BiEncoderScorer(_EachTextOnce):
     ) -> list[TokenizedText]:
         """Each text of the chunk, for `head`."""
         request, truncate = ctx.request, ctx.pooling_params.truncate_prompt_tokens
-        if truncate is None and request.fit_documents:
+        if truncate is None and (request.fit_documents or self.cuts_texts):
             # Documents were cut to fit; this guards the edge of a cut, where tokenizing a
             # prefix can give a token more than counted.
             truncate = self.max_model_len

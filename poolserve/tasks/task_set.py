@@ -156,7 +156,9 @@ def build_tasks(spec: ModelSpec, *, max_input_tokens: int = 32768) -> TaskSet:
     elif m3:
         scorer = M3Scorer(max_model_len=limit, special_ids=frozenset(spec.special_token_ids))
     elif kind == "embedding":
-        scorer = BiEncoderScorer(max_model_len=limit)
+        scorer = BiEncoderScorer(
+            max_model_len=limit, cuts_texts=spec.default_long_input == "truncate"
+        )
     elif kind == "late_interaction":
         config = late_interaction_config(spec, tokenizer)
         scorer = LateInteractionScorer(max_model_len=limit, config=config)

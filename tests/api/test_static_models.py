@@ -34,8 +34,12 @@ MODEL2VEC = (
     "model2vec",
     "model2vec-float16-cut",
     "model2vec-int8",
+    "model2vec-float64",
     "model2vec-multilingual-quantized",
+    "model2vec-distilled",
 )
+# Over bert-base-uncased's WordPiece (the others: XLM-RoBERTa's Unigram).
+BERT_VOCABULARY = ("model2vec", "model2vec-float16-cut", "model2vec-int8", "model2vec-float64")
 SENTENCE_TRANSFORMERS = ("static-embedding", "static-embedding-published")
 # Real prose with its natural spread of lengths, passages past 512 tokens among them.
 TEXTS = [*sentences(300), *passages(12), *MULTILINGUAL, *EDGES]
@@ -86,7 +90,7 @@ def test_a_model2vec_model_gives_model2vecs_vectors(
     ours = np.asarray(engine.embed(TEXTS))
     reference = model2vec_reference(static_dirs[name], TEXTS)
     assert_same_vectors(ours, reference, ulp_of=np.float16 if "float16" in name else None)
-    if "multilingual" not in name:  # U+200B, and an unknown token alone, keep no token
+    if name in BERT_VOCABULARY:  # U+200B, and an unknown token alone, keep no token
         assert not ours[[TEXTS.index("\u200b"), TEXTS.index("🤖")]].any()
 
 
@@ -230,6 +234,12 @@ def test_a_table_that_does_not_cover_its_tokenizer_is_refused(
     )
     with pytest.raises(ModelLoadError, match="has 1000 rows, but its tokenizer gives token ids"):
         Engine(str(broken))
+    # A file cut short (an interrupted download) is refused in one line, not mapped.
+    table = broken / "model.safetensors"
+    table.write_bytes(table.read_bytes()[:-4096])
+    with pytest.raises(ModelLoadError, match="is not a whole safetensors file") as refused:
+        Engine(str(broken))
+    assert "\n" not in str(refused.value)
     # A module the static runtime does not run after the table is refused, not skipped.
     dense = tmp_path / "with-dense"
     shutil.copytree(static_dirs["static-embedding"], dense)
@@ -313,3 +323,60 @@ def test_two_static_models_on_one_tokenizer_keep_their_own_rules(
         reference = model2vec_reference(cut, TEXTS)
         assert_same_vectors(np.asarray(loaded[cut.name].embed(TEXTS)), reference, ulp_of=np.float16)
         assert_same_vectors(np.asarray(loaded[st.name].embed(TEXTS)), st_reference(st, TEXTS))
+
+
+def test_a_model2vec_model_cuts_what_it_scores_as_it_embeds(
+    engines: Engines, static_dirs: StaticCheckpoints
+) -> None:
+    """/score and /rerank by cosine cut a model2vec model's texts as its embeddings are cut,
+    rather than refusing them."""
+    engine = engines["model2vec"]
+    query, document = TEXTS[0], " ".join(passages(12))
+    assert len(engine.tokenize(document)) > engine.max_model_len
+    vectors = model2vec_reference(static_dirs["model2vec"], [query, document])
+    expected = float(vectors[0] @ vectors[1])
+    np.testing.assert_allclose(engine.score(query, [document]), [expected], atol=1e-6)
+    np.testing.assert_allclose(
+        [score for _, score in engine.rerank(query, [document])], [expected], atol=1e-6
+    )
+
+
+def test_what_a_hub_static_model_is_waits_for_its_table(
+    static_dirs: StaticCheckpoints, model_path: Path, tmp_path: Path
+) -> None:
+    """Described before its weights are fetched, a static model is told from its table: the
+    description of one without it asks for the table first (models/describe.py)."""
+    import shutil
+
+    from poolserve.models.static_layout import table_needed
+
+    for name in ("static-embedding-published", "model2vec"):
+        described = tmp_path / name
+        shutil.copytree(static_dirs[name], described)
+        assert not table_needed(described)
+        for table in described.rglob("model.safetensors"):
+            table.unlink()
+        assert table_needed(described)
+    # model2vec's configs before `model_type`: no modules.json, a config naming no model.
+    old = tmp_path / "model2vec-0.3"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"normalize": True, "hidden_dim": 48}))
+    assert table_needed(old)
+    assert not table_needed(model_path)  # a transformers model: its config names it
+
+
+def test_poolserve_compile_has_nothing_to_compile_and_refuses_as_serve_does(
+    static_dirs: StaticCheckpoints, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from poolserve import commands
+
+    model = str(static_dirs["model2vec"])
+    with caplog.at_level(logging.INFO):
+        assert commands.main(["compile", model]) == 0
+    assert any("nothing to compile" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    assert commands.main(["compile", model, "--backend", "onnxruntime"]) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "--backend onnxruntime does not apply" in errors[0], errors

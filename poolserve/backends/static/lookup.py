@@ -47,9 +47,20 @@ class LoadedTable:
                 f"up to {rows_needed - 1}"
             )
         if static.token_weights is not None:
-            weights = np.asarray(tensors.array(static.token_weights)).astype(np.float32)
+            weights = np.asarray(tensors.array(static.token_weights))
+            if weights.dtype.kind != "f":
+                weights = weights.astype(np.float32)
             _check_covers(static, static.token_weights, weights)
         return cls(table, mapping, weights, static.unknown_id)
+
+    @property
+    def sums_dtype(self) -> np.dtype[np.floating]:
+        """What the rows are summed in: float64 where the table or its weights are (model2vec
+        distills its weights in float64 and multiplies and averages in it), else float32."""
+        wide = self.table.dtype == np.float64 or (
+            self.weights is not None and self.weights.dtype == np.float64
+        )
+        return np.dtype(np.float64 if wide else np.float32)
 
     @property
     def dim(self) -> int:
@@ -59,7 +70,7 @@ class LoadedTable:
         """float32 [texts, dim]: the mean of each text's rows (`ids` end to end, `lengths`
         tokens each)."""
         ids, lengths = self._kept(ids, lengths)
-        sums = np.zeros((len(lengths), self.dim), dtype=np.float32)
+        sums = np.zeros((len(lengths), self.dim), dtype=self.sums_dtype)
         rows = self._rows(ids)
         start = 0
         # A float32 sum per text over its slice of the rows, row after row as model2vec's
@@ -70,13 +81,14 @@ class LoadedTable:
             if end > start:
                 np.add.reduce(rows[start:end], axis=0, out=sums[text])
             start = end
-        sums /= np.maximum(lengths, 1)[:, None].astype(np.float32)
-        return sums
+        sums /= np.maximum(lengths, 1)[:, None].astype(sums.dtype)
+        means: np.ndarray = sums.astype(np.float32, copy=False)
+        return means
 
     def token_vectors(self, ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
         """Each text's rows, float32 [tokens, dim] (model2vec's `encode_as_sequence`)."""
         ids, lengths = self._kept(ids, lengths)
-        rows = self._rows(ids)
+        rows = self._rows(ids).astype(np.float32, copy=False)
         return np.split(rows, np.cumsum(lengths)[:-1])
 
     def _kept(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +103,7 @@ class LoadedTable:
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         gathered = self.table[ids if self.mapping is None else self.mapping[ids]]
-        rows: np.ndarray = gathered.astype(np.float32, copy=False)
+        rows: np.ndarray = gathered.astype(self.sums_dtype, copy=False)
         if self.weights is not None:
             rows *= self.weights[ids][:, None]
         return rows
