@@ -1,7 +1,7 @@
 """A static embedding model behind a real `poolserve serve` process, driven by the official openai
-SDK: vectors equal model2vec's own, `dimensions`, OpenAI's Batch API, and a process that never
-loads a transformer runtime; and `poolserve embed` on the same model, a text past model2vec's
-cut among its records."""
+SDK and a generated tei.v1 gRPC client: vectors equal model2vec's own, `dimensions`, OpenAI's
+Batch API, and a process that never loads a transformer runtime; and `poolserve embed` on the
+same model, a text past model2vec's cut among its records."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import pytest
 from benchmarks.corpus import sentences
 from poolserve import commands
 from tests.conftest import StaticCheckpoints
+from tests.e2e.conftest import free_port
+from tests.e2e.grpc_peers import generated_client
 from tests.e2e.harness import Server, running_server
 from tests.e2e.test_batch_api import lines_of, request_line, until_ended, uploaded
 from tests.static_models import model2vec_reference
@@ -31,8 +33,16 @@ def model(static_dirs: StaticCheckpoints) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("static-server"), [str(model)]) as running:
+def grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(
+    model: Path, grpc_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    flags = [str(model), "--grpc-port", str(grpc_port)]
+    with running_server(tmp_path_factory.mktemp("static-server"), flags) as running:
         yield running
 
 
@@ -50,6 +60,19 @@ def test_the_openai_sdk_gets_model2vecs_vectors(client: openai.OpenAI, model: Pa
 
     cut = StaticModel.from_pretrained(str(model), dimensionality=16).encode(TEXTS[:8])
     np.testing.assert_allclose([row.embedding for row in sliced.data], cut, atol=1e-6)
+
+
+def test_tei_grpc_embeds_from_the_table(
+    server: Server, grpc_port: int, model: Path, tmp_path: Path
+) -> None:
+    import grpc
+
+    pb, stubs = generated_client(tmp_path)
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        embed = stubs.EmbedStub(channel)
+        answers = [embed.Embed(pb.EmbedRequest(inputs=text)) for text in TEXTS[:8]]
+    vectors = [list(answer.embeddings) for answer in answers]
+    np.testing.assert_allclose(vectors, model2vec_reference(model, TEXTS[:8]), atol=1e-6)
 
 
 def test_the_server_loads_no_transformer_runtime(server: Server) -> None:
