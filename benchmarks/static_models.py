@@ -53,11 +53,14 @@ def write_checkpoint(directory: Path) -> Path:
     return directory
 
 
-def command(server: str, model: Path, port: int) -> list[str]:
+def command(server: str, model: Path, port: int, server_args: Sequence[str]) -> list[str]:
+    """The command that starts `server` on `model` at `port` (`server_args`: poolserve's)."""
     if server == "poolserve":
-        return [sys.executable, "-m", "poolserve", "serve", str(model), "--port", str(port)]
+        serve = [sys.executable, "-m", "poolserve", "serve", str(model), "--port", str(port)]
+        return [*serve, *server_args]
     app = "fastapi" if server.startswith("FastAPI") else "bare"
-    return [sys.executable, "-m", "benchmarks.static_peers", "--app", app]
+    peer = [sys.executable, "-m", "benchmarks.static_peers", "--app", app]
+    return [*peer, "--model", str(model), "--port", str(port)]
 
 
 @dataclass(frozen=True)
@@ -136,10 +139,7 @@ def main() -> None:
             raw.append(raw_rate(model, texts, min(args.seconds, 5.0)))
             for server in SERVERS:
                 port = free_port()
-                argv = command(server, model, port)
-                argv += ["--port", str(port)] if server != "poolserve" else []
-                argv += ["--model", str(model)] if server != "poolserve" else []
-                argv += args.server_args.split() if server == "poolserve" else []
+                argv = command(server, model, port, args.server_args.split())
                 with running_process(argv, port) as process:
                     for load in LOADS:
                         figure = measure(process.pid, port, load, texts, args.seconds)
