@@ -97,10 +97,10 @@ def test_a_model2vec_model_gives_model2vecs_vectors(
 def test_model2vecs_cut_is_by_characters_then_tokens(
     engines: Engines, static_dirs: StaticCheckpoints
 ) -> None:
-    from model2vec import StaticModel
-
     """model2vec-float16-cut keeps 16 tokens: a text is first cut to 16 × the vocabulary's
     median token length in characters, which may end inside a word (a token of its own)."""
+    from model2vec import StaticModel
+
     engine = engines["model2vec-float16-cut"]
     assert engine.service.long_input == "truncate" and engine.max_model_len == 16
     long = [text for text in TEXTS if len(engine.tokenize(text)) > 16]
