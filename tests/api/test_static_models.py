@@ -204,6 +204,9 @@ def test_nothing_of_a_transformer_is_imported(static_dirs: StaticCheckpoints) ->
         ({}, {"backend": "onnxruntime"}, "--backend onnxruntime"),
         ({}, {"quantize": "int8"}, "--quantize int8"),
         ({}, {"compile": "on"}, "--compile on"),
+        ({}, {"torch_threads": 2}, "--torch-threads 2"),
+        ({}, {"quantize_gate": "fallback"}, "--quantize-gate fallback"),
+        ({"attention": "eager"}, {}, "--attention eager"),
         ({"task": "classifier"}, {}, "--task"),
     ],
 )

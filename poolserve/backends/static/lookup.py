@@ -25,6 +25,9 @@ class LoadedTable:
     mapping: np.ndarray | None
     weights: np.ndarray | None
     unknown_id: int | None
+    # What the rows are summed in: float64 where the table or its weights are (model2vec
+    # distills its weights in float64 and multiplies and averages in it), else float32.
+    sums_dtype: np.dtype[np.floating]
 
     @classmethod
     def load(cls, static: StaticTable) -> LoadedTable:
@@ -51,16 +54,9 @@ class LoadedTable:
             if weights.dtype.kind != "f":
                 weights = weights.astype(np.float32)
             _check_covers(static, static.token_weights, weights)
-        return cls(table, mapping, weights, static.unknown_id)
-
-    @property
-    def sums_dtype(self) -> np.dtype[np.floating]:
-        """What the rows are summed in: float64 where the table or its weights are (model2vec
-        distills its weights in float64 and multiplies and averages in it), else float32."""
-        wide = self.table.dtype == np.float64 or (
-            self.weights is not None and self.weights.dtype == np.float64
-        )
-        return np.dtype(np.float64 if wide else np.float32)
+        wide = table.dtype == np.float64 or (weights is not None and weights.dtype == np.float64)
+        sums: np.dtype[np.floating] = np.dtype(np.float64) if wide else np.dtype(np.float32)
+        return cls(table, mapping, weights, static.unknown_id, sums)
 
     @property
     def dim(self) -> int:

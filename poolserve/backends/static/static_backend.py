@@ -39,7 +39,10 @@ def check_static_settings(spec: ModelSpec, config: EngineConfig) -> None:
         # torch: the Python API's default (and what --batch-invariant sets).
         f"--backend {config.backend}": config.backend not in ("auto", "torch"),
         f"--quantize {config.quantize}": config.quantize != "off",
+        f"--quantize-gate {config.quantize_gate}": config.quantize_gate != "refuse",
         "--compile on": config.compile == "on",
+        f"--torch-threads {config.torch_threads}": config.torch_threads is not None,
+        f"--attention {spec.attention}": spec.attention != "auto",
         f"--device {spec.device}": spec.device not in ("auto", "cpu"),
         f"--dtype {spec.dtype}": spec.dtype not in ("auto", "float32"),
     }
