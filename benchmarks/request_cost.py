@@ -17,8 +17,10 @@ CPU seconds (the process and every process under it, from /proc) before and afte
 install py-spy` first; `py-spy record --format raw --nonblocking`: without `--nonblocking`
 py-spy stops the server at every sample, which slows it) and prints the CPU a request on each
 kind of thread (the event loop, the CPU pool, the runners) and the functions with the most
-samples, their own and with what they call. The load generator runs on the same cores; its CPU
-share is printed.
+samples, their own and with what they call. With `--gil` only the thread holding the GIL is
+sampled: where a server bound by the GIL spends it (uvloop's callbacks into uvicorn have no
+asyncio frame under them, so they count as "other threads"). The load generator runs on the
+same cores; its CPU share is printed.
 
     .venv/bin/python -m benchmarks.request_cost --seconds 10
     .venv/bin/python -m benchmarks.request_cost --profile /tmp/profile
@@ -128,10 +130,11 @@ def measured(
     )
 
 
-def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+def profile(pid: int, seconds: float, out: Path, gil: bool = False) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     command = [spy, "record", "--pid", str(pid), "--duration", f"{seconds:.0f}"]
     command += ["--rate", str(RATE), "--format", "raw", "--output", str(out), "--nonblocking"]
+    command += ["--gil"] if gil else []
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -163,6 +166,8 @@ def read_profile(raw: Path) -> Profile:
         frames = [frame for frame in stack.split(";") if not frame.startswith("thread (")]
         if not frames or any(frames[-1].startswith(each) for each in IDLE):
             continue
+        if not samples.isdigit():  # a line py-spy was still writing as it stopped
+            continue
         n = int(samples)
         found.busy += n
         found.own[frames[-1]] += n
@@ -178,6 +183,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--server-args", default="", help="flags for `poolserve serve`")
     parser.add_argument("--profile", type=Path, default=None, help="a folder for py-spy's output")
+    parser.add_argument(
+        "--gil", action="store_true", help="profile only the thread holding the GIL (py-spy --gil)"
+    )
     args = parser.parse_args()
 
     texts = sentences(2000)
@@ -194,7 +202,7 @@ def main() -> None:
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
             # Started before the load's warm-up second, it samples the measured seconds.
-            spy = profile(process.pid, args.seconds + 1, args.profile / "c64.txt")
+            spy = profile(process.pid, args.seconds + 1, args.profile / "c64.txt", args.gil)
             time.sleep(0.5)  # py-spy attaches before the load begins (a benchmark, not a test)
         one = measured(process.pid, port, singles, 64, args.seconds)
         if spy is not None:
@@ -232,7 +240,8 @@ def main() -> None:
     if args.profile is not None:
         found = read_profile(args.profile / "c64.txt")
         requests_done = len(one.result.latencies)
-        print("\npy-spy at c=64: CPU a request by thread (busy samples at 250 a second)\n")
+        held = "the GIL held" if args.gil else "CPU"
+        print(f"\npy-spy at c=64: {held} a request by thread (busy samples at 250 a second)\n")
         print("| threads | µs a request | share |")
         print("|---|---:|---:|")
         for kind, n in found.threads.most_common():

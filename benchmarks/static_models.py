@@ -7,7 +7,8 @@ pydantic + `model2vec` per request, and a bare ASGI callable + `model2vec` per r
 (benchmarks/static_peers.py, under the same uvicorn settings). Each takes two closed-loop loads
 of real prose (benchmarks/corpus.py) on keep-alive connections: c=64 one-sentence requests and
 c=8 requests of 32 sentences, with the server's CPU (its process tree, from /proc) per request.
-`model2vec.encode` alone on batches of 32 (this process, the same cores) is the raw figure.
+`model2vec.encode` alone on batches of 32 (this process, the same cores) is the raw figure, and
+poolserve's start (its launch to a 200 from /health) is timed each round.
 Printed: a table per round, then the medians and the bars' ratios.
 
     .venv/bin/python -m benchmarks.static_models --seconds 10 --rounds 3
@@ -133,6 +134,7 @@ def main() -> None:
     texts = sentences(2000)
     figures: dict[tuple[str, str], list[Figure]] = {}
     raw: list[float] = []
+    starts: list[float] = []  # poolserve's, from its launch to a 200 from /health
     with tempfile.TemporaryDirectory() as scratch:
         model = write_checkpoint(Path(scratch) / "potion-shaped")
         for round_ in range(args.rounds):
@@ -140,7 +142,10 @@ def main() -> None:
             for server in SERVERS:
                 port = free_port()
                 argv = command(server, model, port, args.server_args.split())
+                launched = time.perf_counter()
                 with running_process(argv, port) as process:
+                    if server == "poolserve":
+                        starts.append(time.perf_counter() - launched)
                     for load in LOADS:
                         figure = measure(process.pid, port, load, texts, args.seconds)
                         figures.setdefault((server, load.label), []).append(figure)
@@ -176,6 +181,11 @@ def main() -> None:
     raw_median = statistics.median(raw)
     single, batch = LOADS[0].label, LOADS[1].label
     print(f"\nmodel2vec.encode alone, batches of 32: {raw_median:.0f} sentences/s (median)")
+    print(
+        "poolserve's start, launch to healthy (polled every 0.2 s): "
+        + ", ".join(f"{each:.1f}" for each in starts)
+        + " s (bar ≤ 2)"
+    )
     print("Bars (medians):")
     print(
         f"- c=64 one sentence, ÷ FastAPI + model2vec: "
