@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from poolserve.config import ServerConfig
 from poolserve.server.admission.door import AdmissionMiddleware
 from poolserve.server.error_responses import UnexpectedErrorMiddleware
+from poolserve.server.hot_routes import EdgePolicy, HotRoutes
 from poolserve.server.middleware.auth import BearerAuthMiddleware
 from poolserve.server.middleware.body_limit import BodyLimitMiddleware
 from poolserve.server.middleware.dispatch import DirectRouteMiddleware
@@ -62,8 +63,10 @@ def open_edge(
     (outside auth: a refusal still carries the CORS headers), auth, the body size (a body too
     large for any route is refused before it waits for admission), admission, then our routes
     dispatched directly; `app.state.inner` is the stack from the body size inward (a batch's
-    lines go there). Starlette calls the stack it keeps in `middleware_stack` (after its
-    own `Request.app` is set); from now on `add_middleware` refuses: use `wrap_edge`."""
+    lines go there). In front of them all, the hot routes (server/hot_routes.py) take our
+    POST routes and do the same work in one callable. Starlette calls the stack it keeps in
+    `middleware_stack` (after its own `Request.app` is set); from now on `add_middleware`
+    refuses: use `wrap_edge`."""
     layer: ASGIApp = DirectRouteMiddleware(app.build_middleware_stack(), routes=routes)
     layer = AdmissionMiddleware(layer, control=serving.admission, unpriced=BATCH_API_PATHS)
     upload_bytes = config.max_batch_file_bytes + MULTIPART_BYTES
@@ -74,15 +77,16 @@ def open_edge(
     )
     # A batch's lines come in here (server/batch_api/line_calls.py).
     app.state.inner = layer
+    open_paths = DOCS_PATHS | {"/health", PAGE}
+    if not config.protect_metrics:
+        open_paths |= {"/metrics"}
+    open_prefixes = (DOCS_ASSETS + "/", ASSETS)
     if config.api_keys:
-        open_paths = DOCS_PATHS | {"/health", PAGE}
-        if not config.protect_metrics:
-            open_paths |= {"/metrics"}
         layer = BearerAuthMiddleware(
             layer,
             api_keys=config.api_keys,
             open_paths=frozenset(open_paths),
-            open_prefixes=(DOCS_ASSETS + "/", ASSETS),
+            open_prefixes=open_prefixes,
             open_reads=frozenset({"/"}),
         )
     if config.allowed_origins:
@@ -103,8 +107,17 @@ def open_edge(
         layer = TraceRequestsMiddleware(
             layer, tracing=serving.tracing, routes=serving.metrics.routes
         )
-    app.middleware_stack = MetricsMiddleware(
-        layer, metrics=serving.metrics, request_ids=serving.new_request_id
+    layer = MetricsMiddleware(layer, metrics=serving.metrics, request_ids=serving.new_request_id)
+    policy = EdgePolicy(
+        max_bytes=config.max_request_bytes,
+        api_keys=tuple(key.encode() for key in config.api_keys),
+        open_paths=frozenset(open_paths),
+        open_prefixes=open_prefixes,
+        cors=bool(config.allowed_origins),
+        tracing=serving.tracing,
+    )
+    app.middleware_stack = HotRoutes(
+        layer, routes=routes, serving=serving, policy=policy, skipped=BATCH_API_PATHS
     )
 
 

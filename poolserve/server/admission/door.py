@@ -84,14 +84,14 @@ class AdmissionMiddleware:
         scope[TICKET_KEY] = ticket
         scope[ADMITTED_KEY] = time.perf_counter()
         if length is None:
-            receive = self._counting(receive, ticket)
+            receive = self.counting(receive, ticket)
         try:
             await self.app(scope, receive, send)
         finally:
             self.control.release(ticket)
 
     @staticmethod
-    def _counting(receive: Receive, ticket: Ticket) -> Receive:
+    def counting(receive: Receive, ticket: Ticket) -> Receive:
         """A chunked body reserves its bytes as they arrive (the route's body reader raises the
         429, which the route answers)."""
         received = 0

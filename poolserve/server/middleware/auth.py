@@ -8,8 +8,9 @@ middleware: a refused request costs no routing, parsing or validation. Keys are 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from poolserve.server.error_responses import error_response
@@ -17,7 +18,7 @@ from poolserve.server.error_responses import error_response
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 
 
-def bearer_matches(authorization: bytes, keys: list[bytes]) -> bool:
+def bearer_matches(authorization: bytes, keys: Sequence[bytes]) -> bool:
     """Whether an `Authorization` value is `Bearer KEY` with one of `keys` (HTTP's header,
     gRPC's metadata)."""
     scheme, _, token = authorization.partition(b" ")
@@ -27,6 +28,14 @@ def bearer_matches(authorization: bytes, keys: list[bytes]) -> bool:
     # Compare with every key (no early exit) so timing says nothing about which.
     matches = [hmac.compare_digest(token, key) for key in keys]
     return any(matches)
+
+
+def unauthorized_response() -> Response:
+    return error_response(
+        401,
+        "missing or wrong API key; send the header `Authorization: Bearer <key>`",
+        headers={"www-authenticate": "Bearer"},
+    )
 
 
 class BearerAuthMiddleware:
@@ -64,9 +73,4 @@ class BearerAuthMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        response = error_response(
-            401,
-            "missing or wrong API key; send the header `Authorization: Bearer <key>`",
-            headers={"www-authenticate": "Bearer"},
-        )
-        await response(scope, receive, send)
+        await unauthorized_response()(scope, receive, send)

@@ -7,6 +7,7 @@ limit instead, named by its flag (the Batch API's uploads; their route bounds th
 
 from __future__ import annotations
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.server.error_responses import error_response
@@ -14,6 +15,37 @@ from poolserve.server.error_responses import error_response
 
 class BodyTooLargeError(Exception):
     pass
+
+
+def body_too_large(max_bytes: int, flag: str = "") -> Response:
+    """The 413 of a body over `max_bytes` (`flag`: the route's own limit's flag, if it has one)."""
+    if flag:
+        message = (
+            f"the request body is larger than this route accepts ({max_bytes:,} bytes, "
+            f"{flag}); split it"
+        )
+    else:
+        message = (
+            f"the request body is larger than this server accepts ({max_bytes} bytes); "
+            "split the request, or start the server with a larger --max-request-bytes"
+        )
+    return error_response(413, message)
+
+
+def counted(receive: Receive, max_bytes: int) -> Receive:
+    """`receive`, raising BodyTooLargeError once the body has passed `max_bytes`."""
+    received = 0
+
+    async def counting_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > max_bytes:
+                raise BodyTooLargeError
+        return message
+
+    return counting_receive
 
 
 class BodyLimitMiddleware:
@@ -28,17 +60,6 @@ class BodyLimitMiddleware:
         self.max_bytes = max_bytes
         self.larger = larger
 
-    def _message(self, max_bytes: int, flag: str) -> str:
-        if flag:
-            return (
-                f"the request body is larger than this route accepts ({max_bytes:,} bytes, "
-                f"{flag}); split it"
-            )
-        return (
-            f"the request body is larger than this server accepts ({self.max_bytes} bytes); "
-            "split the request, or start the server with a larger --max-request-bytes"
-        )
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -49,20 +70,9 @@ class BodyLimitMiddleware:
                 max_bytes, flag = limit, its_flag
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > max_bytes:
-                await error_response(413, self._message(max_bytes, flag))(scope, receive, send)
+                await body_too_large(max_bytes, flag)(scope, receive, send)
                 return
-        received = 0
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > max_bytes:
-                    raise BodyTooLargeError
-            return message
-
         try:
-            await self.app(scope, counting_receive, send)
+            await self.app(scope, counted(receive, max_bytes), send)
         except BodyTooLargeError:
-            await error_response(413, self._message(max_bytes, flag))(scope, receive, send)
+            await body_too_large(max_bytes, flag)(scope, receive, send)

@@ -14,6 +14,8 @@ from poolserve.server.observe.metrics import ADMITTED_KEY, CONTEXT_KEY, MODEL_KE
 from poolserve.server.observe.tracing import RequestMarks, Tracing
 
 TRACE_HEADERS = (b"traceparent", b"tracestate")
+# Where a request the hot routes (server/hot_routes.py) sampled already says so: not sampled twice.
+SAMPLED_KEY = "poolserve.sampled"
 
 
 class TraceRequestsMiddleware:
@@ -26,7 +28,7 @@ class TraceRequestsMiddleware:
         if (
             scope["type"] != "http"
             or scope["method"] != "POST"
-            or not self.tracing.wants(traceparent_of(scope))
+            or not (scope.get(SAMPLED_KEY) or self.tracing.wants(traceparent_of(scope)))
         ):
             await self.app(scope, receive, send)
             return

@@ -325,6 +325,28 @@ class Metrics:
         if code == "RESOURCE_EXHAUSTED":
             self.rejected.labels(REJECTION_REASONS[429]).inc()
 
+    def record_request(self, scope: Scope, status: int, started: float, request_id: str) -> None:
+        """Count an HTTP request answered with `status` by route, status and model, and time it
+        from `started` (perf_counter); at debug level, log it in one line."""
+        route = self.route_label(scope["path"])
+        elapsed = time.perf_counter() - started
+        model = scope.get(MODEL_KEY, "")
+        self.requests.series(route, str(status), model).inc()
+        self.duration.series(route, model).observe(elapsed)
+        if model:
+            self.live.record(model, elapsed)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s %s %d %.2fms id=%s",
+                scope["method"],
+                scope["path"],
+                status,
+                elapsed * 1000,
+                request_id,
+            )
+        if status in REJECTION_REASONS:
+            self.rejected.labels(REJECTION_REASONS[status]).inc()
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -377,22 +399,4 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            metrics = self.metrics
-            route = metrics.route_label(scope["path"])
-            elapsed = time.perf_counter() - started
-            model = scope.get(MODEL_KEY, "")
-            metrics.requests.series(route, str(status), model).inc()
-            metrics.duration.series(route, model).observe(elapsed)
-            if model:
-                metrics.live.record(model, elapsed)
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "%s %s %d %.2fms id=%s",
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    elapsed * 1000,
-                    request_id,
-                )
-            if status in REJECTION_REASONS:
-                metrics.rejected.labels(REJECTION_REASONS[status]).inc()
+            self.metrics.record_request(scope, status, started, request_id)
