@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -32,6 +33,7 @@ from poolserve.engine.model_backend import (
     QuantizationReport,
 )
 from poolserve.engine.model_inputs import build_processor, collate_for, processor_key
+from poolserve.engine.preparations import Preparation
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import has_express_runner, runner_layout
@@ -118,6 +120,7 @@ class EngineCore:
             # Beside an express runner, background batches need no slices (scheduler.py).
             background_slice=0.0 if express else config.background_slice,
             express=express,
+            tokenizing=self._tokenizing,
         )
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
@@ -226,6 +229,10 @@ class EngineCore:
         """The calling CPU-pool thread's tokenizer of this model."""
         return self.cpu.processor(self._processor_key, self._build_processor)
 
+    def _tokenizing(self, texts: list[str]) -> AbstractContextManager[object]:
+        """The calling runner's tokenizer with `texts` tokenized in one call."""
+        return self.tokenizer().primed(texts)
+
     def _build_processor(self, key: str) -> TextTokenizer:
         return build_processor(self.model)
 
@@ -258,13 +265,15 @@ class EngineCore:
         fn: Callable[..., None],
         *args: object,
         dropped: Callable[[], None],
+        texts: Sequence[str] = (),
     ) -> None:
         """Have a runner call `fn(*args)`, the preparation of a small request of `inputs`
         inputs, which submits its items, before its next batch (engine/preparations.py: no
         thread is woken under load); `dropped()` instead if the engine stops first (or its last
-        runner dies)."""
+        runner dies). `texts`: those it tokenizes, tokenized with the other preparations' in
+        one call."""
         try:
-            self._scheduler.prepare(priority, inputs, (fn, args, dropped))
+            self._scheduler.prepare(priority, inputs, Preparation(fn, args, dropped, texts))
         except SchedulerClosedError as exc:  # closing, or closed as its last runner died
             if not self.alive:
                 raise EngineUnavailableError(NOT_RUNNING) from exc

@@ -224,6 +224,7 @@ def _queue(
                 _prepare_chunk,
                 *(engine, task, ctx, group, 0, inputs),
                 dropped=_dropped(group),
+                texts=[each for each in inputs if isinstance(each, str)],
             )
         elif chained:
             _submit_for(engine, group, _prepare_in_turn, engine, task, ctx, group, 0, inputs)

@@ -12,14 +12,28 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import NamedTuple
 
 from poolserve.config.priorities import is_background
 
 logger = logging.getLogger("poolserve")
 
-# A preparation: what to call, its arguments, and what to call instead if it never runs.
-Preparation = tuple[Callable[..., None], tuple[object, ...], Callable[[], None]]
+
+class Preparation(NamedTuple):
+    """What to call, its arguments, and what to call instead if it never runs."""
+
+    run: Callable[..., None]
+    args: tuple[object, ...]
+    dropped: Callable[[], None]
+    # The texts it tokenizes, as far as its caller knows them: `run_all` tokenizes those of
+    # every preparation it runs in one call first.
+    texts: Sequence[str] = ()
+
+
+# Tokenizes texts in one call, for the preparations run within it to find their tokens made.
+Tokenizing = Callable[[list[str]], AbstractContextManager[object]]
 
 
 class Preparations:
@@ -61,12 +75,15 @@ class Preparations:
         return any(count for lane, count in self.inputs.items() if not is_background(lane))
 
 
-def run_all(preparations: list[Preparation]) -> None:
-    """Run each. A preparation fails its own request on any error; one that still raises
-    (something not an Exception: it failed its request first) is logged, and the runner goes
-    on, as a CPU-pool thread would."""
-    for fn, args, _ in preparations:
-        try:
-            fn(*args)
-        except BaseException:
-            logger.exception("preparing a request failed")
+def run_all(preparations: list[Preparation], tokenizing: Tokenizing | None = None) -> None:
+    """Run each, within `tokenizing` their texts (one tokenizer call for them all, which lets
+    the GIL go, where each request's own call for a text or two would hold it). A preparation
+    fails its own request on any error; one that still raises (something not an Exception: it
+    failed its request first) is logged, and the runner goes on, as a CPU-pool thread would."""
+    texts = [text for preparation in preparations for text in preparation.texts]
+    with tokenizing(texts) if tokenizing is not None and texts else nullcontext():
+        for preparation in preparations:
+            try:
+                preparation.run(*preparation.args)
+            except BaseException:
+                logger.exception("preparing a request failed")

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from poolserve.config.priorities import is_background
 from poolserve.engine.batch_picking import choose, head_window
 from poolserve.engine.lanes import in_turn, one_side, slice_budget
-from poolserve.engine.preparations import Preparation, Preparations, run_all
+from poolserve.engine.preparations import Preparation, Preparations, Tokenizing, run_all
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import Assignment, WorkItem
 from poolserve.models.kinds import Head
@@ -65,8 +65,12 @@ class Scheduler:
         packs: Callable[[Head], bool] = lambda head: False,
         background_slice: float = 0.0,
         express: bool = False,
+        tokenizing: Tokenizing | None = None,
     ) -> None:
+        """`tokenizing`: how a runner tokenizes the texts of the preparations it runs at once
+        (engine/preparations.py's `run_all`)."""
         self._max_batch_tokens = max_batch_tokens
+        self._tokenizing = tokenizing
         # Whether an express runner takes the default lane and above beside background batches
         # (then no batch mixes the two: lanes.py's `one_side`).
         self._express = express
@@ -171,8 +175,8 @@ class Scheduler:
             self._waiting_tokens = 0
             self._condition.notify_all()
             self._express_wake.notify_all()
-        for _, _, on_drop in dropped:
-            on_drop()
+        for preparation in dropped:
+            preparation.dropped()
         return items
 
     @property
@@ -329,7 +333,7 @@ class Scheduler:
         """Run `preparations` without the lock (they submit)."""
         self._condition.release()
         try:
-            run_all(preparations)
+            run_all(preparations, self._tokenizing)
         finally:
             self._condition.acquire()
 

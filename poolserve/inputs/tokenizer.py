@@ -7,6 +7,8 @@ bundled MiniLM file truncates and pads at 128): lengths are checked and cut here
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,6 +80,20 @@ class TextTokenizer:
         self.num_pair_special_tokens = tokenizer.num_special_tokens_to_add(True)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._frame: tuple[list[int], list[int]] | None = None
+        # Texts tokenized ahead (with special tokens), by text (`primed`).
+        self._primed: dict[str, Encoding] = {}
+
+    @contextmanager
+    def primed(self, texts: list[str]) -> Iterator[None]:
+        """Within: `texts` tokenized (with special tokens) in one call that lets the GIL go,
+        where `encode_batch` finds them. A text is tokenized the same whatever comes beside
+        it, so what is found is what its own call would make."""
+        encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=True)
+        self._primed = dict(zip(texts, encodings, strict=True))
+        try:
+            yield
+        finally:
+            self._primed = {}
 
     def encode_batch(
         self,
@@ -94,7 +110,10 @@ class TextTokenizer:
         model must see): the tokens right after them go instead."""
         if truncate_to is not None and side == "right" and self._chars_per_token:
             texts = [text[: truncate_to * self._chars_per_token] for text in texts]
-        if sum(len(text) for text in texts) <= HOLD_GIL_CHARS:
+        primed = self._primed if add_special_tokens else None
+        if primed and all(text in primed for text in texts):
+            encodings = [primed[text] for text in texts]
+        elif sum(len(text) for text in texts) <= HOLD_GIL_CHARS:
             encode = self._tokenizer.encode
             encodings = [encode(text, add_special_tokens=add_special_tokens) for text in texts]
         else:

@@ -23,6 +23,7 @@ from poolserve.engine.lanes import (
     header_priority,
     request_priority,
 )
+from poolserve.engine.preparations import Preparation
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -186,7 +187,7 @@ def test_the_express_runner_takes_the_default_lane_and_above_only_beside_backgro
         prepared_on.append(threading.current_thread().name)
         runs.submit(request(0, [4, 4]))
 
-    runs.prepare(0, 2, (prepare, (), lambda: None))
+    runs.prepare(0, 2, Preparation(prepare, (), lambda: None))
     assert lanes_of(taken.get(timeout=WAIT) or []) == [0, 0]
     assert prepared_on == ["express"]
     runs.submit(request(5, [10] * 4) + request(-1, [4]))

@@ -15,6 +15,7 @@ import pytest
 
 from poolserve.engine.collate import text_item
 from poolserve.engine.lanes import MAX_PASSED_OVER
+from poolserve.engine.preparations import Preparation
 from poolserve.engine.scheduler import Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -428,9 +429,9 @@ def test_a_runner_runs_what_waits_to_be_prepared_before_it_forms_its_batch() -> 
         scheduler.submit(items_of_lengths([length]))
 
     never = pytest.fail
-    scheduler.prepare(5, 1, (prepare, ("background", 3), never))
-    scheduler.prepare(0, 1, (prepare, ("first", 4), never))
-    scheduler.prepare(0, 1, (prepare, ("second", 5), never))
+    scheduler.prepare(5, 1, Preparation(prepare, ("background", 3), never))
+    scheduler.prepare(0, 1, Preparation(prepare, ("first", 4), never))
+    scheduler.prepare(0, 1, Preparation(prepare, ("second", 5), never))
     # Their inputs wait for a runner as much as submitted items do (the queue depth says so).
     assert scheduler.queued_items == 3 and scheduler.queued_by_lane() == {0: 2, 5: 1}
     assignment = next_batch_in_thread(scheduler).result(WAIT)
@@ -442,7 +443,9 @@ def test_a_runner_runs_what_waits_to_be_prepared_before_it_forms_its_batch() -> 
 def test_an_idle_runner_is_woken_to_prepare() -> None:
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
     (pending,) = idle_runners(scheduler, 1)
-    scheduler.prepare(0, 1, (lambda: scheduler.submit(items_of_lengths([7])), (), pytest.fail))
+    scheduler.prepare(
+        0, 1, Preparation(lambda: scheduler.submit(items_of_lengths([7])), (), pytest.fail)
+    )
     assignment = pending.result(WAIT)
     assert assignment is not None and [item.cost for item in assignment.items] == [7]
 
@@ -451,11 +454,13 @@ def test_preparations_not_run_when_the_scheduler_aborts_are_dropped_and_more_ref
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
     dropped: list[int] = []
     for index in range(3):
-        scheduler.prepare(0, 1, (pytest.fail, (), lambda index=index: dropped.append(index)))
+        scheduler.prepare(
+            0, 1, Preparation(pytest.fail, (), lambda index=index: dropped.append(index))
+        )
     assert scheduler.abort() == []
     assert dropped == [0, 1, 2]
     with pytest.raises(SchedulerClosedError):
-        scheduler.prepare(0, 1, (pytest.fail, (), pytest.fail))
+        scheduler.prepare(0, 1, Preparation(pytest.fail, (), pytest.fail))
 
 
 def test_a_preparation_that_raises_leaves_the_runner_serving() -> None:
@@ -466,7 +471,9 @@ def test_a_preparation_that_raises_leaves_the_runner_serving() -> None:
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    scheduler.prepare(0, 1, (interrupted, (), pytest.fail))
-    scheduler.prepare(0, 1, (lambda: scheduler.submit(items_of_lengths([2])), (), pytest.fail))
+    scheduler.prepare(0, 1, Preparation(interrupted, (), pytest.fail))
+    scheduler.prepare(
+        0, 1, Preparation(lambda: scheduler.submit(items_of_lengths([2])), (), pytest.fail)
+    )
     assignment = next_batch_in_thread(scheduler).result(WAIT)
     assert assignment is not None and [item.cost for item in assignment.items] == [2]

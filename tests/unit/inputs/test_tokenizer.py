@@ -70,3 +70,46 @@ def test_a_few_texts_and_many_give_the_same_ids(
     assert [tokenizer.encode_batch([t], truncate_to=5)[0] for t in texts] == [
         hf_tokenizer(t, truncation=True, max_length=5)["input_ids"] for t in texts
     ]
+
+
+def test_texts_primed_together_give_each_texts_own_ids(
+    model_path: Path, hf_tokenizer: Any, corpus: Corpus
+) -> None:
+    """A runner tokenizes the texts of every request it prepares at once in one call
+    (engine/preparations.py); each request then finds its texts' ids made, equal to the
+    reference's, cut as it asks. Texts not primed, or asked without special tokens, are
+    tokenized by their own call."""
+    tokenizer = TextTokenizer((model_path / "tokenizer.json").read_text(encoding="utf-8"))
+    primed = corpus.within[:6] + corpus.over[:2]
+    calls: list[int] = []
+    inner = tokenizer._tokenizer  # the parsed tokenizer: counting its one-text calls
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def encode(self, text: str, **kwargs: Any) -> Any:
+            calls.append(len(text))
+            return inner.encode(text, **kwargs)
+
+    tokenizer._tokenizer = Counting()  # type: ignore[assignment]
+    with tokenizer.primed(primed):
+        for text in primed:
+            assert tokenizer.encode_batch([text], truncate_to=None) == [
+                hf_tokenizer(text, truncation=False)["input_ids"]
+            ]
+        assert calls == []
+        for text in primed:  # (a long text cut to fit is tokenized again, cut)
+            assert tokenizer.encode_batch([text], truncate_to=9) == [
+                hf_tokenizer(text, truncation=True, max_length=9)["input_ids"]
+            ]
+        calls.clear()
+        other = corpus.within[10]
+        assert tokenizer.encode_batch([other], truncate_to=None) == [
+            hf_tokenizer(other, truncation=False)["input_ids"]
+        ]
+        bare = tokenizer.encode_batch([primed[0]], truncate_to=None, add_special_tokens=False)
+        assert bare == [hf_tokenizer(primed[0], add_special_tokens=False)["input_ids"]]
+        assert calls == [len(other), len(primed[0])]
+    tokenizer.encode_batch([primed[1]], truncate_to=None)
+    assert calls[-1] == len(primed[1])  # outside: tokenized anew
