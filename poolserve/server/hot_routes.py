@@ -37,9 +37,12 @@ from poolserve.server.middleware.dispatch import Endpoint, direct_endpoints
 from poolserve.server.middleware.trace_requests import SAMPLED_KEY
 from poolserve.server.observe.metrics import ADMITTED_KEY, REQUEST_ID_KEY, Metrics
 from poolserve.server.observe.tracing import Tracing
+from poolserve.server.responses import JSONBytesResponse
 from poolserve.server.serving_state import ServingState
 from poolserve.server.serving_step import Asked
 
+# Responses sent as their two messages (a body sent at once, nothing after it).
+PLAIN_RESPONSES = (Response, JSONBytesResponse)
 # The headers the edge reads, in one pass over the request's.
 EDGE_HEADERS = frozenset(
     {
@@ -193,7 +196,7 @@ class _Answer:
         self.started = False
 
     async def send_response(self, response: Response, scope: Scope, receive: Receive) -> None:
-        if type(response) is Response and response.background is None:
+        if type(response) in PLAIN_RESPONSES and response.background is None:
             # The common case, sent as its two messages without the response's own frames.
             await self.send(
                 {

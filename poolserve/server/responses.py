@@ -39,9 +39,29 @@ class SlicedResponse(Response):
             )
 
 
+class JSONBytesResponse(Response):
+    """A JSON body already encoded, with its headers (lowercase names) encoded once here:
+    starlette's own `__init__` would render, check and re-encode them on every answer."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.status_code = 200
+        self.body = body
+        self.background = None
+        raw = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
+        if headers:
+            raw += [(name.encode(), value.encode("latin-1")) for name, value in headers.items()]
+        self.raw_headers = raw
+
+
 def json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
-    response_class = SlicedResponse if len(body) > SLICE_BYTES else Response
-    return response_class(body, media_type="application/json", headers=headers)
+    if len(body) > SLICE_BYTES:
+        return SlicedResponse(body, media_type="application/json", headers=headers)
+    return JSONBytesResponse(body, headers)
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

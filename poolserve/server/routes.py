@@ -17,7 +17,7 @@ from poolserve.server.apis import endpoints, hand_routes
 from poolserve.server.batch_api.batch_routes import ROUTES as BATCH_API_ROUTES
 from poolserve.server.playground import playground_router
 from poolserve.server.schemas import documented
-from poolserve.server.template import Endpoint, handle, handle_shapes
+from poolserve.server.template import Endpoint, Shapes, handle, handle_shapes
 from poolserve.tasks.task_set import TaskSet
 
 # Served whatever the models are (a body's `model`, if any, picks one; else the first).
@@ -83,7 +83,9 @@ def _route(shapes: list[Endpoint[Any]]) -> Callable[[Request], Any]:
 
         return route
 
+    shaped = Shapes(shapes)
+
     async def shaped_route(request: Request) -> Response:
-        return await handle_shapes(request, shapes)
+        return await handle_shapes(request, shaped)
 
     return shaped_route

@@ -49,6 +49,8 @@ class ServingState:
     # Request ids: a per-process random prefix and a counter (cheaper than uuid4 per request).
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _id_counter: itertools.count[int] = field(default_factory=itertools.count)
+    # The model each path serves a request that names none (`model_serving`), as found.
+    _defaults: dict[str, ModelService] = field(default_factory=dict)
 
     def new_request_id(self) -> str:
         return f"{self._id_prefix}-{next(self._id_counter)}"
@@ -82,10 +84,13 @@ class ServingState:
         serve the path is a 400 naming those that do."""
         routes = self.model_routes
         if requested is None:
-            return next(
-                (s for s, served in zip(self.models, routes, strict=True) if path in served),
-                self.models.first,
-            )
+            service = self._defaults.get(path)
+            if service is None:
+                service = self._defaults[path] = next(
+                    (s for s, served in zip(self.models, routes, strict=True) if path in served),
+                    self.models.first,
+                )
+            return service
         service = self.models.find(requested)
         if not self._serves(service, path):
             others = [

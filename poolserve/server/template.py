@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Generic, TypeVar
 
 from fastapi import Request
@@ -166,19 +166,42 @@ async def handle(request: Request, endpoint: Endpoint[Any]) -> Response:
     return await _serve(request, state, endpoint, wire)
 
 
-async def handle_shapes(request: Request, shapes: Sequence[Endpoint[Any]]) -> Response:
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes of bodies one path takes (see the module's docstring)."""
+
+    shapes: Sequence[Endpoint[Any]]
+
+    @cached_property
+    def errors(self) -> ErrorShape | None:
+        """Their errors' form, where they share one (a body that is not JSON takes it)."""
+        forms = {shape.errors for shape in self.shapes}
+        return next(iter(forms)) if len(forms) == 1 else None
+
+    @cached_property
+    def rest(self) -> Endpoint[Any]:
+        """The shape of the bodies no other claims."""
+        return next(shape for shape in self.shapes if shape.matches is None)
+
+    def of(self, data: Any, default: ModelService) -> Endpoint[Any]:
+        """The shape `data` (a decoded body) is, for the model the path serves by default."""
+        for shape in self.shapes:
+            if shape.matches is not None and shape.matches(data, default):
+                return shape
+        return self.rest
+
+
+async def handle_shapes(request: Request, shapes: Shapes) -> Response:
     """Serve `request` as the shape its body is (see the module's docstring)."""
-    if len({shape.errors for shape in shapes}) == 1:  # a body that is not JSON too: their form
-        answer_errors_as(request, shapes[0].errors)
+    errors = shapes.errors
+    if errors is not None:
+        answer_errors_as(request, errors)
     state = state_of(request)
     default = state.model_for(request.scope, None)
     picked: list[Endpoint[Any]] = []
 
     def choose(data: Any) -> type[BaseModel]:
-        shape = next(
-            (s for s in shapes if s.matches is not None and s.matches(data, default)),
-            next(s for s in shapes if s.matches is None),
-        )
+        shape = shapes.of(data, default)
         picked.append(shape)
         return shape.body
 
@@ -197,7 +220,7 @@ async def _serve(
         state.check_batch(inputs.count(wire), inputs.field_of(wire))
     served = endpoint.translate(Call(wire, service, state))
     # Its lane and its vectors' spaces before anything is fetched (a 409 does no work).
-    step = step_of(request)
+    step = step_of(request, state)
     ctx = context_for(step, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
         await fetch_urls(state.fetcher, served.images, param_of)
@@ -224,9 +247,9 @@ async def _encoded_response(
     return json_response(body, headers)
 
 
-def step_of(request: Request) -> Step:
+def step_of(request: Request, state: ServingState | None = None) -> Step:
     """The serving step of `request`: its ticket from the door, its id, its headers."""
-    state = state_of(request)
+    state = state or state_of(request)
     scope = request.scope
     return Step(
         state,

@@ -250,6 +250,8 @@ class AdmissionControl:
         """The request's body names its lane: move `ticket` there. Into the background lanes it
         must fit their share, else 429 (the lane was not known at the door, where it would have
         waited)."""
+        if priority == ticket.priority:  # (almost every request: the lane it waited in)
+            return
         granted: list[Waiter] = []
         with self._lock:
             moving = is_background(priority) != is_background(ticket.priority)
@@ -323,6 +325,8 @@ class AdmissionControl:
 
     def _grant_waiters(self) -> list[Waiter]:
         """Under the lock: let in the waiting requests that fit (waiting_line.py)."""
+        if not self._line:
+            return []
 
         def admit(waiter: Waiter) -> None:
             waiter.granted = self._ticket(

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -34,14 +33,14 @@ def _is_chat(data: Any, service: ModelService) -> bool:
 def _embeddings(call: Call[EmbeddingRequest]) -> Served:
     wire, service = call.wire, call.service
     prompt = service.tasks.prompts.resolve(wire.prompt_name, wire.prompt)
-    return _served(call, EmbedRequest(wire.inputs(), prompt))
+    return _served(call, inputs=wire.inputs(), prompt=prompt)
 
 
 def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
     wire, service = call.wire, call.service
     if service.tasks.images:
         one, where = _one_input(wire)
-        return _served(call, EmbedRequest([one], image_names=where))
+        return _served(call, inputs=[one], image_names=where)
     if any(isinstance(part, ImageInput) for m in wire.messages for part in m.parts()):
         raise InvalidRequestError(
             f"messages hold an image, and {service.served_name} embeds text only; send images "
@@ -68,8 +67,9 @@ def _chat_embeddings(call: Call[ChatEmbeddingRequest]) -> Served:
         wire.chat_template_kwargs or {},
     )
     conversation = [message.as_dict() for message in wire.messages]
-    request = EmbedRequest([conversation], chat=chat, add_special_tokens=wire.add_special_tokens)
-    return _served(call, request)
+    return _served(
+        call, inputs=[conversation], chat=chat, add_special_tokens=wire.add_special_tokens
+    )
 
 
 def _one_input(wire: ChatEmbeddingRequest) -> tuple[str | ImageInput, str]:
@@ -93,8 +93,9 @@ def _one_input(wire: ChatEmbeddingRequest) -> tuple[str | ImageInput, str]:
     return images[0] if images else ("\n".join(texts), "messages")
 
 
-def _served(call: Call[Any], request: EmbedRequest) -> Served:
-    """An embedding request (its inputs and prompt chosen) with the wire's options."""
+def _served(call: Call[Any], **chosen: Any) -> Served:
+    """An embedding request (`chosen`: its inputs, prompt, ... as EmbedRequest names them)
+    with the wire's options."""
     wire, service = call.wire, call.service
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
@@ -108,8 +109,8 @@ def _served(call: Call[Any], request: EmbedRequest) -> Served:
     )
     chunking = wire.chunking.chunking() if wire.chunking else Chunking()
     late = chunking.method == "late"
-    request = replace(
-        request,
+    request = EmbedRequest(
+        **chosen,
         long_input=long_input_of(wire, service.long_input),
         chunking=chunking,
         media=call.state.media,
