@@ -69,7 +69,9 @@ class StaticBackend:
 
     @property
     def packed_heads(self) -> frozenset[Head]:
-        return frozenset()
+        """Every head: a flat batch holds its texts' tokens end to end, with no padding, as a
+        packed one does (the scheduler then fills a batch in order, not by length)."""
+        return frozenset(self._spec.heads)
 
     @property
     def report(self) -> CompileReport:
