@@ -75,6 +75,9 @@ def one_request(app: Callable[..., Awaitable[None]], body: bytes) -> Awaitable[N
 
 
 async def measure(app: Any, args: argparse.Namespace) -> list[float]:
+    from poolserve.server.edge import serving_entry
+
+    entry = serving_entry(app)  # what `poolserve serve` hands uvicorn
     bodies = [orjson.dumps({"input": text}) for text in sentences()]
     served = 0
 
@@ -82,7 +85,7 @@ async def measure(app: Any, args: argparse.Namespace) -> list[float]:
         nonlocal served
         index = offset
         while time.perf_counter() < until:
-            await one_request(app, bodies[index % len(bodies)])
+            await one_request(entry, bodies[index % len(bodies)])
             index += 1
             served += 1
 

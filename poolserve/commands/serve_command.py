@@ -119,13 +119,14 @@ def _serve_app(app: FastAPI, listener: socket.socket, server_config: ServerConfi
     the models; 0 once a server that started has closed cleanly."""
     import uvicorn
 
+    from poolserve.server.edge import serving_entry
     from poolserve.server.gc_freeze import freeze_loaded_objects
     from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
     grace = app.state.serving.grace
     server = GracefulServer(
         uvicorn.Config(
-            app,
+            serving_entry(app),
             host=server_config.host,
             port=server_config.port,
             loop="uvloop",

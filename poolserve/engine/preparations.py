@@ -11,14 +11,23 @@ Larger requests, and images, are prepared in the CPU pool (engine/pipeline.py sa
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import NamedTuple
 
 from poolserve.config.priorities import is_background
 
 logger = logging.getLogger("poolserve")
+
+# A small request's preparation wakes an idle runner unless a busy one comes back for it
+# within BACK_SOON_SECONDS (`Preparations.wake_for`), or until the waiting preparations hold
+# SHARED_PREPARATION_INPUTS inputs. Measured on a static model, whose batches take well under a
+# millisecond and whose work is its tokenizing: one-sentence requests at c=64 ran 13 % faster
+# on one runner than on two each woken for them, 32-sentence ones 12 % slower.
+BACK_SOON_SECONDS = 0.001
+SHARED_PREPARATION_INPUTS = 16
 
 
 class Preparation(NamedTuple):
@@ -40,11 +49,40 @@ class Preparations:
     """The preparations waiting, with their lanes and their requests' inputs (the scheduler's
     lock guards them; its queue depth counts their inputs as waiting)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokenizing: Tokenizing | None = None) -> None:
+        self.tokenizing = tokenizing
         self._waiting: list[tuple[int, int, Preparation]] = []
         # Their inputs by lane, and in all (an int: read without the lock).
         self.inputs: Counter[int] = Counter()
         self.total_inputs = 0
+        # The runners running some now, and whether this thread is one of them.
+        self._runners = 0
+        self._local = threading.local()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """While this thread (a runner) runs preparations (enter and leave under the lock)."""
+        self._runners += 1
+        self._local.running = True
+        try:
+            yield
+        finally:
+            self._local.running = False
+            self._runners -= 1
+
+    def on_this_thread(self) -> bool:
+        """Whether this thread is running preparations (the items they submit, it batches)."""
+        return bool(getattr(self._local, "running", False))
+
+    def wake_for(self, ends_in: float) -> bool:
+        """Whether a preparation just added should wake an idle runner, the busy ones' batches
+        ending in `ends_in` seconds (0: none runs): not while a busy runner comes back for it
+        soon enough (a wake-up costs both threads a turn at the GIL): one is preparing (it takes
+        it next), or its batch ends within BACK_SOON_SECONDS; always once they hold
+        SHARED_PREPARATION_INPUTS inputs (another runner tokenizes them beside it)."""
+        if self.total_inputs >= SHARED_PREPARATION_INPUTS:
+            return True
+        return not (self._runners or 0 < ends_in < BACK_SOON_SECONDS)
 
     def __bool__(self) -> bool:
         return bool(self._waiting)

@@ -67,10 +67,7 @@ class Scheduler:
         express: bool = False,
         tokenizing: Tokenizing | None = None,
     ) -> None:
-        """`tokenizing`: how a runner tokenizes the texts of the preparations it runs at once
-        (engine/preparations.py's `run_all`)."""
         self._max_batch_tokens = max_batch_tokens
-        self._tokenizing = tokenizing
         # Whether an express runner takes the default lane and above beside background batches
         # (then no batch mixes the two: lanes.py's `one_side`).
         self._express = express
@@ -80,8 +77,7 @@ class Scheduler:
         self._foreground_at = -math.inf
         # Padding one item may add to a batch before the batch is cut there; None: never cut.
         self._bucket_padding = bucket_padding_tokens
-        # Whether a head's batches run packed: then no padding to cut, and a batch's tokens are
-        # its items' own.
+        # Whether a head's batches run packed (no padding to cut: their tokens their items').
         self._packs = packs
         self._max_batch_size = max_batch_size
         self._window = window
@@ -110,8 +106,8 @@ class Scheduler:
         # Runners blocked in `next_batch`, and how many of those are lent to a running batch.
         self._idle = 0
         self._lent = 0
-        # Small requests' preparations waiting for a runner (`prepare`).
-        self._preparing = Preparations()
+        # Small requests' preparations waiting for a runner (`prepare`), and their tokenizing.
+        self._preparing = Preparations(tokenizing)
         # The express runner (`next_express_batch`): whether it waits for work, what wakes it,
         # and the batches running that hold background items (only those leave it work).
         self._express_idle = False
@@ -141,7 +137,7 @@ class Scheduler:
             self._peak_tokens = max(self._peak_tokens, self._waiting_tokens + self._running_tokens)
             if foreground and self._express_may_take():
                 self._express_wake.notify()
-            else:
+            elif not self._preparing.on_this_thread():  # (it batches them next)
                 self._condition.notify()
 
     def prepare(self, priority: int, inputs: int, preparation: Preparation) -> None:
@@ -150,7 +146,8 @@ class Scheduler:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
             self._preparing.add(priority, inputs, preparation)
-            if self._idle > self._lent:
+            ends_in = self._running_tokens * self._stats.cpu_seconds_per_token
+            if self._idle > self._lent and self._preparing.wake_for(ends_in):
                 self._condition.notify()
             elif self._express_may_take():
                 self._express_wake.notify()
@@ -331,11 +328,12 @@ class Scheduler:
 
     def _run_unlocked(self, preparations: list[Preparation]) -> None:
         """Run `preparations` without the lock (they submit)."""
-        self._condition.release()
-        try:
-            run_all(preparations, self._tokenizing)
-        finally:
-            self._condition.acquire()
+        with self._preparing.running():
+            self._condition.release()
+            try:
+                run_all(preparations, self._preparing.tokenizing)
+            finally:
+                self._condition.acquire()
 
     def _form_batch(self, share: int, foreground_only: bool = False) -> list[WorkItem]:
         """Pop a batch: the oldest item of the request with the fewest items left, with that

@@ -77,15 +77,12 @@ def open_edge(
     )
     # A batch's lines come in here (server/batch_api/line_calls.py).
     app.state.inner = layer
-    open_paths = DOCS_PATHS | {"/health", PAGE}
-    if not config.protect_metrics:
-        open_paths |= {"/metrics"}
-    open_prefixes = (DOCS_ASSETS + "/", ASSETS)
+    open_paths, open_prefixes = _without_key(config)
     if config.api_keys:
         layer = BearerAuthMiddleware(
             layer,
             api_keys=config.api_keys,
-            open_paths=frozenset(open_paths),
+            open_paths=open_paths,
             open_prefixes=open_prefixes,
             open_reads=frozenset({"/"}),
         )
@@ -108,17 +105,41 @@ def open_edge(
             layer, tracing=serving.tracing, routes=serving.metrics.routes
         )
     layer = MetricsMiddleware(layer, metrics=serving.metrics, request_ids=serving.new_request_id)
-    policy = EdgePolicy(
-        max_bytes=config.max_request_bytes,
-        api_keys=tuple(key.encode() for key in config.api_keys),
-        open_paths=frozenset(open_paths),
-        open_prefixes=open_prefixes,
+    app.middleware_stack = HotRoutes(
+        layer,
+        owner=app,
+        routes=routes,
+        serving=serving,
+        policy=_edge_policy(config, serving),
+        skipped=BATCH_API_PATHS,
+    )
+
+
+def _edge_policy(config: ServerConfig, serving: ServingState) -> EdgePolicy:
+    """What the hot routes ask of every request, as the layers above do."""
+    return EdgePolicy(
+        config.max_request_bytes,
+        tuple(key.encode() for key in config.api_keys),
+        *_without_key(config),
         cors=bool(config.allowed_origins),
         tracing=serving.tracing,
     )
-    app.middleware_stack = HotRoutes(
-        layer, routes=routes, serving=serving, policy=policy, skipped=BATCH_API_PATHS
-    )
+
+
+def _without_key(config: ServerConfig) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The paths, and the prefixes of paths, that take any method without an API key."""
+    open_paths = DOCS_PATHS | {"/health", PAGE}
+    if not config.protect_metrics:
+        open_paths |= {"/metrics"}
+    return frozenset(open_paths), (DOCS_ASSETS + "/", ASSETS)
+
+
+def serving_entry(app: FastAPI) -> ASGIApp:
+    """What an HTTP server calls: the edge itself where it begins with the hot routes (they set
+    the scope's app), past FastAPI's and starlette's own `__call__` (two coroutines more a
+    request, which only set it); else `app`."""
+    stack = app.middleware_stack
+    return stack if isinstance(stack, HotRoutes) else app
 
 
 def wrap_edge(app: FastAPI, layer: Callable[[ASGIApp], ASGIApp]) -> None:

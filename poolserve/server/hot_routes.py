@@ -77,18 +77,20 @@ class EdgePolicy:
 
 class HotRoutes:
     """Our POST routes (but `skipped`, the Batch API's uploads and batches) in one callable;
-    the rest go to `edge`."""
+    the rest go to `edge`. `owner`: the application it is the stack of."""
 
     def __init__(
         self,
         edge: ASGIApp,
         *,
+        owner: ASGIApp,
         routes: Sequence[BaseRoute],
         serving: ServingState,
         policy: EdgePolicy,
         skipped: tuple[str, ...] = (),
     ) -> None:
         self.app = edge
+        self.owner = owner
         # Each route's endpoint, and whether it asks for an API key.
         self.table: dict[str, tuple[Endpoint, bool]] = {
             path: (endpoint, bool(policy.api_keys) and not policy.opens(path))
@@ -101,6 +103,8 @@ class HotRoutes:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # What starlette's own `__call__` does before its stack (`serving_entry` skips it).
+        scope["app"] = self.owner
         route = None
         if scope["type"] == "http" and scope["method"] == "POST":
             route = self.table.get(scope["path"])

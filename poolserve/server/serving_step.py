@@ -123,7 +123,7 @@ def context_for(
     (engine/lanes.py; its ticket moved there), with the fingerprints of its vectors' spaces
     (`spaces_for`)."""
     lane = request_priority(priority, header_priority(step.asked.priority))
-    if step.ticket is not None:
+    if step.ticket is not None and step.ticket.priority != lane:  # (else it is there)
         step.state.admission.relane(step.ticket, lane)
     ctx = ServeContext(
         internal,

@@ -7,8 +7,8 @@ turns a parsed body, for the model chosen to serve it, into what the request tem
 (`Served`: the task, its internal request and options, the encoder of the family's answer).
 `handle` runs the same steps for every endpoint: errors in the family's shape, parse the body
 (in the CPU pool), pick the model, check the input count, translate, fetch image URLs, then
-`serve_task`: run the task on the model's engine (engine/pipeline.py) within the request's time
-limit, cancelled if the client goes, answered with the body and the timing headers. `serves`
+run the task on the model's engine (engine/pipeline.py) within the request's time limit,
+cancelled if the client goes, answered with the body and the timing headers. `serves`
 says which models serve an endpoint (by their tasks); `server/routes.py` makes the routes, and
 `/docs` documents them, from the declarations alone.
 
@@ -30,7 +30,7 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from poolserve.engine.context import Encoder, PoolingParams, ServeContext, Task
+from poolserve.engine.context import Encoder, PoolingParams, Task
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.admission.door import asked, ticket_of
@@ -224,7 +224,16 @@ async def _serve(
     ctx = context_for(step, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
         await fetch_urls(state.fetcher, served.images, param_of)
-    return await serve_task(request, step, service, served, ctx)
+    # Run it (serving_step.py) and answer with its body and the timing headers; 499 in the
+    # access log if the client went first.
+    request.scope[CONTEXT_KEY] = ctx
+    body = await run_served(step, service, served, ctx, partial(_disconnected, request))
+    if body is None:
+        return Response(status_code=499)
+    headers = answer_metadata(ctx)
+    if state.gzip_min_bytes:
+        return await _gzipped_response(request, state, body, headers)
+    return json_response(body, headers)
 
 
 async def _disconnected(request: Request) -> None:
@@ -233,17 +242,14 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _encoded_response(
+async def _gzipped_response(
     request: Request, state: ServingState, body: bytes, headers: dict[str, str]
 ) -> Response:
     """The JSON response, gzipped in the CPU pool when it is large and the client accepts it."""
-    if state.gzip_min_bytes:
-        headers["vary"] = "accept-encoding"
-        if len(body) >= state.gzip_min_bytes and accepts_gzip(
-            request.headers.get("accept-encoding")
-        ):
-            body = await state.cpu.run(gzip_body, body)
-            headers["content-encoding"] = "gzip"
+    headers["vary"] = "accept-encoding"
+    if len(body) >= state.gzip_min_bytes and accepts_gzip(request.headers.get("accept-encoding")):
+        body = await state.cpu.run(gzip_body, body)
+        headers["content-encoding"] = "gzip"
     return json_response(body, headers)
 
 
@@ -257,15 +263,3 @@ def step_of(request: Request, state: ServingState | None = None) -> Step:
         scope.get(REQUEST_ID_KEY) or state.new_request_id(),
         asked(scope),
     )
-
-
-async def serve_task(
-    request: Request, step: Step, service: ModelService, served: Served, ctx: ServeContext[Any]
-) -> Response:
-    """Run `ctx`'s request (serving_step.py) and answer it with its body and the timing
-    headers; 499 in the access log if the client went first."""
-    request.scope[CONTEXT_KEY] = ctx
-    body = await run_served(step, service, served, ctx, partial(_disconnected, request))
-    if body is None:
-        return Response(status_code=499)
-    return await _encoded_response(request, step.state, body, answer_metadata(ctx))

@@ -250,8 +250,6 @@ class AdmissionControl:
         """The request's body names its lane: move `ticket` there. Into the background lanes it
         must fit their share, else 429 (the lane was not known at the door, where it would have
         waited)."""
-        if priority == ticket.priority:  # (almost every request: the lane it waited in)
-            return
         granted: list[Waiter] = []
         with self._lock:
             moving = is_background(priority) != is_background(ticket.priority)
@@ -287,7 +285,7 @@ class AdmissionControl:
             if not ticket.priced:
                 ticket.priced = True
                 self._costs.priced(ticket.door_estimate, None)
-            granted = self._grant_waiters()
+            granted = self._grant_waiters() if self._line else []
         wake(granted)
         self.departures.left()
 
@@ -325,8 +323,6 @@ class AdmissionControl:
 
     def _grant_waiters(self) -> list[Waiter]:
         """Under the lock: let in the waiting requests that fit (waiting_line.py)."""
-        if not self._line:
-            return []
 
         def admit(waiter: Waiter) -> None:
             waiter.granted = self._ticket(

@@ -336,14 +336,8 @@ class Metrics:
         if model:
             self.live.record(model, elapsed)
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s %s %d %.2fms id=%s",
-                scope["method"],
-                scope["path"],
-                status,
-                elapsed * 1000,
-                request_id,
-            )
+            method, path, ms = scope["method"], scope["path"], elapsed * 1000
+            logger.debug("%s %s %d %.2fms id=%s", method, path, status, ms, request_id)
         if status in REJECTION_REASONS:
             self.rejected.labels(REJECTION_REASONS[status]).inc()
 

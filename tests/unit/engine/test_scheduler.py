@@ -15,7 +15,11 @@ import pytest
 
 from poolserve.engine.collate import text_item
 from poolserve.engine.lanes import MAX_PASSED_OVER
-from poolserve.engine.preparations import Preparation
+from poolserve.engine.preparations import (
+    BACK_SOON_SECONDS,
+    SHARED_PREPARATION_INPUTS,
+    Preparation,
+)
 from poolserve.engine.scheduler import Assignment, Scheduler, SchedulerClosedError
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -438,6 +442,90 @@ def test_a_runner_runs_what_waits_to_be_prepared_before_it_forms_its_batch() -> 
     assert ran == ["first", "second", "background"]
     assert set(threads) == {threads[0]} and threads[0] != threading.current_thread().name
     assert assignment is not None and sorted(item.cost for item in assignment.items) == [3, 4, 5]
+
+
+def test_a_runner_preparing_runs_the_small_preparations_that_come_meanwhile() -> None:
+    """While a runner prepares, a small request's preparation leaves the idle runner asleep
+    (a wake-up costs both threads a turn at the GIL) and so do the preparing runner's own
+    submits: the preparing runner runs it next (then shares the batch with the idle one)."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    preparing, go_on = threading.Event(), threading.Event()
+    ran: dict[str, str] = {}
+
+    def first() -> None:
+        ran["first"] = threading.current_thread().name
+        preparing.set()
+        assert go_on.wait(WAIT)
+        scheduler.submit(items_of_lengths([3]))
+
+    def small() -> None:
+        ran["small"] = threading.current_thread().name
+        scheduler.submit(items_of_lengths([4]))
+
+    (runner,) = idle_runners(scheduler, 1)
+    scheduler.prepare(0, 1, Preparation(first, (), pytest.fail))
+    assert preparing.wait(WAIT)
+    (idle,) = idle_runners(scheduler, 1)
+    scheduler.prepare(0, 1, Preparation(small, (), pytest.fail))
+    go_on.set()
+    batches = [runner.result(WAIT), idle.result(WAIT)]
+    assert ran["small"] == ran["first"]
+    assert sorted(item.cost for batch in batches if batch for item in batch.items) == [3, 4]
+
+
+@pytest.mark.parametrize("seconds_a_token", [1e-7, 1e-3])
+def test_a_batch_that_ends_soon_takes_the_preparations_that_come_meanwhile(
+    seconds_a_token: float,
+) -> None:
+    """A runner running a batch that ends within BACK_SOON_SECONDS at its recent CPU a token
+    takes a small request's preparation next (the idle one sleeps on); a longer batch wakes
+    the idle runner for it."""
+    scheduler, stats = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    stats.cpu_seconds_per_token = seconds_a_token
+    scheduler.submit(items_of_lengths([100]))
+    running = take(scheduler)
+    assert running is not None
+    (idle,) = idle_runners(scheduler, 1)
+    scheduler.prepare(0, 1, Preparation(scheduler.submit, (items_of_lengths([4]),), pytest.fail))
+    if seconds_a_token * 100 < BACK_SOON_SECONDS:
+        back = next_batch_in_thread(scheduler)  # the busy runner, done with its batch
+        assignment = back.result(WAIT)
+        assert assignment is not None and [item.cost for item in assignment.items] == [4]
+        assert not idle.done()
+        scheduler.close()
+        assert idle.result(WAIT) is None
+    else:
+        assignment = idle.result(WAIT)
+        assert assignment is not None and [item.cost for item in assignment.items] == [4]
+
+
+def test_enough_inputs_wake_an_idle_runner_to_prepare_beside_a_busy_one() -> None:
+    """Preparations holding SHARED_PREPARATION_INPUTS inputs wake the idle runner while
+    another prepares: it tokenizes them meanwhile."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    preparing, go_on, large_ran = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        preparing.set()
+        assert go_on.wait(WAIT)
+
+    (runner,) = idle_runners(scheduler, 1)
+    scheduler.prepare(0, 1, Preparation(first, (), pytest.fail))
+    assert preparing.wait(WAIT)
+    (idle,) = idle_runners(scheduler, 1)
+    lengths = [2] * SHARED_PREPARATION_INPUTS
+
+    def large() -> None:
+        scheduler.submit(items_of_lengths(lengths))
+        large_ran.set()
+
+    scheduler.prepare(0, len(lengths), Preparation(large, (), pytest.fail))
+    assert large_ran.wait(WAIT)  # while the first runner still prepares
+    assignment = idle.result(WAIT)
+    assert assignment is not None and len(assignment.items) == len(lengths)
+    go_on.set()
+    scheduler.close()
+    assert runner.result(WAIT) is None
 
 
 def test_an_idle_runner_is_woken_to_prepare() -> None:
