@@ -88,8 +88,11 @@ class TextTokenizer:
         """Within: `texts` tokenized (with special tokens) in one call that lets the GIL go,
         where `encode_batch` finds them. A text is tokenized the same whatever comes beside
         it, so what is found is what its own call would make."""
-        encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=True)
-        self._primed = dict(zip(texts, encodings, strict=True))
+        try:
+            encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=True)
+        except Exception:  # each text's own call then fails its own request, not the others'
+            encodings = []
+        self._primed = dict(zip(texts, encodings, strict=False))
         try:
             yield
         finally:

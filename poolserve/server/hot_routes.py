@@ -168,21 +168,22 @@ class HotRoutes:
         scope[TICKET_KEY] = ticket
         scope[ADMITTED_KEY] = time.perf_counter()
         if length is None:  # a chunked body: counted against the limit and the ticket
-            receive = counted(AdmissionMiddleware.counting(receive, ticket), policy.max_bytes)
+            receive = AdmissionMiddleware.counting(counted(receive, policy.max_bytes), ticket)
         request = Request(scope, receive)
-        try:
-            response = await endpoint(request)
-        except PoolserveError as exc:
-            response = poolserve_error_response(request, exc)
-        except BodyTooLargeError:
-            response = body_too_large(policy.max_bytes)
-        except Exception:
-            if answer.started:
-                raise
-            response = unexpected_error_response(request)
+        try:  # the ticket is given back once the answer is sent (its bytes held till then)
+            try:
+                response = await endpoint(request)
+            except PoolserveError as exc:
+                response = poolserve_error_response(request, exc)
+            except BodyTooLargeError:
+                response = body_too_large(policy.max_bytes)
+            except Exception:
+                if answer.started:
+                    raise
+                response = unexpected_error_response(request)
+            await answer.send_response(response, scope, receive)
         finally:
             self.control.release(ticket)
-        await answer.send_response(response, scope, receive)
 
 
 def _text(headers: Mapping[bytes, bytes], name: bytes) -> str | None:

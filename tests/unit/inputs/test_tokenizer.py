@@ -113,3 +113,25 @@ def test_texts_primed_together_give_each_texts_own_ids(
         assert calls == [len(other), len(primed[0])]
     tokenizer.encode_batch([primed[1]], truncate_to=None)
     assert calls[-1] == len(primed[1])  # outside: tokenized anew
+
+
+def test_a_failing_batch_call_leaves_each_text_to_its_own(
+    model_path: Path, hf_tokenizer: Any
+) -> None:
+    """Should the one call for every preparation's texts fail, each request's texts are
+    tokenized by their own call (whose error, if any, is that request's alone)."""
+    tokenizer = TextTokenizer((model_path / "tokenizer.json").read_text(encoding="utf-8"))
+    inner = tokenizer._tokenizer
+
+    class Failing:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def encode_batch_fast(self, texts: list[str], **kwargs: Any) -> Any:
+            raise RuntimeError("broken")
+
+    tokenizer._tokenizer = Failing()  # type: ignore[assignment]
+    with tokenizer.primed(["a text", "another"]):
+        assert tokenizer.encode_batch(["a text"], truncate_to=None) == [
+            hf_tokenizer("a text", truncation=False)["input_ids"]
+        ]
