@@ -38,6 +38,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 
 from poolserve.config.priorities import is_background
 from poolserve.engine.batch_picking import choose, head_window
@@ -276,7 +277,7 @@ class Scheduler:
                         return None
                     preparations = self._preparing.take(foreground_only=True)
                     if preparations:
-                        self._run_unlocked(preparations)
+                        self._run_unlocked(preparations, express=True)
                         continue
                     items = self._form_batch(share=1, foreground_only=True)
                     if items:
@@ -326,9 +327,10 @@ class Scheduler:
             self._set_idle(self._idle + 1)
         return True
 
-    def _run_unlocked(self, preparations: list[Preparation]) -> None:
-        """Run `preparations` without the lock (they submit)."""
-        with self._preparing.running():
+    def _run_unlocked(self, preparations: list[Preparation], express: bool = False) -> None:
+        """Run `preparations` without the lock (they submit). The express runner's count for
+        no one: it takes only the default lane and above next."""
+        with nullcontext() if express else self._preparing.running():
             self._condition.release()
             try:
                 run_all(preparations, self._preparing.tokenizing)

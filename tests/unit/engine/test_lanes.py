@@ -28,6 +28,7 @@ from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup, WorkItem
 from poolserve.errors import InvalidRequestError
+from tests.unit.engine.test_scheduler import next_batch_in_thread
 
 WAIT = 5
 
@@ -327,3 +328,34 @@ def test_a_priority_comes_from_the_body_or_the_header_and_both_must_agree() -> N
         with pytest.raises(InvalidRequestError, match="x-priority must be an integer from -10"):
             header_priority(bad)
     assert header_priority(None) is None
+
+
+def test_the_express_runner_preparing_leaves_other_lanes_to_an_idle_runner() -> None:
+    """A preparation the express runner will not take (a background one) wakes an idle runner
+    even while the express runner prepares: it would otherwise wait for the next request."""
+    runs, _ = scheduler(express=True)
+    preparing, go_on = threading.Event(), threading.Event()
+    taken, thread = express_runner(runs)
+    runs.submit(request(5, [10] * 8))
+    background = runs.next_batch()  # the runner holds background items: the express one works
+    assert background is not None
+
+    def query() -> None:
+        preparing.set()
+        assert go_on.wait(WAIT)
+        runs.submit(request(0, [4]))
+
+    runs.prepare(0, 1, Preparation(query, (), lambda: None))
+    assert preparing.wait(WAIT)  # the express runner prepares it
+    idle = next_batch_in_thread(runs)
+    assert runs.wait_for_idle_runners(1, WAIT)
+    runs.prepare(5, 1, Preparation(runs.submit, (request(5, [3]),), lambda: None))
+    bulk = idle.result(WAIT)
+    assert bulk is not None and lanes_of(bulk.items) == [5]
+    go_on.set()
+    assert lanes_of(taken.get(timeout=WAIT) or []) == [0]
+    for assignment in (background, bulk):
+        runs.batch_ended(assignment)
+    runs.close()
+    assert taken.get(timeout=WAIT) is None
+    thread.join(WAIT)
