@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -230,8 +230,13 @@ class EngineCore:
         return self.cpu.processor(self._processor_key, self._build_processor)
 
     def _tokenizing(self, texts: list[str]) -> AbstractContextManager[object]:
-        """The calling runner's tokenizer with `texts` tokenized in one call."""
-        return self.tokenizer().primed(texts)
+        """The calling runner's tokenizer with `texts` tokenized in one call (if it cannot be
+        had, each preparation's own call says why, to its own request)."""
+        try:
+            tokenizer = self.tokenizer()
+        except Exception:
+            return nullcontext()
+        return tokenizer.primed(texts)
 
     def _build_processor(self, key: str) -> TextTokenizer:
         return build_processor(self.model)

@@ -263,6 +263,8 @@ class Scheduler:
             if assignment.borrowed:
                 self._lent = max(0, self._lent - assignment.borrowed)
                 self._condition.notify_all()
+            elif self._preparing and self._idle > self._lent:  # left for a runner that may
+                self._condition.notify()  # not come back (`wake_for`): the express one, or dead
 
     def next_express_batch(self) -> Assignment | None:
         """The express runner's `next_batch`: block until work of the default lane or above

@@ -177,9 +177,7 @@ class HotRoutes:
                 response = poolserve_error_response(request, exc)
             except BodyTooLargeError:
                 response = body_too_large(policy.max_bytes)
-            except Exception:
-                if answer.started:
-                    raise
+            except Exception:  # (nothing is sent before the endpoint returns)
                 response = unexpected_error_response(request)
             await answer.send_response(response, scope, receive)
         finally:
@@ -198,7 +196,6 @@ class _Answer:
         self._send = send
         self._request_id = request_id.encode("latin-1")
         self.status = 500
-        self.started = False
 
     async def send_response(self, response: Response, scope: Scope, receive: Receive) -> None:
         if type(response) in PLAIN_RESPONSES and response.background is None:
@@ -217,7 +214,6 @@ class _Answer:
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
-            self.started = True
             headers = message["headers"]
             if not any(name == b"x-request-id" for name, _ in headers):
                 message = {**message, "headers": [*headers, (b"x-request-id", self._request_id)]}

@@ -359,3 +359,29 @@ def test_the_express_runner_preparing_leaves_other_lanes_to_an_idle_runner() -> 
     runs.close()
     assert taken.get(timeout=WAIT) is None
     thread.join(WAIT)
+
+
+def test_a_preparation_left_to_the_express_runners_batch_is_taken_once_it_ends() -> None:
+    """A small query's preparation that comes while only the express runner's short batch runs
+    is left for a runner that comes back (no wake-up), but the express runner takes none once
+    no background batch runs: its batch's end wakes the idle runner for it."""
+    runs, stats = scheduler(express=True)
+    stats.cpu_seconds_per_token = 1e-7  # batches end within a millisecond
+    ends = threading.Event()
+    taken, thread = express_runner(runs, holds_until=ends)
+    runs.submit(request(5, [10] * 8))
+    background = runs.next_batch()
+    assert background is not None
+    runs.submit(request(0, [4]))
+    assert lanes_of(taken.get(timeout=WAIT) or []) == [0]  # the express runner's batch runs
+    runs.batch_ended(background)  # no background batch now: the express runner takes nothing
+    idle = next_batch_in_thread(runs)
+    assert runs.wait_for_idle_runners(1, WAIT)
+    runs.prepare(0, 1, Preparation(runs.submit, (request(0, [3]),), lambda: None))
+    ends.set()  # the express runner's batch ends
+    query = idle.result(WAIT)
+    assert query is not None and [item.cost for item in query.items] == [3]
+    runs.batch_ended(query)
+    runs.close()
+    assert taken.get(timeout=WAIT) is None
+    thread.join(WAIT)
