@@ -25,7 +25,8 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.errors import OverloadedError, PoolserveError
-from poolserve.server.admission.door import ASKED_KEY, TICKET_KEY, AdmissionMiddleware
+from poolserve.server.admission.asked import Asked
+from poolserve.server.admission.door import AdmissionMiddleware
 from poolserve.server.error_responses import (
     error_response,
     poolserve_error_response,
@@ -34,12 +35,17 @@ from poolserve.server.error_responses import (
 from poolserve.server.middleware.auth import bearer_matches, unauthorized_response
 from poolserve.server.middleware.body_limit import BodyTooLargeError, body_too_large, counted
 from poolserve.server.middleware.dispatch import Endpoint, direct_endpoints
-from poolserve.server.middleware.trace_requests import SAMPLED_KEY
-from poolserve.server.observe.metrics import ADMITTED_KEY, REQUEST_ID_KEY, Metrics
+from poolserve.server.observe.metrics import Metrics
 from poolserve.server.observe.tracing import Tracing
 from poolserve.server.responses import JSONBytesResponse
+from poolserve.server.scope_keys import (
+    ADMITTED_KEY,
+    ASKED_KEY,
+    REQUEST_ID_KEY,
+    SAMPLED_KEY,
+    TICKET_KEY,
+)
 from poolserve.server.serving_state import ServingState
-from poolserve.server.serving_step import Asked
 
 # Responses sent as their two messages (a body sent at once, nothing after it).
 PLAIN_RESPONSES = (Response, JSONBytesResponse)

@@ -16,8 +16,9 @@ from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.answer_waits import AnswerWaits
-from poolserve.server.observe.metrics import MODEL_KEY, Metrics
+from poolserve.server.observe.metrics import Metrics
 from poolserve.server.observe.tracing import Tracing
+from poolserve.server.scope_keys import MODEL_KEY
 from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from poolserve.config.priorities import DEFAULT_PRIORITY
 from poolserve.engine.context import ServeContext
 from poolserve.engine.lanes import header_priority, request_priority
 from poolserve.engine.pipeline import begin
@@ -23,9 +22,9 @@ from poolserve.errors import (
     ConflictError,
     EngineUnavailableError,
     InvalidRequestError,
-    PoolserveError,
     RequestTimeoutError,
 )
+from poolserve.server.admission.asked import Asked
 from poolserve.server.admission.tickets import Ticket
 from poolserve.server.serving_state import ServingState
 from poolserve.service.model_service import ModelService
@@ -39,38 +38,6 @@ class Vectors:
 
     head: str = "embed"
     types: tuple[str, ...] = ("float",)
-
-
-@dataclass(frozen=True)
-class Asked:
-    """What a caller asks beside its body: `x-priority`, `x-request-timeout` and
-    `x-expect-embedding-space` (HTTP headers, gRPC metadata), as sent."""
-
-    priority: str | None = None
-    timeout: str | None = None
-    expect_space: str | None = None
-
-    @classmethod
-    def of(cls, get: Callable[[str], str | None]) -> Asked:
-        """From a header or metadata lookup (`get(name)`: its value, or None)."""
-        return cls(get("x-priority"), get("x-request-timeout"), get("x-expect-embedding-space"))
-
-    def door_lane(self) -> int:
-        """The lane to wait in at the door (a bad `x-priority` counts as the default there;
-        the request is refused with a 400 once admitted)."""
-        try:
-            return header_priority(self.priority) or DEFAULT_PRIORITY
-        except PoolserveError:
-            return DEFAULT_PRIORITY
-
-    def door_wait(self) -> float | None:
-        """The `x-request-timeout` asked for, if it is a number of seconds: it bounds the wait
-        at the door too (a bad one is refused once admitted)."""
-        try:
-            seconds = float(self.timeout) if self.timeout is not None else None
-        except ValueError:
-            return None
-        return seconds if seconds is not None and seconds > 0 else None
 
 
 @dataclass

@@ -36,9 +36,9 @@ from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.admission.door import asked, ticket_of
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
-from poolserve.server.observe.metrics import CONTEXT_KEY, REQUEST_ID_KEY
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
+from poolserve.server.scope_keys import CONTEXT_KEY, REQUEST_ID_KEY
 from poolserve.server.serving_state import ServingState, state_of
 from poolserve.server.serving_step import (
     Step,

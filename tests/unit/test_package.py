@@ -70,6 +70,76 @@ def test_torch_is_imported_only_under_the_torch_backends() -> None:
     assert importers == []
 
 
+def poolserve_imports(folder: Path) -> dict[str, set[str]]:
+    """The poolserve modules each module under `folder` imports (function-level ones too)."""
+    return {
+        relative(path): {
+            name
+            for name in imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+            if name.startswith("poolserve.")
+        }
+        for path in sorted(folder.rglob("*.py"))
+    }
+
+
+def reaching(imports: dict[str, set[str]], above: tuple[str, ...]) -> list[str]:
+    """`module -> import` for each import of a module named among `above` (or under one)."""
+    return [
+        f"{module} -> {name}"
+        for module, names in imports.items()
+        for name in sorted(names)
+        if any(name == each or name.startswith(each + ".") for each in above)
+    ]
+
+
+# What stands above the engine: the tasks, the runtimes, and everything that serves.
+ABOVE_THE_ENGINE = (
+    "poolserve.tasks",
+    "poolserve.backends",
+    "poolserve.service",
+    "poolserve.server",
+    "poolserve.offline",
+    "poolserve.bulk",
+    "poolserve.ray",
+    "poolserve.commands",
+)
+# The front ends and their shared serving step, over admission and observability.
+FRONT_ENDS = tuple(
+    f"poolserve.server.{name}"
+    for name in (
+        "app",
+        "edge",
+        "hot_routes",
+        "routes",
+        "template",
+        "serving_step",
+        "serving_state",
+        "body",
+        "schemas",
+        "apis",
+        "tei_grpc",
+        "batch_api",
+        "playground",
+        "middleware",
+    )
+)
+
+
+def test_the_engine_core_imports_no_task_runtime_or_front_end() -> None:
+    assert reaching(poolserve_imports(PACKAGE / "engine"), ABOVE_THE_ENGINE) == []
+
+
+def test_admission_imports_nothing_above_it() -> None:
+    """Admission stands on the engine's floor and the ground of the server (the errors' shapes,
+    the scope's keys): neither observability nor a front end."""
+    above = (*ABOVE_THE_ENGINE[:3], *FRONT_ENDS, "poolserve.server.observe")
+    assert reaching(poolserve_imports(PACKAGE / "server" / "admission"), above) == []
+
+
+def test_observability_imports_no_front_end() -> None:
+    assert reaching(poolserve_imports(PACKAGE / "server" / "observe"), FRONT_ENDS) == []
+
+
 # Run in a process of its own, where `import torch` fails: every module but the torch backends'
 # imports, and the bundled model is described and its tasks built without torch.
 WITHOUT_TORCH = """

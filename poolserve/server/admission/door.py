@@ -8,14 +8,11 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.errors import OverloadedError
+from poolserve.server.admission.asked import Asked
 from poolserve.server.admission.control import AdmissionControl
 from poolserve.server.admission.tickets import Ticket
 from poolserve.server.error_responses import error_response
-from poolserve.server.observe.metrics import ADMITTED_KEY
-from poolserve.server.serving_step import Asked
-
-# Where a request's ticket travels in its ASGI scope.
-TICKET_KEY = "poolserve.admission"
+from poolserve.server.scope_keys import ADMITTED_KEY, ASKED_KEY, TICKET_KEY
 
 
 def content_length(scope: Scope) -> int | None:
@@ -25,8 +22,6 @@ def content_length(scope: Scope) -> int | None:
     return None
 
 
-# Where what a request's headers ask travels in its ASGI scope (set at the door).
-ASKED_KEY = "poolserve.asked"
 ASKING_HEADERS = (b"x-priority", b"x-request-timeout", b"x-expect-embedding-space")
 
 

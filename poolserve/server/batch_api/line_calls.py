@@ -17,7 +17,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Scope
 
 from poolserve.config.priorities import LOWEST_PRIORITY
-from poolserve.server.observe.metrics import REQUEST_ID_KEY
+from poolserve.server.scope_keys import REQUEST_ID_KEY
 
 logger = logging.getLogger("poolserve")
 

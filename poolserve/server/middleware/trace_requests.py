@@ -10,12 +10,16 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.server.observe.metrics import ADMITTED_KEY, CONTEXT_KEY, MODEL_KEY, REQUEST_ID_KEY
 from poolserve.server.observe.tracing import RequestMarks, Tracing
+from poolserve.server.scope_keys import (
+    ADMITTED_KEY,
+    CONTEXT_KEY,
+    MODEL_KEY,
+    REQUEST_ID_KEY,
+    SAMPLED_KEY,
+)
 
 TRACE_HEADERS = (b"traceparent", b"tracestate")
-# Where a request the hot routes (server/hot_routes.py) sampled already says so: not sampled twice.
-SAMPLED_KEY = "poolserve.sampled"
 
 
 class TraceRequestsMiddleware:

@@ -28,6 +28,7 @@ from poolserve.server.observe.lane_metrics import LaneCollector, LaneWaits
 from poolserve.server.observe.live import LiveHistory
 from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
 from poolserve.server.observe.tallies import CounterFamily, HistogramFamily
+from poolserve.server.scope_keys import MODEL_KEY, REQUEST_ID_KEY
 from poolserve.service.registry import ServiceRegistry
 
 # Statuses that mean a request was refused or abandoned, and why.
@@ -343,16 +344,6 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-# Where a request's id travels in its ASGI scope (set by `MetricsMiddleware`, the outermost).
-REQUEST_ID_KEY = "poolserve.request_id"
-# Where the served name of the model a request is for travels (set once the handler chose it).
-MODEL_KEY = "poolserve.model"
-# Where the door and the template leave what a request's trace shows: when it was admitted
-# (perf_counter seconds), and its ServeContext.
-ADMITTED_KEY = "poolserve.admitted"
-CONTEXT_KEY = "poolserve.context"
 
 
 class MetricsMiddleware:
