@@ -128,7 +128,7 @@ class TextTokenizer:
             keep = keep_leading_chars if side == "left" else 0
             encodings = [
                 self._truncate(text, encoding, truncate_to, add_special_tokens, side, keep)
-                if len(encoding.ids) > truncate_to
+                if len(encoding) > truncate_to
                 else encoding
                 for text, encoding in zip(texts, encodings, strict=True)
             ]
@@ -164,7 +164,7 @@ class TextTokenizer:
         if max_tokens <= 0:
             return ""
         encoding = self.leading_tokens(text, max_tokens)
-        if len(encoding.ids) <= max_tokens:
+        if len(encoding) <= max_tokens:
             return text
         return text[: encoding.offsets[max_tokens - 1][1]]
 
@@ -183,7 +183,7 @@ class TextTokenizer:
             cut = max(text.rfind(space, 0, limit) for space in " \n\t")
             if cut > 0:
                 prefix = self._tokenizer.encode(text[:cut], add_special_tokens=False)
-                if len(prefix.ids) > more_than:
+                if len(prefix) > more_than:
                     return prefix
         return self._tokenizer.encode(text, add_special_tokens=False)
 
@@ -196,7 +196,7 @@ class TextTokenizer:
             cut = min((start for start in starts if start >= 0), default=-1)
             if cut > 0:
                 suffix = self._tokenizer.encode(text[cut:], add_special_tokens=False)
-                if len(suffix.ids) > more_than:
+                if len(suffix) > more_than:
                     return cut, suffix
         return 0, self._tokenizer.encode(text, add_special_tokens=False)
 

@@ -47,17 +47,17 @@ def bound_text(
         return text
     if truncating and side == "left":
         start, trailing = tokenizer.trailing_tokens(text, max_model_len)
-        if len(trailing.ids) <= max_model_len:
+        if len(trailing) <= max_model_len:
             return text
         return text[start + trailing.offsets[-max_model_len][0] :]
     leading = tokenizer.leading_tokens(text, max_model_len)
-    if len(leading.ids) <= max_model_len:
+    if len(leading) <= max_model_len:
         return text
     if truncating:
         return text[: leading.offsets[-1][1]]
     raise InputTooLongError(
         where,
-        f"has more than {max_model_len} tokens ({len(leading.ids)} in its first "
+        f"has more than {max_model_len} tokens ({len(leading)} in its first "
         f"{leading.offsets[-1][1]} characters), but the model accepts at most {max_model_len}",
         param=param_of(where),
         index=index,
