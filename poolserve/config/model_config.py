@@ -211,7 +211,8 @@ class EngineConfig:
         help="on CPU, one more runner thread, for requests of priority 0 and above that arrive "
         "while background work (priority above 0) holds every runner: they run at once, "
         "sharing the cores, rather than wait for a background batch to end (then background "
-        "batches are not cut into --background-slice slices)",
+        "batches are not cut into --background-slice slices); never for a static model, whose "
+        "batches end within milliseconds",
     )
     # torch in Python (measuring every engine adds seconds to a first start); the commands
     # default to auto.

@@ -105,7 +105,7 @@ class EngineCore:
         self._collate_items = collate_for(model)
         self.backend = backend(model, config, self._collate_items)
         runners, self._threads = runner_layout(config, self.model.device)
-        express = has_express_runner(config, self.model.device)
+        express = has_express_runner(config, self.model)
         self.stats = EngineStats(runners, express)
         self._owns_cpu = cpu is None
         self.cpu = cpu or CpuPool(config.cpu_workers)

@@ -224,6 +224,22 @@ def test_what_cannot_apply_to_a_table_is_refused_in_one_line(
     assert flag in refused.value.cli_message and "\n" not in str(refused.value)
 
 
+def test_a_static_model_runs_no_express_runner(static_dirs: StaticCheckpoints) -> None:
+    """Its batches end within milliseconds: there is no long batch to run a query past, and
+    the runners keep the OS priority the express runner would lower (engine/runner_layout.py).
+    A transformer at the same settings has one (tests/unit/engine/test_engine_core.py)."""
+    engine = Engine(
+        model_config=ModelConfig(model=str(static_dirs["model2vec"])),
+        engine_config=EngineConfig(express_runner=True, runners=2),
+    )
+    try:
+        runners = engine.core.stats.snapshot().runners
+        assert len(runners) == 2 and not any(runner.express for runner in runners)
+        assert engine.embed(sentences(3)).shape[0] == 3
+    finally:
+        engine.close()
+
+
 def test_a_table_that_does_not_cover_its_tokenizer_is_refused(
     static_dirs: StaticCheckpoints, tmp_path: Path
 ) -> None:

@@ -112,7 +112,7 @@ def graph_backend(
         threads=threads or 1,
         runner_threads=threads,
         runners=runners,
-        callers=concurrent_forwards(config, placed.device),
+        callers=concurrent_forwards(config, placed),
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         quantize=config.quantize,
         gate=config.quantize_gate,

@@ -62,7 +62,7 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
         runner_threads=threads,
         compile=config.compile,
         runners=runners,
-        callers=concurrent_forwards(config, placed.device),
+        callers=concurrent_forwards(config, placed),
         max_batch_size=min(config.max_batch_size, config.max_batch_tokens),
         packing=config.packing,
         batch_invariant=config.batch_invariant,
