@@ -147,7 +147,7 @@ class Scheduler:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
             self._preparing.add(priority, inputs, preparation)
-            ends_in = self._running_tokens * self._stats.cpu_seconds_per_token
+            ends_in = self._running_tokens * self._stats.seconds_per_token
             if self._idle > self._lent and self._preparing.wake_for(ends_in):
                 self._condition.notify()
             elif self._express_may_take():

@@ -149,9 +149,12 @@ class EngineStats:
     _running: int = 0
     _overlapped: int = 0
     _max_running: int = 0
-    # The runners' CPU seconds a padded token of their recent batches (a moving average; read
-    # without the lock): how soon a running batch ends (scheduler.py).
-    cpu_seconds_per_token: float = 0.0
+    # The wall seconds a padded token of the runners' recent batches (a moving average; read
+    # without the lock): how soon a running batch ends (scheduler.py). Wall, not the runner's
+    # CPU: under load a batch of a static model's short sums takes ten times its CPU, its
+    # runner waiting on the GIL, and a preparation left for it waits as long (a CPU estimate
+    # kept the idle runner asleep: c=8 x 32 sentences 11 % slower in two A/B runs).
+    seconds_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         self._runners = [RunnerCounters() for _ in range(self.runner_count + self.express)]
@@ -195,10 +198,10 @@ class EngineStats:
                 counters.token_work += padded_tokens
             counters.busy_seconds += seconds
             counters.cpu_seconds += cpu_seconds
-            if padded_tokens and cpu_seconds:
-                per_token = cpu_seconds / padded_tokens
-                last = self.cpu_seconds_per_token
-                self.cpu_seconds_per_token = per_token if not last else 0.8 * last + 0.2 * per_token
+            if padded_tokens and seconds:
+                per_token = seconds / padded_tokens
+                last = self.seconds_per_token
+                self.seconds_per_token = per_token if not last else 0.8 * last + 0.2 * per_token
             self._batch_sizes[items] += 1
             self._batch_tokens[padded_tokens] += 1
 

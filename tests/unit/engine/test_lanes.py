@@ -366,7 +366,7 @@ def test_a_preparation_left_to_the_express_runners_batch_is_taken_once_it_ends()
     is left for a runner that comes back (no wake-up), but the express runner takes none once
     no background batch runs: its batch's end wakes the idle runner for it."""
     runs, stats = scheduler(express=True)
-    stats.cpu_seconds_per_token = 1e-7  # batches end within a millisecond
+    stats.seconds_per_token = 1e-7  # batches end within a millisecond
     ends = threading.Event()
     taken, thread = express_runner(runs, holds_until=ends)
     runs.submit(request(5, [10] * 8))

@@ -473,15 +473,27 @@ def test_a_runner_preparing_runs_the_small_preparations_that_come_meanwhile() ->
     assert sorted(item.cost for batch in batches if batch for item in batch.items) == [3, 4]
 
 
+def test_how_soon_a_batch_ends_is_judged_by_the_wall_time_batches_took() -> None:
+    """Under load a runner waits on the GIL for most of a short batch: the estimate follows the
+    wall time a token (a moving average), not the runner's CPU time."""
+    stats = EngineStats(runner_count=1)
+    stats.batch_started()
+    stats.batch_ended(0, items=2, tokens=100, padded_tokens=100, seconds=0.01, cpu_seconds=0.001)
+    assert stats.seconds_per_token == pytest.approx(1e-4)
+    stats.batch_started()
+    stats.batch_ended(0, items=2, tokens=100, padded_tokens=100, seconds=0.02, cpu_seconds=0.001)
+    assert stats.seconds_per_token == pytest.approx(0.8 * 1e-4 + 0.2 * 2e-4)
+
+
 @pytest.mark.parametrize("seconds_a_token", [1e-7, 1e-3])
 def test_a_batch_that_ends_soon_takes_the_preparations_that_come_meanwhile(
     seconds_a_token: float,
 ) -> None:
-    """A runner running a batch that ends within BACK_SOON_SECONDS at its recent CPU a token
+    """A runner running a batch that ends within BACK_SOON_SECONDS at its recent seconds a token
     takes a small request's preparation next (the idle one sleeps on); a longer batch wakes
     the idle runner for it."""
     scheduler, stats = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
-    stats.cpu_seconds_per_token = seconds_a_token
+    stats.seconds_per_token = seconds_a_token
     scheduler.submit(items_of_lengths([100]))
     running = take(scheduler)
     assert running is not None
