@@ -14,8 +14,7 @@ from poolserve.errors import PoolserveError
 
 @dataclass(frozen=True)
 class Asked:
-    """What a caller asks beside its body: `x-priority`, `x-request-timeout` and
-    `x-expect-embedding-space` (HTTP headers, gRPC metadata), as sent."""
+    """The three, as sent (None: not asked)."""
 
     priority: str | None = None
     timeout: str | None = None
