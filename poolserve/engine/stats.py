@@ -151,7 +151,7 @@ class EngineStats:
     _max_running: int = 0
     # The wall seconds a padded token of the runners' recent batches (a moving average; read
     # without the lock): how soon a running batch ends (scheduler.py). Wall, not the runner's
-    # CPU: under load a batch of a static model's short sums takes ten times its CPU, its
+    # CPU: under load a batch of a static model's short sums takes about nine times its CPU, its
     # runner waiting on the GIL, and a preparation left for it waits as long (a CPU estimate
     # kept the idle runner asleep: c=8 x 32 sentences 11 % slower in two A/B runs).
     seconds_per_token: float = 0.0
