@@ -115,7 +115,7 @@ def served(directory: Path, seconds: float, concurrency: int) -> tuple[float, fl
 def model_limit(directory: Path, seconds: float) -> float:
     """Images/s of the model alone on prepared pixels, batches of 32."""
     from poolserve import ModelConfig
-    from poolserve.backends.torch.loader import load_module
+    from poolserve.backends.torch_model.loader import load_module
     from poolserve.models.describe import prepare_model
 
     spec = prepare_model(ModelConfig(model=str(directory)))

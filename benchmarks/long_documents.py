@@ -23,8 +23,8 @@ import torch
 
 from benchmarks import corpus
 from poolserve import Engine, EngineConfig
-from poolserve.backends.torch.executor import to_torch
-from poolserve.backends.torch.loader import load_module
+from poolserve.backends.torch_model.executor import to_torch
+from poolserve.backends.torch_model.loader import load_module
 from poolserve.engine.collate import collate, text_item
 from poolserve.engine.work import RequestGroup
 from poolserve.inputs.tokenizer import TextTokenizer

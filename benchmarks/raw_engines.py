@@ -36,10 +36,10 @@ import torch
 from benchmarks.corpus import sentences
 from benchmarks.peers import REPO, cpu_model, ensure_venv
 from poolserve import Engine, EngineConfig
-from poolserve.backends.onnxruntime.onnx_export import export, graph_inputs
-from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.executor import to_torch
-from poolserve.backends.torch.loader import load_module
+from poolserve.backends.graph.onnx_export import export, graph_inputs
+from poolserve.backends.torch_model.executor import to_torch
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
+from poolserve.backends.torch_model.loader import load_module
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.work import RequestGroup
@@ -86,7 +86,7 @@ def main() -> None:
     from poolserve.backends.probe import calibration_split
 
     module = load_module(spec)
-    target = AotTarget("embed", 0, False, 256, with_pool_mask=True)
+    target = ForwardTarget("embed", 0, False, 256, with_pool_mask=True)
     with tempfile.TemporaryDirectory() as scratch:
         graph = Path(scratch) / "model.onnx"
         export(module, spec, target, graph)
@@ -173,7 +173,7 @@ def _batches(tokenizer: TextTokenizer, spec: object, texts: tuple[str, ...]) -> 
     return out
 
 
-def _feed(batch: Batch, target: AotTarget) -> dict[str, np.ndarray]:
+def _feed(batch: Batch, target: ForwardTarget) -> dict[str, np.ndarray]:
     names = ("input_ids", "attention_mask", "pool_mask")
     return dict(zip(names, graph_inputs(to_torch(batch, torch.device("cpu")), target), strict=True))
 
@@ -187,7 +187,7 @@ def _torch_run(module: Callable[..., torch.Tensor]) -> Run:
     return run
 
 
-def _ort_run(session: object, target: AotTarget) -> Run:
+def _ort_run(session: object, target: ForwardTarget) -> Run:
     def run(batch: Batch) -> np.ndarray:
         result: np.ndarray = session.run(None, _feed(batch, target))[0]  # type: ignore[attr-defined]
         return result

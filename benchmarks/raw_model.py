@@ -20,8 +20,8 @@ import time
 import torch
 
 from benchmarks.load import CORPORA, texts_of
-from poolserve.backends.torch.executor import to_torch
-from poolserve.backends.torch.loader import load_module
+from poolserve.backends.torch_model.executor import to_torch
+from poolserve.backends.torch_model.loader import load_module
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import collate, text_item
 from poolserve.engine.work import RequestGroup

@@ -22,7 +22,7 @@ class EngineEntry:
     package: str
     # The pip extra that installs it (None: a dependency of poolserve itself).
     extra: str | None
-    # The float precisions it runs on a CPU that runs them well (backends/torch/device.py).
+    # The float precisions it runs on a CPU that runs them well (backends/torch_model/device.py).
     precisions: tuple[str, ...]
     int8: bool = False
     cuda: bool = False

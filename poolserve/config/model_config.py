@@ -154,7 +154,7 @@ class EngineConfig:
         "this many padding tokens in all (real text varies in length; 32 measured best on "
         "CPU; 0: each length alone; off: one batch padded to its longest)",
     )
-    # See backends/torch/packing.py.
+    # See backends/torch_model/packing.py.
     packing: PackingMode = setting(
         "auto",
         help="run several inputs in one row of a batch, each attending to itself only (no "
@@ -177,14 +177,14 @@ class EngineConfig:
         minimum=1,
         help="threads torch uses inside one operator, per runner (default on CPU: cores ÷ runners)",
     )
-    # See backends/torch/executor.py and engine/scheduler.py.
+    # See backends/torch_model/executor.py and engine/scheduler.py.
     single_thread_tokens: int = setting(
         256,
         minimum=0,
         help="on CPU, batches under this many padded tokens run on one torch thread, larger ones "
         "also use the cores of idle runners (0: never one thread)",
     )
-    # See backends/torch/batch_invariant.py.
+    # See backends/torch_model/batch_invariant.py.
     batch_invariant: bool = setting(
         False,
         help="a text's outputs are the same bits whatever batch it runs in (alone, beside any "

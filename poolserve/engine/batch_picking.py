@@ -9,13 +9,13 @@ free runner, a moment later. Measured on real prose (all-MiniLM-L6-v2, bf16, one
 sentences took 284 ms as one padded batch and 110 ms as buckets (padding tolerance 32 tokens,
 the default; 16 to 64 were within 3 %).
 
-A model that runs packed batches (several inputs to a row, backends/torch/packing.py) has nothing
-to cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes the
-short items in the order the scheduler gives, whatever their lengths, as many as the token budget
-holds (counted in real tokens). Longer inputs share few rows (a row's attention costs its length
-squared, so rows stay short), and go in length buckets as padded batches do: measured on real
-passages (all-MiniLM-L6-v2, bf16, compiled, one thread, 64 passages of 100-205 tokens), packed
-rows of 256 took 785 ms and length buckets 645 ms; 64 sentences took 71 ms packed.
+A model that runs packed batches (several inputs to a row, backends/torch_model/packing.py) has
+nothing to cut among short inputs: a batch seeded by an input of at most `PACK_FREELY_TOKENS` takes
+the short items in the order the scheduler gives, whatever their lengths, as many as the token
+budget holds (counted in real tokens). Longer inputs share few rows (a row's attention costs its
+length squared, so rows stay short), and go in length buckets as padded batches do: measured on real
+passages (all-MiniLM-L6-v2, bf16, compiled, one thread, 64 passages of 100-205 tokens), packed rows
+of 256 took 785 ms and length buckets 645 ms; 64 sentences took 71 ms packed.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Collating work items of tokenized text into the arrays of one forward pass: padded, or packed.
 
 The batch is numpy arrays (the backend seam carries no torch types): a backend makes its own
-tensors of them (the torch backend without a copy, backends/torch/executor.py).
+tensors of them (the torch backend without a copy, backends/torch_model/executor.py).
 
 Padded: one row per item, padded to the longest. Packed (for a model whose backbone takes it,
-backends/torch/packing.py): the items laid end to end in rows of one length, longest first, each
-into the first row with room; the row length is the one, among the longest item's (several rows:
-rounded up to a step of `ROW_LENGTH_STEP`) and a few round lengths above it, that costs least:
-rows × length for the linear layers, plus the attention's share, which grows with the length
-(about length ÷ 6 hidden sizes of a token's work). Measured on real prose (all-MiniLM-L6-v2,
-bf16, one thread, 64 sentences of 5-45 tokens): one padded batch 315 ms, length buckets 147 ms,
-packed rows of 64 tokens 97 ms (97.9 % real tokens), of the longest item's length 112 ms.
+backends/torch_model/packing.py): the items laid end to end in rows of one length, longest first,
+each into the first row with room; the row length is the one, among the longest item's (several
+rows: rounded up to a step of `ROW_LENGTH_STEP`) and a few round lengths above it, that costs least:
+rows × length for the linear layers, plus the attention's share, which grows with the length (about
+length ÷ 6 hidden sizes of a token's work). Measured on real prose (all-MiniLM-L6-v2, bf16, one
+thread, 64 sentences of 5-45 tokens): one padded batch 315 ms, length buckets 147 ms, packed rows of
+64 tokens 97 ms (97.9 % real tokens), of the longest item's length 112 ms.
 """
 
 from __future__ import annotations

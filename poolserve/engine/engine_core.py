@@ -68,7 +68,7 @@ def check_engine_settings(model: ModelSpec, config: EngineConfig) -> None:
 
 
 def invariant_config(config: EngineConfig) -> EngineConfig:
-    """`config` as a batch-invariant engine runs (backends/torch/batch_invariant.py); a
+    """`config` as a batch-invariant engine runs (backends/torch_model/batch_invariant.py); a
     setting that contradicts it is refused in one line."""
     if not config.batch_invariant:
         return config

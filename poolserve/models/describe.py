@@ -1,6 +1,6 @@
 """A checkpoint described before anything is loaded (`prepare_model`): its directory resolved, its
 layout read, its kind detected, its tokenizer parsed, its settings checked. The weights are the
-backend's to load (backends/torch/loader.py)."""
+backend's to load (backends/torch_model/loader.py)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.layout import ModelLayout
 
 # "m3": BGE-M3's dense, lexical and multi-vector outputs of one forward pass
-# (backends/torch/module.py); "image_embed": an image-text model's image vectors
-# (backends/torch/image_text.py).
+# (backends/torch_model/module.py); "image_embed": an image-text model's image vectors
+# (backends/torch_model/image_text.py).
 Head = Literal["embed", "token_embed", "classify", "token_classify", "sparse", "m3", "image_embed"]
 
 # The kinds, as `--task` names them (config/model_config.py declares them).

@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 import pytest
 
-from poolserve.backends.torch.device import cpu_precisions
+from poolserve.backends.torch_model.device import cpu_precisions
 from tests.e2e.conftest import free_port, server_env, wait_until_ready
 from tests.e2e.faults import ENV as FAULTS_ENV
 

@@ -17,8 +17,12 @@ SOURCES = sorted(PACKAGE.rglob("*.py"))
 # built on it (it exports the torch model and checks against it).
 # The backends built on the torch backend (the graph runtimes load the model in torch).
 TORCH_BACKENDS = tuple(
-    PACKAGE / "backends" / name for name in ("torch", "onnxruntime", "openvino", "choice")
+    PACKAGE / "backends" / name
+    for name in ("torch_model", "torch", "graph", "onnxruntime", "openvino", "choice")
 )
+# The runtimes, peers that each compose the loaded model (backends/torch_model/) or, for a static
+# model, its table; what the graph runtimes share is backends/graph/.
+RUNTIMES = ("torch", "onnxruntime", "openvino", "static")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -140,6 +144,26 @@ def test_observability_imports_no_front_end() -> None:
     assert reaching(poolserve_imports(PACKAGE / "server" / "observe"), FRONT_ENDS) == []
 
 
+def test_no_runtime_imports_another() -> None:
+    crossings = [
+        crossing
+        for runtime in RUNTIMES
+        for crossing in reaching(
+            poolserve_imports(PACKAGE / "backends" / runtime),
+            tuple(f"poolserve.backends.{other}" for other in RUNTIMES if other != runtime),
+        )
+    ]
+    assert crossings == []
+
+
+def test_the_loaded_model_and_the_graphs_import_no_runtime() -> None:
+    """What the runtimes share stands below them all, the chooser above them."""
+    below = {**poolserve_imports(PACKAGE / "backends" / "torch_model")}
+    below.update(poolserve_imports(PACKAGE / "backends" / "graph"))
+    above = (*(f"poolserve.backends.{name}" for name in RUNTIMES), "poolserve.backends.choice")
+    assert reaching(below, above) == []
+
+
 # Run in a process of its own, where `import torch` fails: every module but the torch backends'
 # imports, and the bundled model is described and its tasks built without torch.
 WITHOUT_TORCH = """
@@ -149,7 +173,9 @@ import poolserve
 for module in pkgutil.walk_packages(poolserve.__path__, "poolserve."):
     if not module.name.startswith(
         (
+            "poolserve.backends.torch_model",
             "poolserve.backends.torch",
+            "poolserve.backends.graph",
             "poolserve.backends.onnxruntime",
             "poolserve.backends.openvino",
             "poolserve.backends.choice",

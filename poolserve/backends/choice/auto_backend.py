@@ -28,7 +28,7 @@ from poolserve.backends.choice.trial import build, candidate_config
 from poolserve.backends.choice.trial_budget import TrialBudget
 from poolserve.backends.choice.trial_round import TrialRound
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.device import place
+from poolserve.backends.torch_model.device import place
 from poolserve.config import EngineConfig
 from poolserve.engine.model_backend import (
     Backend,

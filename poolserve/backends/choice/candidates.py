@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poolserve.backends.torch.device import cpu_precisions, native_features
+from poolserve.backends.torch_model.device import cpu_precisions, native_features
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME, ENGINES, EngineEntry
 from poolserve.models.spec import ModelSpec

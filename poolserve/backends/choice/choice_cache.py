@@ -16,7 +16,7 @@ from pathlib import Path
 
 from poolserve.backends.choice.candidates import Candidates
 from poolserve.backends.probe import calibration_texts, probe_texts
-from poolserve.backends.torch.aot_cache import keyed_file, measured_on, write_json
+from poolserve.backends.torch_model.forward_cache import keyed_file, measured_on, write_json
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINES
 from poolserve.engine.model_backend import EngineChoice, EngineTrial

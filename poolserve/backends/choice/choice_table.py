@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poolserve.backends.choice.candidates import Candidates
-from poolserve.backends.torch.device import native_features
+from poolserve.backends.torch_model.device import native_features
 from poolserve.config import EngineConfig
 from poolserve.engine.model_backend import EngineChoice, EngineTrial
 

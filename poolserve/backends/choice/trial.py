@@ -43,8 +43,8 @@ from poolserve.backends.choice.candidates import Candidate
 from poolserve.backends.choice.crew import Crew
 from poolserve.backends.choice.trial_budget import REQUEST_SENTENCES
 from poolserve.backends.probe import calibration_texts, probe_texts
-from poolserve.backends.torch.precision import TOLERANCE, probe_batches, worst_error
 from poolserve.backends.torch.torch_backend import TorchBackend
+from poolserve.backends.torch_model.precision import TOLERANCE, probe_batches, worst_error
 from poolserve.config import EngineConfig
 from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize

@@ -26,7 +26,7 @@ import onnxruntime
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from poolserve.backends.onnxruntime.onnx_export import EXTERNAL_DATA_BYTES, Feeds
+from poolserve.backends.graph.onnx_export import EXTERNAL_DATA_BYTES, Feeds
 
 # A scale is kept within these bounds: channels that never fire must not blow up their weights.
 _SCALE_BOUNDS = (1e-2, 1e2)

@@ -1,13 +1,13 @@
 """The OpenVINO backend (`--backend openvino`): the main head's forward exported to ONNX at first
-start (the same graph and cache as the ONNX Runtime backend's, backends/onnxruntime/), compiled
+start (the same graph and cache as the ONNX Runtime backend's, backends/graph/), compiled
 by OpenVINO's CPU plugin, in padded batches cut into length buckets; with `--quantize int8`,
 quantized by NNCF (ov_int8.py) behind the quality gate (backends/quality_gate.py).
 
-It is the ONNX Runtime backend with another runtime under the graph: the model is loaded in
-torch, which is what is exported, the float32 reference the gate checks against, and what runs
-the model's other heads. Why a second runtime: on a CPU with VNNI, OpenVINO's static int8
-(activation ranges calibrated once) runs faster than ONNX Runtime's dynamic int8, which
-measures each activation's range as it runs (docs/benchmarks.md).
+It is a graph runtime (backends/graph/) beside ONNX Runtime: the loaded model
+(backends/torch_model/) is what is exported, the float32 reference the gate checks against, and what
+runs the model's other heads. Why a second runtime: on a CPU with VNNI, OpenVINO's static int8
+(activation ranges calibrated once) runs faster than ONNX Runtime's dynamic int8, which measures
+each activation's range as it runs (docs/benchmarks.md).
 
 Each compiled model runs at a fixed number of inference threads per stream, with a stream for
 each runner that may run it at once, unpinned (the runners share the cores with the tokenizers),
@@ -40,72 +40,79 @@ import numpy
 import openvino
 import torch
 
-from poolserve.backends.onnxruntime.int8_cache import Quantizer
-from poolserve.backends.onnxruntime.onnx_export import graph_inputs, input_names
-from poolserve.backends.onnxruntime.ort_backend import OrtBackend, graph_backend
+from poolserve.backends.graph.graph_backend import GraphBackend, graph_backend
+from poolserve.backends.graph.onnx_export import graph_inputs, input_names
 from poolserve.backends.openvino.ov_int8 import OPENVINO_INT8
-from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.executor import CompiledForward, CompiledRun, TorchBatch
+from poolserve.backends.torch_model.executor import CompiledForward, CompiledRun, TorchBatch
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
+from poolserve.backends.torch_model.loaded_model import RunnerSeats
 from poolserve.config import EngineConfig
 from poolserve.engine.model_backend import BackendFactory, Collate, CompileSource
 from poolserve.engine.runner import thread_nice
 from poolserve.models.spec import ModelSpec
 
 
-def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> OrtBackend:
+def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> GraphBackend:
     """The OpenVINO backend of `model`; a setting it cannot honour is refused now."""
-    return graph_backend(OvBackend, "openvino", model, config, collate)
+    precision = "float32" if model.dtype == "auto" else model.dtype
+    return graph_backend(OpenVinoRuntime(_HINTS.get(precision, "f32")), model, config, collate)
 
 
-class OvBackend(OrtBackend):
-    """The ONNX Runtime backend's graphs compiled and run by OpenVINO, one compiled model per
-    thread count a runner uses."""
+class OpenVinoRuntime:
+    """OpenVINO as a graph runtime (graph/graph_backend.py): a model compiled per thread count
+    a runner uses, with a stream for each runner that may run it at once."""
 
-    FASTER_FORWARD: CompileSource = "openvino"
-    RUNTIME = "OpenVINO"
-    QUANTIZER: Quantizer = OPENVINO_INT8
+    name: CompileSource = "openvino"
+    title = "OpenVINO"
+    quantizer = OPENVINO_INT8
+
+    def __init__(self, precision_hint: str) -> None:
+        self._hint = precision_hint
+        self._seats = RunnerSeats()
+        self._loaded_nice = 0
 
     @functools.cached_property
     def _core(self) -> Any:
         return openvino.Core()
 
-    def load(self) -> None:
+    def start(self, seats: RunnerSeats) -> None:
+        self._seats = seats
         # The priority of the thread that loads, which the loaded models' threads take.
         self._loaded_nice = thread_nice()
-        super().load()
 
-    def _run(self, graph: Path, target: AotTarget, threads: int) -> CompiledRun:
+    def run(self, graph: Path, target: ForwardTarget, threads: int) -> CompiledRun:
         # Every runner at the loading thread's priority may run a count up to its own at once;
         # more (lent cores) one at a time.
-        streams = self._sharing() if threads <= self._threads else 1
-        return OvRun(self._core, graph, target, threads, streams, _HINTS[self._precision])
+        streams = self._sharing() if threads <= self._seats.threads else 1
+        return OvRun(self._core, graph, target, threads, streams, self._hint)
 
     def _sharing(self) -> int:
         """How many runners run the loaded models: all of them, but the express runner where
-        its thread runs at another priority (it makes its own: `_runner_forwards`)."""
+        its thread runs at another priority (it makes its own: `runner_forwards`)."""
         # The runners' threads run below the thread that started them (the express runner's
         # priority), unless the system refused to lower them (engine/runner.py).
-        apart = self._callers > self._runners and self._loaded_nice > os.getpriority(
+        seats = self._seats
+        apart = seats.callers > seats.runners and self._loaded_nice > os.getpriority(
             os.PRIO_PROCESS, os.getpid()
         )
-        return self._runners if apart else self._callers
+        return seats.runners if apart else seats.callers
 
-    def _runner_forwards(self) -> tuple[CompiledForward, ...]:
+    def runner_forwards(self, compiled: tuple[CompiledForward, ...]) -> tuple[CompiledForward, ...]:
         """The loaded models for a runner at the loading thread's priority; for one at another
         (the express runner), models of its own, one stream each (run on its thread), at the
         counts it runs (its own threads or fewer: it borrows no cores)."""
         if thread_nice() == self._loaded_nice:
-            return self._compiled
+            return compiled
         return tuple(
             replace(
                 forward,
                 runs={
                     count: OvRun(self._core, run.graph, run.target, count, 1, run.precision)
                     for count, run in forward.runs.items()
-                    if count <= self._threads and isinstance(run, OvRun)
+                    if count <= self._seats.threads and isinstance(run, OvRun)
                 },
             )
-            for forward in self._compiled
+            for forward in compiled
         )
 
 
@@ -122,7 +129,7 @@ class OvRun:
         self,
         core: Any,
         graph: Path,
-        target: AotTarget,
+        target: ForwardTarget,
         threads: int,
         streams: int,
         precision: str = "f32",
@@ -135,7 +142,7 @@ class OvRun:
             "ENABLE_CPU_PINNING": False,
         }
         self._compiled = core.compile_model(str(graph), "CPU", config)
-        # What another compile of it needs (`OvBackend._runner_forwards`).
+        # What another compile of it needs (`OpenVinoRuntime.runner_forwards`).
         self.graph, self.target, self.precision = graph, target, precision
         # OpenVINO's bindings load numpy's C API on their first array: two runners warming up
         # at once deadlocked there (pybind11's call-once waits for the GIL its other caller

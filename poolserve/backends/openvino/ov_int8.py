@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from poolserve.backends.onnxruntime.int8_cache import Quantizer
-from poolserve.backends.onnxruntime.onnx_export import Feeds, quiet_loggers
+from poolserve.backends.graph.int8_cache import Quantizer
+from poolserve.backends.graph.onnx_export import Feeds, quiet_loggers
 
 MODEL_XML = "model.xml"
 

@@ -3,9 +3,9 @@
 A model's main head is exported once (`torch.export`, batch size and length dynamic) and compiled
 by AOTInductor into a shared library that holds the frozen weights (pre-packed for oneDNN), one
 per intra-op thread count (inductor writes the count into its parallel loops). The library is
-kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends on
-(aot_cache.py). A restart finds the entry and loads it in a fraction of a second instead of
-compiling again; an entry whose library does not match the digest its manifest recorded
+kept under `POOLSERVE_CACHE_DIR/aot/<key>/`, where the key hashes everything the code depends
+on (torch_model/forward_cache.py). A restart finds the entry and loads it in a fraction of a second
+instead of compiling again; an entry whose library does not match the digest its manifest recorded
 (truncated, overwritten) is rebuilt, never run. Checking and building an entry hold a lock file
 of its own, so processes that start together build it once.
 
@@ -29,18 +29,18 @@ from typing import Any
 import torch
 
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.aot_cache import (
+from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
+from poolserve.backends.torch_model.executor import TorchBatch
+from poolserve.backends.torch_model.export_forward import forward_to_export
+from poolserve.backends.torch_model.forward_cache import (
     MANIFEST,
-    AotTarget,
     CacheEntry,
+    ForwardTarget,
     entry_for,
     locked,
     sha256,
     valid_library,
 )
-from poolserve.backends.torch.aot_runtime import AotModel, AotUnavailableError
-from poolserve.backends.torch.executor import TorchBatch
-from poolserve.backends.torch.export_forward import forward_to_export
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def build(
     parts: dict[str, Any],
     module: torch.nn.Module,
     spec: ModelSpec,
-    target: AotTarget,
+    target: ForwardTarget,
 ) -> None:
     """Export the head, compile it for `target.threads`, and write the entry (atomically: a
     staging directory renamed into place, so a crash leaves no half-written entry)."""
@@ -135,7 +135,7 @@ def load_or_build(
     root: Path,
     module: torch.nn.Module | None,
     spec: ModelSpec,
-    targets: Iterable[AotTarget],
+    targets: Iterable[ForwardTarget],
     instances: int,
 ) -> AotLoad:
     """Each target's library from the cache, compiled from `module` first where it is missing
@@ -168,7 +168,7 @@ def _rebuild(
     parts: dict[str, Any],
     module: torch.nn.Module,
     spec: ModelSpec,
-    target: AotTarget,
+    target: ForwardTarget,
 ) -> Path:
     if entry.directory.exists():
         logger.warning(

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from poolserve.backends.torch import aot, compile_gain, precision
+from poolserve.backends.torch import aot, compile_gain
 from poolserve.backends.torch.aot import AotRun
-from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.executor import CompiledForward
+from poolserve.backends.torch_model import precision
+from poolserve.backends.torch_model.executor import CompiledForward
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
 from poolserve.config import CompileMode
 from poolserve.config.model_config import PackingMode
 from poolserve.engine.model_backend import PrecisionReport
@@ -59,7 +60,7 @@ def cached_start(
     # the cache holds (one key never holds both).
     for with_types in (True, False) if spec.kind == "cross_encoder" else (False,):
         targets = [
-            AotTarget(
+            ForwardTarget(
                 spec.heads[0], count, with_types, settings.max_batch_size, settings.packing != "off"
             )
             for count in counts
@@ -78,7 +79,7 @@ def cached_start(
 
 
 def _paying_gains(
-    root: Path, spec: ModelSpec, targets: Sequence[AotTarget], compile: CompileMode
+    root: Path, spec: ModelSpec, targets: Sequence[ForwardTarget], compile: CompileMode
 ) -> dict[int, compile_gain.Gain] | None:
     """Each target's measured gain, or None where one is unmeasured or does not pay (with
     `--compile on`, whatever is known: it compiles regardless)."""

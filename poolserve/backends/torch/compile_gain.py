@@ -25,9 +25,9 @@ from pathlib import Path
 
 from poolserve.backends.probe import probe_texts
 from poolserve.backends.progress import progress
-from poolserve.backends.torch import precision
-from poolserve.backends.torch.aot_cache import AotTarget, entry_for, write_json
-from poolserve.backends.torch.executor import CompiledForward, ModelExecutor
+from poolserve.backends.torch_model import precision
+from poolserve.backends.torch_model.executor import CompiledForward, ModelExecutor
+from poolserve.backends.torch_model.forward_cache import ForwardTarget, entry_for, write_json
 from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import Collate, CompileReport, Forward
 from poolserve.models.spec import ModelSpec
@@ -60,7 +60,7 @@ class Gain:
         return self.error <= precision.TOLERANCE and self.ratio >= MIN_GAIN
 
 
-def gain_file(root: Path, spec: ModelSpec, target: AotTarget) -> Path:
+def gain_file(root: Path, spec: ModelSpec, target: ForwardTarget) -> Path:
     """Where the gain of `target`'s compiled forward is kept (named as its library's entry)."""
     entry, _ = entry_for(root, spec, target, family="compile-gain", extra={"gain": FORMAT})
     return entry.directory.with_suffix(".json")
@@ -133,7 +133,7 @@ def measure_targets(
     root: Path,
     spec: ModelSpec,
     collate: Collate,
-    targets: Sequence[AotTarget],
+    targets: Sequence[ForwardTarget],
     *,
     eager: ModelExecutor,
     compiled: ModelExecutor,

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from poolserve.backends.torch.executor import CompiledForward, TorchBatch, run_eagerly
-from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch_model.executor import CompiledForward, TorchBatch, run_eagerly
+from poolserve.backends.torch_model.module import PoolingModule
 from poolserve.config import CompileMode
 from poolserve.errors import SettingError
 from poolserve.models.kinds import Head

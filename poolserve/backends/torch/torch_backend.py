@@ -1,30 +1,28 @@
-"""The PyTorch backend (`--backend torch`): eager, or the main head compiled where it pays
-(compile_gain.py): by AOTInductor, cached on disk (aot.py), else torch.compile (jit.py). At load
-it also decides which heads run packed batches (packing.py)."""
+"""The PyTorch runtime (`--backend torch`): the loaded model (backends/torch_model/) run eagerly, or
+its main head compiled where it pays (compile_gain.py): by AOTInductor, cached on disk (aot.py),
+else torch.compile (jit.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
-import torch
-
 from poolserve._environment import cache_dir
-from poolserve.backends.torch import aot, compile_gain, precision, warm_up
+from poolserve.backends.torch import aot, compile_gain
 from poolserve.backends.torch.aot import AotRun
-from poolserve.backends.torch.aot_cache import AotTarget
 from poolserve.backends.torch.aot_runtime import AotUnavailableError
-from poolserve.backends.torch.batch_invariant import invariant_module
 from poolserve.backends.torch.cached_start import StartSettings, cached_start
-from poolserve.backends.torch.deferred_module import DeferredModule, deferred_module
-from poolserve.backends.torch.device import place
-from poolserve.backends.torch.executor import CompiledForward, ModelExecutor, use_threads
-from poolserve.backends.torch.image_text import ImageTextModule
 from poolserve.backends.torch.jit import can_compile, just_in_time
-from poolserve.backends.torch.loader import choose_packing, load_module, log_packed
-from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch_model import precision
+from poolserve.backends.torch_model.device import place
+from poolserve.backends.torch_model.executor import CompiledForward, ModelExecutor
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
+from poolserve.backends.torch_model.image_text import ImageTextModule
+from poolserve.backends.torch_model.loaded_model import LoadedModel, RunnerSeats
+from poolserve.backends.torch_model.loader import log_packed
+from poolserve.backends.torch_model.module import PoolingModule
 from poolserve.config import CompileMode, EngineConfig
 from poolserve.config.model_config import PackingMode
 from poolserve.engine.model_backend import (
@@ -70,16 +68,13 @@ def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> To
 
 
 class TorchBackend:
-    """Eager PyTorch (batch-invariant: batch_invariant.py), or with `compile` on/auto the main
-    head compiled (other heads stay eager) for the thread counts a runner uses (1 for small
-    batches, `threads`, every runner's on lent cores) where it pays (compile_gain.py); other
-    counts run eagerly. Ahead of time (AOTInductor) first: a library per thread count, cached on
-    disk, which `runners` threads may run at once. Where the model does not export,
-    torch.compile with one runner (its guards misfire when several threads call it,
-    pytorch/pytorch#123177: a recompile mid-serving stalled every runner ~15 s)."""
-
-    # What runs the main head where `load` found something faster than eager torch.
-    FASTER_FORWARD = "compiled"
+    """The loaded model run eagerly (batch-invariant: torch_model/batch_invariant.py), or with
+    `compile` on/auto its main head compiled (other heads stay eager) for the thread counts a
+    runner uses (1 for small batches, `threads`, every runner's on lent cores) where it pays
+    (compile_gain.py); other counts run eagerly. Ahead of time (AOTInductor) first: a library
+    per thread count, cached on disk, which `runners` threads may run at once. Where the model
+    does not export, torch.compile with one runner (its guards misfire when several threads
+    call it, pytorch/pytorch#123177: a recompile mid-serving stalled every runner ~15 s)."""
 
     def __init__(
         self,
@@ -96,29 +91,25 @@ class TorchBackend:
         packing: PackingMode = "auto",
         batch_invariant: bool = False,
     ) -> None:
-        self._spec = place(spec)
-        self._load = invariant_module if batch_invariant else load_module
-        self._collate = collate
+        seats = RunnerSeats(
+            runners=runners,
+            threads=threads,
+            runner_threads=runner_threads,
+            callers=callers or runners,
+            single_thread_tokens=single_thread_tokens,
+            max_batch_size=max_batch_size,
+        )
+        self._model = LoadedModel(
+            place(spec), collate, seats, packing=packing, batch_invariant=batch_invariant
+        )
         # Whether the main head is compiled: `on` that cannot work here refuses to start.
-        self._compiles = compile != "off" and can_compile(self._spec, compile)
-        self._single_thread_tokens = single_thread_tokens
-        self._threads = threads
-        # Each runner thread's intra-op threads, set before its first operator (None: on CUDA).
-        self._runner_threads = runner_threads
+        self._compiles = compile != "off" and can_compile(self._model.spec, compile)
         self._compile = compile
-        self._runners = runners
-        self._callers = callers or runners  # forwards at once: the runners' and the express
-        self._max_batch_size = max_batch_size
-        self._packing = packing
-        # The heads whose batches are packed (set by `load`).
-        self.packed_heads: frozenset[Head] = frozenset()
-        self._module: Callable[..., torch.Tensor] | None = None
-        # The main head's faster forwards (compiled, or another runtime's), padded or packed.
+        # The main head's compiled forwards, padded or packed.
         self._compiled: tuple[CompiledForward, ...] = ()
         self.report = CompileReport("eager")
         # The compiled forward's measured gain over eager, by thread count (compile_gain.py).
         self._known_gains: dict[int, compile_gain.Gain] = {}
-        self.precision: PrecisionReport | None = None  # how `--dtype auto` chose, if it did
         self.quantization: QuantizationReport | None = None  # nothing quantized here
         self.choice: EngineChoice | None = None  # the engine was named, not chosen here
         # Set by `poolserve compile`: with --compile auto, build what the cache lacks and
@@ -128,7 +119,15 @@ class TorchBackend:
     @property
     def spec(self) -> ModelSpec:
         """The model as placed here (engine/model_backend.py)."""
-        return self._spec
+        return self._model.spec
+
+    @property
+    def packed_heads(self) -> frozenset[Head]:
+        return self._model.packed_heads
+
+    @property
+    def precision(self) -> PrecisionReport | None:
+        return self._model.precision
 
     @property
     def compile_mode(self) -> CompileMode:
@@ -153,81 +152,70 @@ class TorchBackend:
         """Whether what the cache lacks is compiled now: `on`, or auto in `poolserve compile`."""
         return self._compile == "on" or (self._compile == "auto" and self.ahead_of_time)
 
-    def _own_threads(self) -> None:
-        if self._runner_threads is not None:
-            use_threads(self._runner_threads)
-
     def load(self) -> None:
-        self._own_threads()
+        self._model.own_threads()
         if self._restart_from_the_cache():
             return
-        module = self._load_module()
-        self._module = module
-        self._choose_packing(module)
-        self._speed_up(module)
+        self._speed_up(self._model.load())
 
     def _restart_from_the_cache(self) -> bool:
         """Serve the main head from the compiled libraries alone where the caches hold all
         that a start decides for it (cached_start.py); its eager module is built at its first
-        call (deferred_module.py)."""
-        spec = self._spec
+        call (torch_model/deferred_module.py)."""
+        model = self._model
+        spec, seats = model.spec, model.seats
         if not self._compiles or spec.device != "cpu" or spec.layout.vision is not None:
             return False
         started = time.perf_counter()
         settings = StartSettings(
-            self._threads, self._runners, self._max_batch_size, self._packing, self._compile
+            seats.threads, seats.runners, seats.max_batch_size, model.packing, self._compile
         )
-        found = cached_start(cache_dir(), spec, settings, self._callers)
+        found = cached_start(cache_dir(), spec, settings, seats.callers)
         if found is None:
             return False
-        spec = self._spec = found.spec
-        self.precision, self._known_gains = found.precision, found.gains
+        model.spec, model.precision, self._known_gains = found.spec, found.precision, found.gains
         if found.precision is not None:
-            logger.info(precision.describe(spec.name, found.precision))
-        self.packed_heads = frozenset(spec.heads if found.forward.packed else ())
-        if self.packed_heads:
-            log_packed(spec, self.packed_heads)
-        self._module = deferred_module(spec, self._packing, self.packed_heads)
+            logger.info(precision.describe(found.spec.name, found.precision))
+        packed = frozenset(found.spec.heads if found.forward.packed else ())
+        if packed:
+            log_packed(found.spec, packed)
+        model.defer(packed)
         self._compiled = (found.forward,)
         self.report = CompileReport("cached", gains=self._gain_ratios())
         self._warm_up(self._new_executor(), heads=(found.forward.head,))
         self.report = replace(self.report, seconds=time.perf_counter() - started)
-        logger.info(compile_gain.compiled_line(self._spec.name, self.report, self.compiled_threads))
+        logger.info(compile_gain.compiled_line(self.spec.name, self.report, self.compiled_threads))
         return True
 
     def _speed_up(self, module: PoolingModule | ImageTextModule) -> None:
         """Compile the main head where `compile` asks for it and (auto, cached) where it is
-        measured to pay (another backend built on this one runs it in its own runtime
-        instead)."""
+        measured to pay."""
         if not self._compiles:
             return
         assert isinstance(module, PoolingModule)  # an image-text model is not compiled
         started = time.perf_counter()
-        head = self._spec.heads[0]
+        name = self.spec.name
+        head = self.spec.heads[0]
         counts = self._counts_worth_compiling(head)
         if not counts:
             self.report = CompileReport("eager", gains=self._gain_ratios())
             logger.info(
-                compile_gain.describe(
-                    self._spec.name, self._known_gains, "as measured at an earlier start"
-                )
+                compile_gain.describe(name, self._known_gains, "as measured at an earlier start")
             )
             return
         compiled: CompiledForward | None
         try:
             compiled = self._compile_ahead_of_time(module, head, counts)
         except aot.NotInCacheError:
-            logger.info(compile_gain.not_compiled_line(self._spec.name))
+            logger.info(compile_gain.not_compiled_line(name))
             return
         except AotUnavailableError as exc:
             if not self._builds:
-                logger.info("%s: running it eagerly (%s)", self._spec.name, exc)
+                logger.info("%s: running it eagerly (%s)", name, exc)
                 return
             compiled = self._compile_just_in_time(module, head, str(exc), counts)
         except Exception as exc:
-            logger.warning(
-                "%s: compiling ahead of time failed (%r); serving it eagerly", self._spec.name, exc
-            )
+            logger.warning("%s: compiling ahead of time failed (%r); serving it eagerly", name, exc)
             return
         if compiled is None:
             return
@@ -239,7 +227,7 @@ class TorchBackend:
             if self._compile != "on":
                 self._keep_what_pays(compiled)
         except Exception as exc:
-            logger.warning("compiling %s failed (%r); serving it eagerly", self._spec.name, exc)
+            logger.warning("compiling %s failed (%r); serving it eagerly", name, exc)
             self.close()
             self.report = CompileReport("eager")
             return
@@ -248,29 +236,28 @@ class TorchBackend:
         self.report = replace(
             self.report, seconds=time.perf_counter() - started, gains=self._gain_ratios()
         )
-        logger.info(compile_gain.compiled_line(self._spec.name, self.report, self.compiled_threads))
+        logger.info(compile_gain.compiled_line(name, self.report, self.compiled_threads))
 
     def _gain_ratios(self) -> dict[int, float]:
         return {threads: gain.ratio for threads, gain in self._known_gains.items()}
 
-    def _targets(self, head: Head, counts: Sequence[int]) -> list[AotTarget]:
+    def _targets(self, head: Head, counts: Sequence[int]) -> list[ForwardTarget]:
         """What the main head is compiled for at each of `counts` threads."""
-        assert isinstance(self._module, PoolingModule)
-        with_types = self._spec.kind == "cross_encoder" and self._module.takes_token_types
+        module = self._model.module
+        assert isinstance(module, PoolingModule)
+        with_types = self.spec.kind == "cross_encoder" and module.takes_token_types
         packed = head in self.packed_heads
-        return [
-            AotTarget(head, threads, with_types, self._max_batch_size, packed) for threads in counts
-        ]
+        size = self._model.seats.max_batch_size
+        return [ForwardTarget(head, threads, with_types, size, packed) for threads in counts]
 
     def _counts_worth_compiling(self, head: Head) -> list[int]:
-        """The thread counts to compile for: one thread for small batches, the runner's own
-        threads, and every runner's for a large batch that borrows the idle runners' cores;
-        less those an earlier start measured not to pay (`--compile on`: all of them)."""
-        counts = sorted({1, self._threads, self._threads * self._runners})
+        """The thread counts a runner runs at (RunnerSeats.thread_counts), less those an
+        earlier start measured not to pay (`--compile on`: all of them)."""
+        counts = self._model.seats.thread_counts
         if self._compile == "on":
             return counts
         for target in self._targets(head, counts):
-            gain = compile_gain.cached_gain(compile_gain.gain_file(cache_dir(), self._spec, target))
+            gain = compile_gain.cached_gain(compile_gain.gain_file(cache_dir(), self.spec, target))
             if gain is not None:
                 self._known_gains[target.threads] = gain
         known = self._known_gains
@@ -285,8 +272,8 @@ class TorchBackend:
             self._known_gains.update(
                 compile_gain.measure_targets(
                     cache_dir(),
-                    self._spec,
-                    self._collate,
+                    self.spec,
+                    self._model.collate,
                     unmeasured,
                     eager=self._new_executor(compiled=()),
                     compiled=self._new_executor(),
@@ -297,27 +284,15 @@ class TorchBackend:
         if kept is None:
             self.report = CompileReport("eager", gains=self._gain_ratios())
 
-    def _load_module(self) -> PoolingModule | ImageTextModule:
-        """The module in the precision asked for, or (`auto` on a CPU with several fast
-        precisions) in the one measured fastest on this machine, its spec told."""
-        module, self.precision = precision.load_in_precision(
-            cache_dir(), self._spec, self._load, self._collate, self._threads
-        )
-        if self.precision is not None:
-            self._spec = replace(self._spec, dtype=self.precision.dtype)
-        return module
-
-    def _choose_packing(self, module: PoolingModule | ImageTextModule) -> None:
-        self.packed_heads = choose_packing(module, self._spec, self._packing)
-
     def _compile_ahead_of_time(
         self, module: PoolingModule, head: Head, counts: Sequence[int]
     ) -> CompiledForward:
-        if self._spec.device != "cpu":
+        if self.spec.device != "cpu":
             raise AotUnavailableError("ahead-of-time compiling is for the CPU only")
         targets = self._targets(head, counts)
         source = module if self._builds else None
-        loaded = aot.load_or_build(cache_dir(), source, self._spec, targets, self._callers)
+        callers = self._model.seats.callers
+        loaded = aot.load_or_build(cache_dir(), source, self.spec, targets, callers)
         self.report = CompileReport("built" if loaded.built else "cached")
         with_types = targets[0].with_token_types
         return CompiledForward(
@@ -331,46 +306,33 @@ class TorchBackend:
     ) -> CompiledForward | None:
         # torch.compile's kernels take the thread count of each call: only the runner's own
         # counts run it (a batch on borrowed cores runs eagerly).
-        mine = sorted(set(counts) & {1, self._threads})
+        seats = self._model.seats
+        mine = sorted(set(counts) & {1, seats.threads})
         packed = head in self.packed_heads
         compiled = just_in_time(
-            module, self._spec.name, head, why, mine, packed=packed, runners=self._callers
+            module, self.spec.name, head, why, mine, packed=packed, runners=seats.callers
         )
         if compiled is not None:
             self.report = CompileReport("jit")
         return compiled
 
     def executor(self) -> Forward:
-        self._own_threads()
+        self._model.own_threads()
         started = time.perf_counter()
-        executor = self._new_executor(self._runner_forwards())
+        executor = self._new_executor()
         # A restart served from the cache warms what its libraries run, not the eager module.
-        deferred = isinstance(self._module, DeferredModule) and not self._module.built
-        heads = self.compiled_heads if deferred else self._spec.heads
+        heads = self.compiled_heads if self._model.deferred else self.spec.heads
         self._warm_up(executor, heads=heads)
         logger.info(
             "%s: a runner warmed up in %.1f s (%s)",
-            self._spec.name,
+            self.spec.name,
             time.perf_counter() - started,
-            self.FASTER_FORWARD if self._compiled else "eager",
+            "compiled" if self._compiled else "eager",
         )
         return executor
 
-    def _runner_forwards(self) -> tuple[CompiledForward, ...]:
-        """The faster forwards the calling runner runs: those loaded, shared by every runner
-        (OpenVINO compiles the express runner its own: openvino/ov_backend.py)."""
-        return self._compiled
-
     def _new_executor(self, compiled: Sequence[CompiledForward] | None = None) -> ModelExecutor:
-        if self._module is None:
-            raise RuntimeError("TorchBackend.executor() before load()")
-        device = torch.device(self._spec.device)
-        return ModelExecutor(
-            self._module,
-            device,
-            self._single_thread_tokens,
-            self._compiled if compiled is None else compiled,
-        )
+        return self._model.executor(self._compiled if compiled is None else compiled)
 
     def close(self) -> None:
         """Free the compiled libraries' model instances (their weights)."""
@@ -381,17 +343,8 @@ class TorchBackend:
         self._compiled = ()
 
     def _warm_up(self, executor: ModelExecutor, heads: Sequence[Head]) -> None:
-        warm_up.heads(
-            executor,
-            self._spec,
-            self._collate,
-            heads,
-            threads=self._threads,
-            counts=sorted({1, self._threads, *self.compiled_threads}),
-            packed_heads=self.packed_heads,
-            every_shape=self.report.source == "jit",
-            max_batch_size=self._max_batch_size,
-        )
+        counts = sorted({1, self._model.seats.threads, *self.compiled_threads})
+        self._model.warm_up(executor, heads, counts, every_shape=self.report.source == "jit")
 
 
 # The engine's seam, checked by the type checker: this module's factory builds a `Backend`.

@@ -18,7 +18,7 @@ import pytest
 from benchmarks.corpus import sentences
 from poolserve import Engine, EngineConfig, ModelConfig
 from poolserve.backends.quality_gate import MEAN_COSINE, MIN_COSINE
-from poolserve.backends.torch.deferred_module import DeferredModule
+from poolserve.backends.torch_model.deferred_module import DeferredModule
 from poolserve.errors import ModelLoadError
 from tests.reference import st_encode
 from tests.tiny_models import (
@@ -87,7 +87,7 @@ def test_a_restart_serves_the_cached_graph_and_loads_the_torch_module_only_when_
 ) -> None:
     load(None).embed(TEXTS[:1])  # the graph in the cache (exported by the first start)
     engine = load(None)
-    module = engine.core.backend._module
+    module = engine.core.backend._model.module
     assert isinstance(module, DeferredModule) and not module.built
     np.testing.assert_allclose(engine.embed(TEXTS), st_encode(st_model, TEXTS), atol=2e-5)
     assert not module.built
@@ -226,7 +226,7 @@ def _who_works(runtime: str, cache: str) -> dict[str, tuple[int, dict[int, int]]
     import os
 
     from poolserve.backends.choice.auto_backend import make_backend
-    from poolserve.backends.torch.precision import probe_batches
+    from poolserve.backends.torch_model.precision import probe_batches
     from poolserve.engine.engine_core import EXPRESS_NICE
     from poolserve.engine.model_inputs import collate_for
     from poolserve.engine.runner import lower_priority, thread_nice

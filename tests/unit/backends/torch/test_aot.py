@@ -26,12 +26,13 @@ import pytest
 import torch
 
 from poolserve import commands
-from poolserve.backends.torch import aot, aot_cache, compile_gain
-from poolserve.backends.torch import executor as executor_module
+from poolserve.backends.torch import aot, compile_gain
 from poolserve.backends.torch import torch_backend as backend_module
-from poolserve.backends.torch.deferred_module import DeferredModule
-from poolserve.backends.torch.executor import use_threads
 from poolserve.backends.torch.torch_backend import TorchBackend
+from poolserve.backends.torch_model import executor as executor_module
+from poolserve.backends.torch_model import forward_cache
+from poolserve.backends.torch_model.deferred_module import DeferredModule
+from poolserve.backends.torch_model.executor import use_threads
 from poolserve.config import ModelConfig
 from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.work import RequestGroup, WorkItem
@@ -89,7 +90,7 @@ def compiled_only(monkeypatch: pytest.MonkeyPatch, backend: TorchBackend, head: 
     eagerly = executor_module.run_eagerly
 
     def refuse(module: Any, batch: Batch) -> Any:
-        assert module is not backend._module or batch.head != head, "ran eagerly"
+        assert module is not backend._model.module or batch.head != head, "ran eagerly"
         return eagerly(module, batch)
 
     monkeypatch.setattr(executor_module, "run_eagerly", refuse)
@@ -163,7 +164,7 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
         )
         # The weights came in the library: the eager module is built at the first batch the
         # library does not run (the other head, token_embed), which then answers as eager does.
-        deferred = restarted._module
+        deferred = restarted._model.module
         assert isinstance(deferred, DeferredModule) and not deferred.built
         batch = collate(batch_of(2, 12, 99), pad_token_id=0)
         token_batch = collate(
@@ -191,7 +192,7 @@ def test_compiled_ahead_of_time_matches_eager_and_a_restart_loads_it(
     truncated.replace(library)
     rebuilt_entries: list[Path] = []
 
-    def rebuild_from_the_copy(entry: aot_cache.CacheEntry, *args: Any) -> None:
+    def rebuild_from_the_copy(entry: forward_cache.CacheEntry, *args: Any) -> None:
         rebuilt_entries.append(entry.directory)
         shutil.rmtree(entry.directory)
         shutil.copytree(good, entry.directory)
@@ -286,10 +287,10 @@ def test_a_packed_cross_encoder_compiled_ahead_of_time_scores_as_its_padded_mode
 def test_the_cache_key_follows_the_model_files_dtype_and_threads(
     spec: ModelSpec, tmp_path: Path
 ) -> None:
-    target = aot_cache.AotTarget("embed", 1, False, 256)
+    target = forward_cache.ForwardTarget("embed", 1, False, 256)
 
-    def key(model: ModelSpec, of: aot_cache.AotTarget = target) -> str:
-        return aot_cache.entry_for(tmp_path, model, of)[0].key
+    def key(model: ModelSpec, of: forward_cache.ForwardTarget = target) -> str:
+        return forward_cache.entry_for(tmp_path, model, of)[0].key
 
     copy = tmp_path / "model"
     shutil.copytree(minilm_path(), copy)
@@ -312,11 +313,11 @@ def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> N
     import hashlib
     import json
 
-    entry = aot_cache.CacheEntry("k" * 40, tmp_path / "entry")
+    entry = forward_cache.CacheEntry("k" * 40, tmp_path / "entry")
     entry.directory.mkdir()
     library = entry.directory / "model-0123.so"
     library.write_bytes(b"library bytes")
-    assert aot_cache.valid_library(entry) is None  # no manifest
+    assert forward_cache.valid_library(entry) is None  # no manifest
     manifest = {
         "key": entry.key,
         "library": library.name,
@@ -324,15 +325,15 @@ def test_an_entry_is_valid_only_as_its_manifest_recorded_it(tmp_path: Path) -> N
         "library_sha256": hashlib.sha256(b"library bytes").hexdigest(),
     }
     entry.manifest.write_text(json.dumps(manifest))
-    assert aot_cache.valid_library(entry) == library
+    assert forward_cache.valid_library(entry) == library
     library.write_bytes(b"library")  # truncated
-    assert aot_cache.valid_library(entry) is None
+    assert forward_cache.valid_library(entry) is None
     library.write_bytes(b"library BYTES")  # same size, other bytes
-    assert aot_cache.valid_library(entry) is None
+    assert forward_cache.valid_library(entry) is None
     entry.manifest.write_text(json.dumps({**manifest, "library": "../elsewhere.so"}))
-    assert aot_cache.valid_library(entry) is None
+    assert forward_cache.valid_library(entry) is None
     entry.manifest.write_text("{")  # a manifest cut short
-    assert aot_cache.valid_library(entry) is None
+    assert forward_cache.valid_library(entry) is None
 
 
 def test_on_without_a_cpu_compiler_refuses_to_start(

@@ -17,8 +17,8 @@ import torch
 
 from poolserve.backends.torch import compile_gain
 from poolserve.backends.torch import torch_backend as backend_module
-from poolserve.backends.torch.executor import CompiledForward, TorchBatch, run_eagerly
 from poolserve.backends.torch.torch_backend import TorchBackend
+from poolserve.backends.torch_model.executor import CompiledForward, TorchBatch, run_eagerly
 from poolserve.config import CompileMode, ModelConfig
 from poolserve.engine.collate import collate
 from poolserve.engine.model_backend import CompileReport

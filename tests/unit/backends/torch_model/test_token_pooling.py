@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from poolserve.backends.torch.token_pooling import pool, pool_segments
+from poolserve.backends.torch_model.token_pooling import pool, pool_segments
 from poolserve.engine.collate import PackedRows, collate, text_item
 from poolserve.engine.work import RequestGroup
 from poolserve.models.layout import POOLING_MODES

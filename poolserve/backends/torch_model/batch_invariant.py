@@ -23,9 +23,9 @@ another order).
 
 from __future__ import annotations
 
-from poolserve.backends.torch.image_text import ImageTextModule
-from poolserve.backends.torch.loader import load_module
-from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch_model.image_text import ImageTextModule
+from poolserve.backends.torch_model.loader import load_module
+from poolserve.backends.torch_model.module import PoolingModule
 from poolserve.errors import SettingError
 from poolserve.models.spec import ModelSpec
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poolserve.backends.torch.executor import ModelExecutor
+from poolserve.backends.torch_model.executor import ModelExecutor
 from poolserve.engine.collate import text_item
 from poolserve.engine.model_backend import Collate
 from poolserve.engine.work import RequestGroup, WorkItem

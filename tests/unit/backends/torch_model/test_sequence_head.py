@@ -13,9 +13,9 @@ import pytest
 import torch
 import transformers
 
-from poolserve.backends.torch.loader import pack_if_checked
-from poolserve.backends.torch.module import PoolingModule
-from poolserve.backends.torch.sequence_head import SequenceHead
+from poolserve.backends.torch_model.loader import pack_if_checked
+from poolserve.backends.torch_model.module import PoolingModule
+from poolserve.backends.torch_model.sequence_head import SequenceHead
 from poolserve.engine.collate import Batch, collate, text_item
 from poolserve.engine.work import RequestGroup
 

@@ -1,14 +1,14 @@
 """The main head's forward exported to ONNX, once, into the cache
 (`POOLSERVE_CACHE_DIR/onnx/<key>/`).
 
-The graph is the torch backend's own forward (backends/torch/export_forward.py: the backbone and
-the head, pooling, Dense, SPLADE or classifier, in one graph), traced by `torch.export` and
+The graph is the torch backend's own forward (backends/torch_model/export_forward.py: the backbone
+and the head, pooling, Dense, SPLADE or classifier, in one graph), traced by `torch.export` and
 translated by torch's ONNX exporter: no hand-written graph, and the heads are the same code the
-torch backend runs. The batch and length are dynamic; a packed forward takes the segment mask
-and positions as inputs. An entry's key hashes what the graph depends on (aot_cache.key_parts,
-plus the exporter's and ONNX Runtime's versions); an entry is written to a staging directory and
-renamed into place, and its manifest records each file's size and digest, so a truncated or
-replaced file is rebuilt, never run. Checking and building an entry hold its lock.
+torch backend runs. The batch and length are dynamic; a packed forward takes the segment mask and
+positions as inputs. An entry's key hashes what the graph depends on (forward_cache.key_parts, plus
+the exporter's and ONNX Runtime's versions); an entry is written to a staging directory and renamed
+into place, and its manifest records each file's size and digest, so a truncated or replaced file is
+rebuilt, never run. Checking and building an entry hold its lock.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ import numpy as np
 import torch
 
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.aot_cache import (
+from poolserve.backends.torch_model.executor import TorchBatch
+from poolserve.backends.torch_model.export_forward import forward_to_export
+from poolserve.backends.torch_model.forward_cache import (
     MANIFEST,
-    AotTarget,
     CacheEntry,
+    ForwardTarget,
     entry_for,
     locked,
     sha256,
 )
-from poolserve.backends.torch.executor import TorchBatch
-from poolserve.backends.torch.export_forward import forward_to_export
 from poolserve.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ Feeds = Mapping[str, np.ndarray]
 EXTERNAL_DATA_BYTES = 1 << 30
 
 
-def input_names(target: AotTarget) -> tuple[str, ...]:
+def input_names(target: ForwardTarget) -> tuple[str, ...]:
     """The graph's inputs, in forward_to_export's order."""
     names = (
         ("input_ids", "positions", "segments", "pool_weights", "first", "last")
@@ -64,7 +64,7 @@ def input_names(target: AotTarget) -> tuple[str, ...]:
     return names + (("token_type_ids",) if target.with_token_types else ())
 
 
-def graph_inputs(batch: TorchBatch, target: AotTarget) -> tuple[np.ndarray, ...]:
+def graph_inputs(batch: TorchBatch, target: ForwardTarget) -> tuple[np.ndarray, ...]:
     """The batch's arrays in the graph's input order (`input_names`); a padded batch without a
     pooling mask pools what it attends to, one without token type ids has zeros."""
     ids = batch.input_ids.numpy()
@@ -80,7 +80,7 @@ def graph_inputs(batch: TorchBatch, target: AotTarget) -> tuple[np.ndarray, ...]
 
 
 def entry_of(
-    root: Path, spec: ModelSpec, target: AotTarget, **extra: Any
+    root: Path, spec: ModelSpec, target: ForwardTarget, **extra: Any
 ) -> tuple[CacheEntry, dict[str, Any]]:
     """The cache entry of `target`'s graph (`extra`: how it was transformed, such as quantized)."""
     # The versions as installed, read without importing the packages (onnx alone took 0.9 s of
@@ -152,7 +152,7 @@ def cached_or_built(
     return model
 
 
-def exported(root: Path, module: torch.nn.Module, spec: ModelSpec, target: AotTarget) -> Path:
+def exported(root: Path, module: torch.nn.Module, spec: ModelSpec, target: ForwardTarget) -> Path:
     """The float32 graph of `target` from the cache, exported first where it is missing."""
     entry, parts = entry_of(root, spec, target)
 
@@ -165,7 +165,7 @@ def exported(root: Path, module: torch.nn.Module, spec: ModelSpec, target: AotTa
     return cached_or_built(entry, parts, build)
 
 
-def export(module: torch.nn.Module, spec: ModelSpec, target: AotTarget, path: Path) -> None:
+def export(module: torch.nn.Module, spec: ModelSpec, target: ForwardTarget, path: Path) -> None:
     """Export `target`'s forward of the float32 `module` to `path`."""
     forward, args, dims = forward_to_export(module, spec, target)
     large = sum(p.numel() * 4 for p in module.parameters()) > EXTERNAL_DATA_BYTES

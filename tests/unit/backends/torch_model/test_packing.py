@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from poolserve.backends.torch.attention_windows import Window, window_of
-from poolserve.backends.torch.loader import enable_packing, load_module
-from poolserve.backends.torch.module import PoolingModule
-from poolserve.backends.torch.packing import (
+from poolserve.backends.torch_model.attention_windows import Window, window_of
+from poolserve.backends.torch_model.loader import enable_packing, load_module
+from poolserve.backends.torch_model.module import PoolingModule
+from poolserve.backends.torch_model.packing import (
     Packing,
     packing_of,
     required_similarity,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from poolserve.backends.torch.attention_windows import Window, layer_windows, window_size
+from poolserve.backends.torch_model.attention_windows import Window, layer_windows, window_size
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from poolserve.backends.torch.module import M3Heads
+from poolserve.backends.torch_model.module import M3Heads
 from poolserve.errors import ModelLoadError
 from poolserve.models.layout import M3_HEAD_FILES, DenseSpec
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poolserve.backends.torch.module import TOKEN_HEADS
+from poolserve.backends.torch_model.module import TOKEN_HEADS
 from poolserve.engine.collate import Batch
 from poolserve.models.kinds import Head
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from poolserve import Engine, EngineConfig, ModelConfig
-from poolserve.backends.torch import precision
-from poolserve.backends.torch.device import cpu_precisions
+from poolserve.backends.torch_model import precision
+from poolserve.backends.torch_model.device import cpu_precisions
 from poolserve.config import ModelConfig as Config
 from poolserve.engine.collate import collate
 from poolserve.models.describe import prepare_model

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from poolserve.backends.torch.loader import enable_packing, load_module
-from poolserve.backends.torch.module import PoolingModule
+from poolserve.backends.torch_model.loader import enable_packing, load_module
+from poolserve.backends.torch_model.module import PoolingModule
 from poolserve.config.model_config import PackingMode
 from poolserve.errors import ModelLoadError
 from poolserve.models.kinds import Head

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from poolserve.backends.torch.dense import build_dense
+from poolserve.backends.torch_model.dense import build_dense
 from poolserve.errors import ModelLoadError
 from poolserve.models.layout import DenseSpec
 from tests.reference import FP32_COSINE, assert_close_vectors

@@ -1,6 +1,6 @@
 """A head's forward as a module of tensors only, with example inputs and their dynamic
 dimensions: what `torch.export` traces, for AOTInductor (aot.py) and for ONNX
-(backends/onnxruntime/onnx_export.py)."""
+(backends/graph/onnx_export.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from poolserve.backends.torch.aot_cache import AotTarget
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -64,7 +64,7 @@ class _PackedHeadForward(_HeadForward):
 
 
 def forward_to_export(
-    module: torch.nn.Module, spec: ModelSpec, target: AotTarget
+    module: torch.nn.Module, spec: ModelSpec, target: ForwardTarget
 ) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
     """The forward to export, example inputs and their dynamic dimensions. Its inputs, in
     order: padded, the input ids, attention mask (and pooling mask, `with_pool_mask`); packed,

@@ -1,13 +1,13 @@
 """The int8 graphs of a model, built once into the cache with their quality gate's figures.
 
 A `Quantizer` says how one runtime quantizes a float32 graph at a SmoothQuant α: ONNX Runtime's
-(`ORT_INT8`, int8.py) or OpenVINO's (backends/openvino/ov_int8.py). The first graph chooses the
-α (the quantizer's `alphas`, in order: the first that passes the quality gate over the held-out
-sentences); the other graphs take the same α. The choice and the gate's figures of the graph
-kept are recorded in each entry's manifest, so a restart loads the graphs and reads their
-figures without quantizing or measuring again: the figures are those of the same graph on the
-same kernels (the key holds the CPU's instruction set and the runtime's version), over the same
-held-out sentences, so measuring again would give the same numbers.
+(backends/onnxruntime/ort_backend.py) or OpenVINO's (backends/openvino/ov_int8.py). The first
+graph chooses the α (the quantizer's `alphas`, in order: the first that passes the quality gate
+over the held-out sentences); the other graphs take the same α. The choice and the gate's
+figures of the graph kept are recorded in each entry's manifest, so a restart loads the graphs
+and reads their figures without quantizing or measuring again: the figures are those of the same
+graph on the same kernels (the key holds the CPU's instruction set and the runtime's version),
+over the same held-out sentences, so measuring again would give the same numbers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from poolserve.backends import quality_gate
-from poolserve.backends.onnxruntime.onnx_export import (
+from poolserve.backends.graph.onnx_export import (
     MODEL_FILE,
     Feeds,
     cached_or_built,
@@ -36,8 +36,8 @@ from poolserve.backends.onnxruntime.onnx_export import (
 )
 from poolserve.backends.probe import calibration_texts
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.aot_cache import AotTarget
-from poolserve.backends.torch.executor import to_torch
+from poolserve.backends.torch_model.executor import to_torch
+from poolserve.backends.torch_model.forward_cache import ForwardTarget
 from poolserve.engine.collate import Batch
 from poolserve.models.spec import ModelSpec
 
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 INT8_FORMAT = 1
 
 # The gate's figures of a graph of a target, over its probe batches.
-Measure = Callable[[AotTarget, Path], dict[str, float]]
+Measure = Callable[[ForwardTarget, Path], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -66,45 +66,19 @@ class Quantizer:
     model_file: str = MODEL_FILE
 
 
-def _ort_prepare(graph: Path, feeds: Sequence[Feeds]) -> tuple[Path, Any]:
-    # ONNX Runtime's quantizer takes a second to import: only where a graph is quantized.
-    from poolserve.backends.onnxruntime.int8 import activation_ranges
-
-    return graph, activation_ranges(graph, feeds)
-
-
-def _ort_quantize(prepared: tuple[Path, Any], alpha: float, directory: Path) -> Path:
-    from poolserve.backends.onnxruntime.int8 import quantize, smoothed
-
-    graph, ranges = prepared
-    return quantize(smoothed(graph, ranges, alpha), directory, MODEL_FILE)
-
-
-ORT_INT8 = Quantizer(
-    name="onnxruntime",
-    # 0.8 first: the best measured on all-MiniLM-L6-v2, a worst cosine of 0.9915 over the
-    # benchmarks' 2,000 real sentences.
-    alphas=(0.8, 0.7, 0.6),
-    prepare=_ort_prepare,
-    quantize=_ort_quantize,
-    versions=dict,  # ONNX Runtime's version is in every ONNX entry's key (onnx_export.py)
-    code=(Path(__file__).resolve().parent / "int8.py",),
-)
-
-
 def int8_graphs(
     root: Path,
     spec: ModelSpec,
-    targets: Sequence[AotTarget],
-    graphs: Mapping[AotTarget, Path],
-    calibration: Callable[[], Mapping[AotTarget, Sequence[Batch]]],
+    targets: Sequence[ForwardTarget],
+    graphs: Mapping[ForwardTarget, Path],
+    calibration: Callable[[], Mapping[ForwardTarget, Sequence[Batch]]],
     measure: Measure,
     quantizer: Quantizer,
-) -> tuple[dict[AotTarget, Path], dict[str, float]]:
+) -> tuple[dict[ForwardTarget, Path], dict[str, float]]:
     """Each target's int8 graph (from its float32 `graphs[target]`, calibrated over
     `calibration()`'s batches where it is built), and the gate's figures of them all, the worse
     of the targets' figure by figure (`measure`d where a graph is built)."""
-    quantized: dict[AotTarget, Path] = {}
+    quantized: dict[ForwardTarget, Path] = {}
     gates: list[dict[str, float]] = []
     alpha: float | None = None
     for target in targets:
@@ -120,7 +94,9 @@ def int8_graphs(
         alphas = None if alpha is None else (alpha,)
 
         def build(
-            directory: Path, target: AotTarget = target, alphas: tuple[float, ...] | None = alphas
+            directory: Path,
+            target: ForwardTarget = target,
+            alphas: tuple[float, ...] | None = alphas,
         ) -> dict[str, Any]:
             probe = calibration()[target]
             return _build(
@@ -156,7 +132,7 @@ def _int8_code(code: tuple[Path, ...]) -> str:
 def _build(
     directory: Path,
     spec: ModelSpec,
-    target: AotTarget,
+    target: ForwardTarget,
     graph: Path,
     probe: Sequence[Batch],
     alphas: Sequence[float],

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.dense import build_dense, load_linear_head, load_m3_heads
-from poolserve.backends.torch.device import place, torch_dtype
-from poolserve.backends.torch.image_text import ImageTextModule
-from poolserve.backends.torch.module import NextTokenScorer, PoolingModule
-from poolserve.backends.torch.packing import (
+from poolserve.backends.torch_model.dense import build_dense, load_linear_head, load_m3_heads
+from poolserve.backends.torch_model.device import place, torch_dtype
+from poolserve.backends.torch_model.image_text import ImageTextModule
+from poolserve.backends.torch_model.module import NextTokenScorer, PoolingModule
+from poolserve.backends.torch_model.packing import (
     ProbeRow,
     packing_of,
     required_score_difference,
@@ -23,7 +23,7 @@ from poolserve.backends.torch.packing import (
     similarity_packed_to_alone,
     why_not_packable,
 )
-from poolserve.backends.torch.sequence_head import SequenceHead, base_model
+from poolserve.backends.torch_model.sequence_head import SequenceHead, base_model
 from poolserve.config.model_config import PackingMode
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Head, Kind, describe

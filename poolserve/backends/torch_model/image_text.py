@@ -21,7 +21,8 @@ from poolserve.models.vision import VisionLayout
 
 
 class ImageTextModule(torch.nn.Module):
-    # What the engine asks of every module (backends/torch/module.py's PoolingModule has them too).
+    # What the engine asks of every module (backends/torch_model/module.py's PoolingModule has them
+    # too).
     takes_token_types = False
     packing = None
     next_token = None

@@ -11,7 +11,7 @@ without computing the logits of the whole vocabulary), and BGE-M3's lexical and 
 outputs come from its two extra linear layers (`M3Heads`).
 
 `forward_packed` is the same over a packed batch (several inputs to a row,
-backends/torch/packing.py), for a backbone whose packing was checked at load.
+backends/torch_model/packing.py), for a backbone whose packing was checked at load.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from poolserve.backends.torch.invariant_kernels import BatchInvariantMode, each_alone
-from poolserve.backends.torch.packing import Packing
-from poolserve.backends.torch.sequence_head import SequenceHead, base_model
-from poolserve.backends.torch.token_pooling import pool, pool_segments, segment_sum
+from poolserve.backends.torch_model.invariant_kernels import BatchInvariantMode, each_alone
+from poolserve.backends.torch_model.packing import Packing
+from poolserve.backends.torch_model.sequence_head import SequenceHead, base_model
+from poolserve.backends.torch_model.token_pooling import pool, pool_segments, segment_sum
 from poolserve.models.kinds import Head, Kind
 
 TOKEN_HEADS: frozenset[Head] = frozenset({"token_embed", "token_classify", "m3"})
@@ -159,8 +159,8 @@ class PoolingModule(torch.nn.Module):
         config: Any = getattr(backbone, "config", None)
         text_config = config.get_text_config() if config is not None else None
         self.vocab_size = int(getattr(text_config, "vocab_size", 0) or 0)
-        # How the backbone reads packed batches, once checked (backends/torch/packing.py); None: it
-        # runs padded batches only.
+        # How the backbone reads packed batches, once checked (backends/torch_model/packing.py);
+        # None: it runs padded batches only.
         self.packing: Packing | None = None
         # A sequence classifier's head taken apart (sequence_head.py), once checked: its packed
         # batches run the base model, then the head on the position it reads of each segment.

@@ -30,9 +30,9 @@ import torch
 
 from poolserve.backends.probe import probe_texts
 from poolserve.backends.progress import progress
-from poolserve.backends.torch.aot_cache import keyed_file, measured_on, write_json
-from poolserve.backends.torch.device import cpu_precisions
-from poolserve.backends.torch.executor import ModelExecutor
+from poolserve.backends.torch_model.device import cpu_precisions
+from poolserve.backends.torch_model.executor import ModelExecutor
+from poolserve.backends.torch_model.forward_cache import keyed_file, measured_on, write_json
 from poolserve.engine.collate import Batch, text_item
 from poolserve.engine.model_backend import Collate, Forward, PrecisionReport
 from poolserve.engine.work import RequestGroup

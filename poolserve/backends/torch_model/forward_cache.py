@@ -1,9 +1,10 @@
-"""The compiled forwards' cache on disk (`POOLSERVE_CACHE_DIR/aot/<key>/`): what an entry is
-compiled for (`AotTarget`), the key that names it (a hash of everything its code depends on: the
+"""The cache on disk of what is built from the loaded model's main head (`POOLSERVE_CACHE_DIR/
+<family>/<key>/`: torch's compiled libraries, the exported ONNX graphs): what an entry is built
+for (`ForwardTarget`), the key that names it (a hash of everything its code depends on: the
 model files' contents, the served kind and head, dtype and device, the length limit, the torch
-and transformers versions, the torch backend's code, the CPU's instruction set and the thread
-count), whether its library is the one its manifest recorded (`valid_library`), and the lock
-that lets one process at a time check and build it."""
+and transformers versions, the loaded model's and the torch runtime's code, the CPU's
+instruction set and the thread count), whether its library is the one its manifest recorded
+(`valid_library`), and the lock that lets one process at a time check and build it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from poolserve.backends.torch import device
+from poolserve.backends.torch_model import device
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
 
@@ -35,7 +36,7 @@ _HASH_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
-class AotTarget:
+class ForwardTarget:
     """What one library is compiled for."""
 
     head: Head
@@ -91,12 +92,12 @@ def _model_files(directory: Path) -> Iterable[Path]:
 
 
 def _code_digest() -> str:
-    """The torch backend's code (the modules the exported graph is traced from, and how it is
-    exported and compiled) and the model descriptions it reads (models/)."""
+    """The loaded model's code (the modules the exported graph is traced from), the torch
+    runtime's (how it is compiled) and the model descriptions it reads (models/)."""
     digest = hashlib.sha256()
-    backend = Path(__file__).resolve().parent
-    models = backend.parent.parent / "models"
-    for path in [*sorted(backend.glob("*.py")), *sorted(models.glob("*.py"))]:
+    backends = Path(__file__).resolve().parent.parent
+    folders = (backends / "torch_model", backends / "torch", backends.parent / "models")
+    for path in (path for folder in folders for path in sorted(folder.glob("*.py"))):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -139,7 +140,7 @@ def write_json(path: Path, data: Any) -> None:
     staging.replace(path)
 
 
-def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
+def key_parts(spec: ModelSpec, target: ForwardTarget) -> dict[str, Any]:
     """Everything an entry's code depends on; its hash names the entry."""
     import transformers
 
@@ -170,7 +171,7 @@ def key_parts(spec: ModelSpec, target: AotTarget) -> dict[str, Any]:
 def entry_for(
     root: Path,
     spec: ModelSpec,
-    target: AotTarget,
+    target: ForwardTarget,
     *,
     family: str = "aot",
     extra: dict[str, Any] | None = None,

@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from poolserve.backends.torch.executor import use_threads
+from poolserve.backends.torch_model.executor import use_threads
 
 
 def test_two_threads_keep_their_own_torch_thread_counts() -> None:

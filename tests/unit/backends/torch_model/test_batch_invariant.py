@@ -16,7 +16,7 @@ import pytest
 from benchmarks import corpus
 from benchmarks.batch_invariance import alone_and_mixed, differing
 from poolserve import Engine, EngineConfig, ModelConfig
-from poolserve.backends.torch.invariant_kernels import BLOCK_ROWS, blocked_linear
+from poolserve.backends.torch_model.invariant_kernels import BLOCK_ROWS, blocked_linear
 from poolserve.errors import SettingError
 from tests.model_zoo import ZOO_BY_NAME
 
@@ -134,7 +134,7 @@ def test_attention_per_sequence_equals_each_sequence_alone(shape: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    from poolserve.backends.torch.invariant_kernels import per_sequence_attention
+    from poolserve.backends.torch_model.invariant_kernels import per_sequence_attention
 
     generator = torch.Generator().manual_seed(0)
     lengths = [5, 9, 3]

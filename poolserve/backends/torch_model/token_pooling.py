@@ -58,7 +58,7 @@ def pool_segments(
     last: torch.Tensor,
     modes: tuple[str, ...],
 ) -> torch.Tensor:
-    """Pool a packed batch, one vector per segment (see backends/torch/packing.py): `hidden`
+    """Pool a packed batch, one vector per segment (see backends/torch_model/packing.py): `hidden`
     [rows, length, dim]; per token its segment (-1: padding), its pooling weight (0 or 1) and
     its position in its sequence; per segment the flat index of its first token and of its
     last pooled one. The same numbers as `pool` over each sequence alone."""
