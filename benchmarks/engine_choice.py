@@ -67,7 +67,7 @@ def main() -> None:
         engine.close()
 
         print(f"CPU: {cpu_model()}; measured in {choice.seconds:.1f} s (ready after {ready:.1f} s)")
-        print(f"--backend auto serves {choice.engine} {choice.precision}")
+        print(f"--backend auto serves {choice.runtime} {choice.precision}")
         for trial in choice.trials:
             print(f"    {row_text(trial)}")
         print(f"\nEngine.embed, --backend auto: {rate:.0f} sentences/s ({args.count} sentences)")

@@ -9,10 +9,10 @@ from typing import Any
 from poolserve.engine.model_backend import (
     Backend,
     CompileReport,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
@@ -43,7 +43,7 @@ class WrappedBackend:
         return self.inner.quantization
 
     @property
-    def choice(self) -> EngineChoice | None:
+    def choice(self) -> RuntimeChoice | None:
         return self.inner.choice
 
     def load(self) -> None:

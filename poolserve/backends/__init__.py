@@ -1,8 +1,8 @@
 """Model backends, one package each (`torch/`, `onnxruntime/`, `openvino/`), each with a module
 whose `make_backend` builds one (engine/model_backend.py says what a backend is), and `choice/`
 (`--backend auto`), which measures the installed ones and serves the fastest. `backend_for`
-imports the one `--backend` names; the names and what each engine runs live with the setting
-(config/engine_table.py), so that the flags name them without loading any backend's
+imports the one `--backend` names; the names and what each runtime runs live with the setting
+(config/runtime_table.py), so that the flags name them without loading any backend's
 libraries."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from poolserve.config import EngineConfig
-from poolserve.config.engine_table import AUTO_MODULE, ENGINE_BY_NAME
+from poolserve.config.runtime_table import AUTO_MODULE, RUNTIME_BY_NAME
 from poolserve.engine.model_backend import BackendFactory
 from poolserve.errors import SettingError
 from poolserve.models.spec import ModelSpec
@@ -20,9 +20,9 @@ STATIC_MODULE = "poolserve.backends.static.static_backend"
 
 
 def backend_for(config: EngineConfig, model: ModelSpec | None = None) -> BackendFactory:
-    """The factory of the backend `config` names (auto: the chooser; an engine with several
+    """The factory of the backend `config` names (auto: the chooser; a runtime with several
     precisions: the chooser narrowed to it, which measures them where `--dtype` is auto); an
-    unknown name, or an engine whose libraries are missing, is a SettingError in one line. A
+    unknown name, or a runtime whose libraries are missing, is a SettingError in one line. A
     static `model` runs on the static runtime, whatever is named (it refuses what does not
     apply)."""
     if model is not None and model.layout.static is not None:
@@ -35,9 +35,9 @@ def backend_for(config: EngineConfig, model: ModelSpec | None = None) -> Backend
     name = config.backend
     if name == "auto":
         return _factory(AUTO_MODULE, name, config)
-    entry = ENGINE_BY_NAME.get(name)
+    entry = RUNTIME_BY_NAME.get(name)
     if entry is None:
-        known = ", ".join(ENGINE_BY_NAME)
+        known = ", ".join(RUNTIME_BY_NAME)
         raise SettingError(f"unknown --backend {name!r}; the backends: auto, {known}")
     factory = _factory(entry.module, name, config)  # first: a missing library says so
     chooses = name != "torch" and len(entry.precisions) > 1  # torch measures its own (precision.py)
@@ -48,7 +48,7 @@ def _factory(module: str, name: str, config: EngineConfig) -> BackendFactory:
     try:
         factory: BackendFactory = importlib.import_module(module).make_backend
     except ImportError as exc:
-        entry = ENGINE_BY_NAME.get(name)
+        entry = RUNTIME_BY_NAME.get(name)
         if entry is None or entry.extra is None:
             raise
         needs = exc.name or "its libraries"

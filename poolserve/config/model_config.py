@@ -8,12 +8,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from poolserve.config.engine_table import ENGINES
 from poolserve.config.fields import setting
+from poolserve.config.runtime_table import RUNTIMES
 
 # The model backends by name (`--backend`): their modules, extras and what each can run are in
-# config/engine_table.py (names only: nothing here imports a backend).
-BACKENDS = tuple(entry.name for entry in ENGINES)
+# config/runtime_table.py (names only: nothing here imports a backend).
+BACKENDS = tuple(entry.name for entry in RUNTIMES)
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]

@@ -27,10 +27,10 @@ from poolserve.engine.collate import Batch
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.engine.model_backend import (
     BackendFactory,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.engine.model_inputs import build_processor, collate_for, processor_key
 from poolserve.engine.preparations import Preparation
@@ -338,7 +338,7 @@ class EngineCore:
         return self.backend.quantization
 
     @property
-    def choice(self) -> EngineChoice | None:
+    def choice(self) -> RuntimeChoice | None:
         """How `--backend auto` chose the engine (None where it was asked for)."""
         return self.backend.choice
 

@@ -8,7 +8,7 @@ declared here with what "none" means (`packed_heads` empty, `report` eager, `clo
 free), so the engine asks and never probes.
 
 A backend is a package under `poolserve/backends/` whose module has a `make_backend` factory,
-and one entry naming it (config/engine_table.py: its `--backend` name, module, extra and what
+and one entry naming it (config/runtime_table.py: its `--backend` name, module, extra and what
 it runs). Tests wrap a backend to inject faults (a slow or failing forward) without touching the
 engine's internals.
 """
@@ -74,14 +74,14 @@ class QuantizationReport:
 
 
 @dataclass(frozen=True)
-class EngineTrial:
-    """One engine and precision `--backend auto` tried (backends/choice/): its speed over the
+class RuntimeTrial:
+    """One runtime and precision `--backend auto` tried (backends/choice/): its speed over the
     probe (None: not measured), how its outputs compare with torch float32's (the quality
     gate's figures, and `error`, the worst relative L2 distance), and what came of it: "chosen",
     "slower" (and how it was timed where not alike), or why it was left out (not installed,
     failed to load or export, off the gate)."""
 
-    engine: str
+    runtime: str
     precision: str
     sentences_per_second: float | None
     # One sentence alone, median milliseconds (what a quiet server's request waits).
@@ -92,14 +92,14 @@ class EngineTrial:
 
 
 @dataclass(frozen=True)
-class EngineChoice:
-    """How `--backend auto` chose the engine and precision a model runs in: every trial, and
+class RuntimeChoice:
+    """How `--backend auto` chose the runtime and precision a model runs in: every trial, and
     whether they were measured at this start, read from the cache, or not needed (one
     candidate)."""
 
-    engine: str
+    runtime: str
     precision: str
-    trials: tuple[EngineTrial, ...]
+    trials: tuple[RuntimeTrial, ...]
     source: Literal["measured", "cached", "only candidate"]
     seconds: float = 0.0
 
@@ -137,8 +137,8 @@ class Backend(Protocol):
         ...
 
     @property
-    def choice(self) -> EngineChoice | None:
-        """How `--backend auto` chose the engine (once loaded; None where it was asked for)."""
+    def choice(self) -> RuntimeChoice | None:
+        """How `--backend auto` chose the runtime (once loaded; None where it was asked for)."""
         ...
 
     def load(self) -> None:

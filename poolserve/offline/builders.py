@@ -37,7 +37,7 @@ from poolserve.tasks.task_set import TaskSet
 T = TypeVar("T")
 
 
-class Engine(Protocol):
+class EngineView(Protocol):
     """What a builder reads of the engine whose method it builds (an `offline.Engine`)."""
 
     @property
@@ -63,7 +63,7 @@ class Engine(Protocol):
 
 
 def embed(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     *,
     normalize: bool | None = None,
@@ -102,7 +102,7 @@ def embed(
 
 
 def embed_chunks(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     *,
     normalize: bool | None = None,
@@ -132,7 +132,7 @@ def embed_chunks(
 
 
 def embed_images(
-    engine: Engine,
+    engine: EngineView,
     images: Any,
     *,
     normalize: bool | None = None,
@@ -159,7 +159,7 @@ def embed_images(
 
 
 def _embed_context(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     options: PoolingOptions,
     prompt: str | None,
@@ -177,7 +177,7 @@ def _embed_context(
     return _context(request, engine, params, priority)
 
 
-def _context(request: T, engine: Engine, params: PoolingParams, priority: int) -> ServeContext[T]:
+def _context(request: T, engine: EngineView, params: PoolingParams, priority: int) -> ServeContext[T]:
     """The context of a request of `engine` in lane `priority` (a ValueError names a bad one)."""
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in LANES:
         raise InvalidRequestError(f"priority must be {PRIORITY_RANGE}; got {priority!r}")
@@ -185,7 +185,7 @@ def _context(request: T, engine: Engine, params: PoolingParams, priority: int) -
 
 
 def classify(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     *,
     use_activation: bool = True,
@@ -204,7 +204,7 @@ def classify(
 
 
 def score(
-    engine: Engine,
+    engine: EngineView,
     queries: str | Sequence[str],
     documents: str | Sequence[Document],
     *,
@@ -233,7 +233,7 @@ def score(
 
 
 def _scored(
-    engine: Engine,
+    engine: EngineView,
     queries: str | Sequence[str],
     documents: str | Sequence[Document],
     *,
@@ -264,7 +264,7 @@ def _scored(
 
 
 def rerank(
-    engine: Engine,
+    engine: EngineView,
     query: str,
     documents: Sequence[Document],
     *,
@@ -282,7 +282,7 @@ def rerank(
 
 
 def embed_sparse(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     *,
     truncate_prompt_tokens: int | None = None,
@@ -302,7 +302,7 @@ def embed_sparse(
 
 
 def pool(
-    engine: Engine,
+    engine: EngineView,
     texts: str | Sequence[str],
     *,
     task: Head | None = None,
@@ -333,7 +333,7 @@ def pool(
     return Prepared(engine.pooling_task, _context(request, engine, params, priority))
 
 
-def cannot(engine: Engine, what: str) -> InvalidRequestError:
+def cannot(engine: EngineView, what: str) -> InvalidRequestError:
     methods = [
         name
         for name, serves in (

@@ -1,5 +1,5 @@
-"""`--backend auto`: the engine and precision that run this model fastest on this machine, chosen by
-measurement at its first start and read from the cache at later ones.
+"""`--backend auto`: the runtime and precision that run this model fastest on this machine, chosen
+by measurement at its first start and read from the cache at later ones.
 
 Every candidate (candidates.py) is timed at a first start, on any CPU, the trials sharing
 `trial_budget.BUDGET_SECONDS` by running shorter passes on a slower (or busier) machine rather than
@@ -8,7 +8,7 @@ its trial loaded it: a start never waits for a compile (torch serves its compile
 `poolserve compile` built it and measured it faster, else eagerly). `poolserve compile` measures
 without the bound, torch compiled (`ahead_of_time`). A model whose weights exceed
 `LARGE_MODEL_BYTES` is not measured: it runs on torch, as `--backend torch` would. `--backend NAME`
-for an engine with several precisions narrows the candidates to that engine. A precision the CPU
+for a runtime with several precisions narrows the candidates to that runtime. A precision the CPU
 only emulates (`--dtype bfloat16` without AVX512-BF16 or AMX) is served as asked, after a short
 trial beside float32 whose cost the log tells.
 """
@@ -35,10 +35,10 @@ from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
     CompileReport,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.kinds import Head
@@ -50,14 +50,14 @@ LARGE_MODEL_BYTES = 2 << 30
 
 
 def make_backend(model: ModelSpec, config: EngineConfig, collate: Collate) -> Backend:
-    """The backend that chooses among the candidates at load; where an engine was named and
+    """The backend that chooses among the candidates at load; where a runtime was named and
     only one candidate is left, that candidate's backend itself (but for a precision the CPU
     only emulates, whose cost is measured first)."""
     placed = place(model)
     found = candidates(placed, config)
     lone = found.tried[0] if len(found.tried) == 1 else None
     if config.backend != "auto" and len(found.tried) <= 1 and not emulated(lone, placed):
-        # The named engine's own factory builds it, or refuses what it cannot run in its words.
+        # The named runtime's own factory builds it, or refuses what it cannot run in its words.
         only = lone or Candidate(config.backend, placed.dtype)
         return build(only, model, candidate_config(only, config, compiling=True), collate)
     if not found.tried:
@@ -77,7 +77,7 @@ class AutoBackend:
         self._collate = collate
         self._found = found
         self._chosen: Backend | None = None
-        self.choice: EngineChoice | None = None
+        self.choice: RuntimeChoice | None = None
         # Set by `poolserve compile`: measure anew, torch compiled, with no time bound.
         self.ahead_of_time = False
 
@@ -107,9 +107,9 @@ class AutoBackend:
         path = choice_file(cache_dir(), self._spec, self._config, self._found)
         cached = None if self.ahead_of_time else cached_choice(path)
         lone_emulated = len(tried) == 1 and emulated(tried[0], self._spec)
-        if cached is not None and Candidate(cached.engine, cached.precision) in tried:
+        if cached is not None and Candidate(cached.runtime, cached.precision) in tried:
             self.choice = cached
-            self._chosen = self._serve(Candidate(cached.engine, cached.precision))
+            self._chosen = self._serve(Candidate(cached.runtime, cached.precision))
         elif lone_emulated:
             self._measure(path, started, TrialBudget(started, 0.0))
         elif len(tried) == 1 or _weights_bytes(self._spec.layout.directory) > LARGE_MODEL_BYTES:
@@ -119,7 +119,7 @@ class AutoBackend:
             self._measure(path, started, budget)
         logger.info(describe(self._spec.name, self.choice))
         if self.choice is not None and emulated(
-            Candidate(self.choice.engine, self.choice.precision), self._spec
+            Candidate(self.choice.runtime, self.choice.precision), self._spec
         ):
             logger.warning(emulation_line(self._spec.name, self.choice))
 
@@ -132,11 +132,11 @@ class AutoBackend:
 
     def _serve_unmeasured(self, started: float) -> None:
         """One candidate, or a model too large to time in the budget: torch as `--backend
-        torch` would run it (int8: the first engine that quantizes)."""
+        torch` would run it (int8: the first runtime that quantizes)."""
         tried = self._found.tried
         if len(tried) == 1 or self._config.quantize != "off":
             self._chosen = self._serve(tried[0])
-            engine, dtype = tried[0].engine, tried[0].precision
+            runtime, dtype = tried[0].runtime, tried[0].precision
         else:
             logger.info(
                 "%s: its weights are over %d GiB, too large to time every engine at start-up: "
@@ -146,9 +146,9 @@ class AutoBackend:
             )
             self._chosen = _torch_as_asked(self._spec, self._config, self._collate)
             self._chosen.load()
-            engine, dtype = "torch", self._chosen.spec.dtype
-        self.choice = EngineChoice(
-            engine,
+            runtime, dtype = "torch", self._chosen.spec.dtype
+        self.choice = RuntimeChoice(
+            runtime,
             dtype,
             left_out_rows(self._found),
             "only candidate",
@@ -181,8 +181,8 @@ class AutoBackend:
         trials = tuple(
             replace(row.trial, outcome="chosen") if row is best else row.trial for row in rows
         )
-        self.choice = EngineChoice(
-            winner.engine,
+        self.choice = RuntimeChoice(
+            winner.runtime,
             winner.precision,
             trials + left_out_rows(self._found),
             "measured",
@@ -214,5 +214,5 @@ def _weights_bytes(directory: Path) -> int:
     )
 
 
-# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+# The backend seam, checked by the type checker: this module's factory builds a `Backend`.
 _FACTORY: BackendFactory = make_backend

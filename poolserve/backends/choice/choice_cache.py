@@ -1,9 +1,9 @@
 """The measured choice of `--backend auto`, kept for the next start
-(`POOLSERVE_CACHE_DIR/engine-choice/<key>.json`). The key holds everything the measurement
+(`POOLSERVE_CACHE_DIR/runtime-choice/<key>.json`). The key holds everything the measurement
 depends on: the CPU (model name and instruction set), the model's files, kind, head and
 attention, the candidates and the settings that shape each one's speed (the runners the trials
 run at once and their threads, packing, int8 and its gate), the text it is timed on, and the
-versions of every engine installed (an engine installed or upgraded since is measured anew). An
+versions of every runtime installed (a runtime installed or upgraded since is measured anew). An
 entry is written whole and renamed into place; one that cannot be read is measured again."""
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from poolserve.backends.choice.candidates import Candidates
 from poolserve.backends.probe import calibration_texts, probe_texts
 from poolserve.backends.torch_model.forward_cache import keyed_file, measured_on, write_json
 from poolserve.config import EngineConfig
-from poolserve.config.engine_table import ENGINES
-from poolserve.engine.model_backend import EngineChoice, EngineTrial
+from poolserve.config.runtime_table import RUNTIMES
+from poolserve.engine.model_backend import RuntimeChoice, RuntimeTrial
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.models.spec import ModelSpec
 
-# Bumped when what an entry holds, or how it is measured, changes (3: every runner at once).
-FORMAT = 3
-# Libraries whose versions change what an engine runs (beside the engines themselves).
+# Bumped when what an entry holds, or how it is measured, changes (3: every runner at once;
+# 4: a trial's `runtime`, which was its `engine`).
+FORMAT = 4
+# Libraries whose versions change what a runtime runs (beside the runtimes themselves).
 _LIBRARIES = ("transformers", "onnx", "onnxscript", "nncf")
 
 
@@ -49,11 +50,11 @@ def choice_file(root: Path, spec: ModelSpec, config: EngineConfig, found: Candid
         ).hexdigest(),
         "versions": _versions(),
     }
-    return keyed_file(root, "engine-choice", parts)
+    return keyed_file(root, "runtime-choice", parts)
 
 
 def _versions() -> dict[str, str | None]:
-    names = (*(entry.package for entry in ENGINES), *_LIBRARIES)
+    names = (*(entry.package for entry in RUNTIMES), *_LIBRARIES)
     versions: dict[str, str | None] = {}
     for name in names:
         try:
@@ -63,13 +64,13 @@ def _versions() -> dict[str, str | None]:
     return versions
 
 
-def cached_choice(path: Path) -> EngineChoice | None:
+def cached_choice(path: Path) -> RuntimeChoice | None:
     """The choice an earlier start measured (None: none, or unreadable: measure)."""
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
         trials = tuple(
-            EngineTrial(
-                engine=str(row["engine"]),
+            RuntimeTrial(
+                runtime=str(row["runtime"]),
                 precision=str(row["precision"]),
                 sentences_per_second=_number(row["sentences_per_second"]),
                 single_ms=_number(row["single_ms"]),
@@ -79,8 +80,12 @@ def cached_choice(path: Path) -> EngineChoice | None:
             )
             for row in entry["trials"]
         )
-        return EngineChoice(
-            str(entry["engine"]), str(entry["precision"]), trials, "cached", float(entry["seconds"])
+        return RuntimeChoice(
+            str(entry["runtime"]),
+            str(entry["precision"]),
+            trials,
+            "cached",
+            float(entry["seconds"]),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -90,6 +95,6 @@ def _number(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-def save_choice(path: Path, choice: EngineChoice) -> None:
+def save_choice(path: Path, choice: RuntimeChoice) -> None:
     """Keep the choice for the next start (written whole, then renamed into place)."""
     write_json(path, asdict(choice))

@@ -1,7 +1,7 @@
 """How `--backend auto`'s choice is told: a line as each trial ends, the table of every trial
 logged at start (the same rows `/info` and `/metrics` show), the rows of the candidates left
 out, the line that says what an emulated precision costs, and the one line that refuses to
-start when no engine can run the model."""
+start when no runtime can run the model."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from poolserve.backends.choice.candidates import Candidates
 from poolserve.backends.torch_model.device import native_features
 from poolserve.config import EngineConfig
-from poolserve.engine.model_backend import EngineChoice, EngineTrial
+from poolserve.engine.model_backend import RuntimeChoice, RuntimeTrial
 
 if TYPE_CHECKING:
     from poolserve.backends.choice.trial import Tried
 
 
-def describe(name: str, choice: EngineChoice | None) -> str:
+def describe(name: str, choice: RuntimeChoice | None) -> str:
     """The log lines of a choice: what serves, why, and each trial's row."""
     if choice is None:
         return f"{name}: no engine chosen"
@@ -25,14 +25,14 @@ def describe(name: str, choice: EngineChoice | None) -> str:
         "cached": "as measured at an earlier start",
         "only candidate": "the only candidate here",
     }[choice.source]
-    lines = [f"{name}: --backend auto serves {choice.engine} {choice.precision} ({how})"]
+    lines = [f"{name}: --backend auto serves {choice.runtime} {choice.precision} ({how})"]
     lines += [f"  {row_text(trial)}" for trial in choice.trials]
     return "\n".join(lines)
 
 
-def row_text(trial: EngineTrial) -> str:
+def row_text(trial: RuntimeTrial) -> str:
     """One trial as a line: speed, single-sentence latency, distance from float32, outcome."""
-    head = f"{trial.engine} {trial.precision}".ljust(22)
+    head = f"{trial.runtime} {trial.precision}".ljust(22)
     if trial.sentences_per_second is None:
         return f"{head} {trial.outcome}"
     figures = "".join(f"{key} {value:.4f}, " for key, value in trial.figures.items())
@@ -58,14 +58,14 @@ def trial_line(name: str, tried: Tried) -> str:
     return f"{name}: {label}: {probe.sentences_per_second:.0f} sentences/s ({how}; {took})"
 
 
-def emulation_line(name: str, choice: EngineChoice) -> str:
+def emulation_line(name: str, choice: RuntimeChoice) -> str:
     """What serving a precision the CPU only emulates costs, as its trial measured it."""
-    rates = {(t.engine, t.precision): t.sentences_per_second for t in choice.trials}
-    served, float32 = rates.get((choice.engine, choice.precision)), rates.get(("torch", "float32"))
+    rates = {(t.runtime, t.precision): t.sentences_per_second for t in choice.trials}
+    served, float32 = rates.get((choice.runtime, choice.precision)), rates.get(("torch", "float32"))
     cost = ""
     if served and float32:
         cost = (
-            f": {choice.engine} {choice.precision} ran {served:.0f} sentences/s against "
+            f": {choice.runtime} {choice.precision} ran {served:.0f} sentences/s against "
             f"float32's {float32:.0f} ({served / float32:.2f}x)"
         )
     return (
@@ -75,16 +75,18 @@ def emulation_line(name: str, choice: EngineChoice) -> str:
     )
 
 
-def left_out_rows(found: Candidates) -> tuple[EngineTrial, ...]:
+def left_out_rows(found: Candidates) -> tuple[RuntimeTrial, ...]:
     """A row for each candidate left out before any trial, with why."""
     return tuple(
-        EngineTrial(candidate.engine, candidate.precision, None, None, {}, None, f"left out: {why}")
+        RuntimeTrial(
+            candidate.runtime, candidate.precision, None, None, {}, None, f"left out: {why}"
+        )
         for candidate, why in found.left_out
     )
 
 
 def refusal(config: EngineConfig, found: Candidates) -> str:
-    """Why no engine can run the model as asked (one line, naming what to change)."""
+    """Why no runtime can run the model as asked (one line, naming what to change)."""
     reasons = "; ".join(f"{candidate.label}: {why}" for candidate, why in found.left_out)
     asked = "--quantize int8" if config.quantize == "int8" else f"--backend {config.backend}"
     return f"no engine can run this model with {asked} here ({reasons or 'none runs it'})"

@@ -2,7 +2,7 @@
 its own thread (as a runner makes its own), running a pass's batches at once, each taking the
 next batch as it is free (as the scheduler hands batches to free runners).
 
-Why not one thread: engines scale differently when every runner computes at once (shared
+Why not one thread: runtimes scale differently when every runner computes at once (shared
 caches, memory bandwidth, AMX units, a runtime's own thread pools). Measured on an Intel Xeon
 with AMX, one thread a candidate ranked OpenVINO bf16 and torch bf16 within their noise, while
 served by two runners torch ran 1.2x OpenVINO (docs/benchmarks.md).

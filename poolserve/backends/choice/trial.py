@@ -1,4 +1,4 @@
-"""One candidate of `--backend auto` tried: built as the backend that would serve it (its engine
+"""One candidate of `--backend auto` tried: built as the backend that would serve it (its runtime
 and precision forced), loaded and warmed up on the calling runner thread, its main head run over
 real text shipped with the package by as many runners as the server has, all at once, each on
 its own thread with its own forward (crew.py), and its outputs judged against torch float32's.
@@ -6,7 +6,7 @@ its own thread with its own forward (crew.py), and its outputs judged against to
 The objective is throughput: sentences of backends/calibration.txt (5-60 tokens, spread as the
 file's are; how many a pass runs is trial_budget.py's) as requests of 32 waiting at once, in the
 batches the engine's own scheduler forms from them for the runners (`drain`), taken by the
-runners as each is free: so each engine is timed as it would serve, in the batches it would
+runners as each is free: so each runtime is timed as it would serve, in the batches it would
 serve, packed ones for a backend that packs, length buckets for a padded one (measured: served,
 torch packed about 60 sentences a batch where OpenVINO's buckets held 27, which batches of 32
 for both do not show). Sentences per second, the median of timed passes (as many as the trial's
@@ -46,10 +46,10 @@ from poolserve.backends.probe import calibration_texts, probe_texts
 from poolserve.backends.torch.torch_backend import TorchBackend
 from poolserve.backends.torch_model.precision import TOLERANCE, probe_batches, worst_error
 from poolserve.config import EngineConfig
-from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize
+from poolserve.config.runtime_table import RUNTIME_BY_NAME
 from poolserve.engine.collate import Batch, text_item
-from poolserve.engine.model_backend import Backend, Collate, EngineTrial
+from poolserve.engine.model_backend import Backend, Collate, RuntimeTrial
 from poolserve.engine.scheduler import Scheduler
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import RequestGroup
@@ -123,14 +123,14 @@ class Tried:
     long the trial took."""
 
     candidate: Candidate
-    trial: EngineTrial
+    trial: RuntimeTrial
     backend: Backend | None = None
     probe: Probe | None = None
     seconds: float = 0.0
 
     @staticmethod
     def left_out(candidate: Candidate, why: str, seconds: float = 0.0) -> Tried:
-        row = EngineTrial(candidate.engine, candidate.precision, None, None, {}, None, why)
+        row = RuntimeTrial(candidate.runtime, candidate.precision, None, None, {}, None, why)
         return Tried(candidate, row, seconds=seconds)
 
     @property
@@ -160,14 +160,14 @@ class Tried:
 def candidate_config(
     candidate: Candidate, config: EngineConfig, *, compiling: bool
 ) -> EngineConfig:
-    """`config` with the candidate's engine forced; torch runs what the compile cache holds
+    """`config` with the candidate's runtime forced; torch runs what the compile cache holds
     (`compiling`: compiles as `config` asks), the graph runtimes compile their own graphs."""
-    if candidate.engine == "torch":
+    if candidate.runtime == "torch":
         compile = config.compile if compiling or config.compile == "off" else "cached"
     else:
         compile = "off"
     quantize: Quantize = "int8" if candidate.precision == "int8" else "off"
-    return replace(config, backend=candidate.engine, compile=compile, quantize=quantize)
+    return replace(config, backend=candidate.runtime, compile=compile, quantize=quantize)
 
 
 def build(
@@ -181,7 +181,7 @@ def build(
     """The candidate's backend (not loaded): its factory refuses what it cannot run
     (`ahead_of_time`: for `poolserve compile`, torch builds what the compile cache lacks)."""
     dtype = "float32" if candidate.precision == "int8" else candidate.precision
-    module = importlib.import_module(ENGINE_BY_NAME[candidate.engine].module)
+    module = importlib.import_module(RUNTIME_BY_NAME[candidate.runtime].module)
     backend: Backend = module.make_backend(replace(spec, dtype=dtype), config, collate)
     if isinstance(backend, TorchBackend):
         backend.ahead_of_time = ahead_of_time
@@ -251,7 +251,7 @@ def run_probe(
         if first.outputs is None:
             rate = first.made / first.seconds
             return Probe([], rate, None, first.seconds, 0, first.made, crew, batches, "first pass")
-        # In the texts' order, whatever batches each engine formed (the judge compares by place).
+        # In the texts' order, whatever batches each runtime formed (the judge compares by place).
         outputs = [first.outputs[i] for i in sorted(range(len(places)), key=places.__getitem__)]
         count = len(texts) if sizing is None else sizing(first.seconds)
         if count < len(texts):

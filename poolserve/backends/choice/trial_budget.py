@@ -12,7 +12,7 @@ out:
   `MIN_SENTENCES`, which the gate judges on). A slow CPU, or one busy with other work, runs
   fewer sentences a pass; a fast one all of them. Measured on a 2-core AVX2 EPYC, the first
   pass alone of the old fixed 256 sentences took 1.6 s (2.6 s beside a `pip install`), and
-  the third engine was never timed.
+  the third runtime was never timed.
 - **Each trial's timed passes** go on while one more fits in its share of what is left
   (`share_end`): one at least, so a trial that loads slowly (the ONNX export) leaves the next
   ones a little less, and every one of them is timed.

@@ -34,7 +34,7 @@ from poolserve.backends.choice.trial import (
 )
 from poolserve.backends.choice.trial_budget import TrialBudget
 from poolserve.config import EngineConfig
-from poolserve.engine.model_backend import Collate, EngineTrial
+from poolserve.engine.model_backend import Collate, RuntimeTrial
 from poolserve.engine.runner_layout import runner_layout
 from poolserve.errors import ModelLoadError, SettingError
 from poolserve.models.spec import ModelSpec
@@ -199,12 +199,12 @@ class TrialRound:
         seconds = time.perf_counter() - started
         rate = None if probe.ended == "not timed" else probe.sentences_per_second
         if not probe.outputs:  # stopped in its first pass: too slow to judge
-            trial = EngineTrial(candidate.engine, candidate.precision, rate, None, {}, None, "")
+            trial = RuntimeTrial(candidate.runtime, candidate.precision, rate, None, {}, None, "")
             return Tried(candidate, trial, backend, probe, seconds)
         expected = probe.outputs if reference is None else reference[: len(probe.outputs)]
         figures, error, failures = judge(candidate, probe, expected, self._spec.heads[0])
-        trial = EngineTrial(
-            candidate.engine,
+        trial = RuntimeTrial(
+            candidate.runtime,
             candidate.precision,
             rate,
             probe.single_ms,

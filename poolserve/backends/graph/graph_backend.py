@@ -40,17 +40,17 @@ from poolserve.backends.torch_model.loaded_model import LoadedModel, RunnerSeats
 from poolserve.backends.torch_model.module import PoolingModule
 from poolserve.backends.torch_model.precision import probe_batches
 from poolserve.config import EngineConfig
-from poolserve.config.engine_table import ENGINE_BY_NAME
 from poolserve.config.model_config import Quantize, QuantizeGate
+from poolserve.config.runtime_table import RUNTIME_BY_NAME
 from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import (
     Collate,
     CompileReport,
     CompileSource,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.engine.runner_layout import concurrent_forwards, runner_layout
 from poolserve.errors import ModelLoadError, SettingError
@@ -85,13 +85,13 @@ def graph_backend(
     runtime: GraphRuntime, model: ModelSpec, config: EngineConfig, collate: Collate
 ) -> GraphBackend:
     """A backend that runs the main head's exported graph on `runtime` on the CPU, in a
-    precision the runtime runs (config/engine_table.py) or int8; a setting it cannot honour is
+    precision the runtime runs (config/runtime_table.py) or int8; a setting it cannot honour is
     refused now."""
     name = runtime.name
     if model.layout.vision is not None:
         raise SettingError(f"--backend {name} serves text models; use --backend torch")
     precision = "float32" if model.dtype == "auto" else model.dtype
-    precisions = ENGINE_BY_NAME[name].precisions
+    precisions = RUNTIME_BY_NAME[name].precisions
     if precision not in precisions:
         raise SettingError(
             f"--backend {name} runs {' or '.join(precisions)} (or int8 with --quantize "
@@ -153,7 +153,7 @@ class GraphBackend:
         self._compiled: tuple[CompiledForward, ...] = ()
         self.report = CompileReport("eager")
         self.quantization: QuantizationReport | None = None
-        self.choice: EngineChoice | None = None  # the engine was named, not chosen here
+        self.choice: RuntimeChoice | None = None  # the engine was named, not chosen here
 
     @property
     def spec(self) -> ModelSpec:

@@ -93,5 +93,5 @@ class OrtRun:
         return torch.from_numpy(self._session.run(None, inputs)[0])
 
 
-# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+# The backend seam, checked by the type checker: this module's factory builds a `Backend`.
 _FACTORY: BackendFactory = make_backend

@@ -162,5 +162,5 @@ class OvRun:
         return torch.from_numpy(result[0])
 
 
-# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+# The backend seam, checked by the type checker: this module's factory builds a `Backend`.
 _FACTORY: BackendFactory = make_backend

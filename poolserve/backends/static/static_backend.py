@@ -18,10 +18,10 @@ from poolserve.engine.collate import Batch
 from poolserve.engine.model_backend import (
     Collate,
     CompileReport,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.errors import SettingError
 from poolserve.models.kinds import Head
@@ -86,7 +86,7 @@ class StaticBackend:
         return None
 
     @property
-    def choice(self) -> EngineChoice | None:
+    def choice(self) -> RuntimeChoice | None:
         return None
 
     def load(self) -> None:

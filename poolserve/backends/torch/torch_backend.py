@@ -29,10 +29,10 @@ from poolserve.engine.model_backend import (
     BackendFactory,
     Collate,
     CompileReport,
-    EngineChoice,
     Forward,
     PrecisionReport,
     QuantizationReport,
+    RuntimeChoice,
 )
 from poolserve.engine.runner_layout import concurrent_forwards, runner_layout
 from poolserve.errors import SettingError
@@ -111,7 +111,7 @@ class TorchBackend:
         # The compiled forward's measured gain over eager, by thread count (compile_gain.py).
         self._known_gains: dict[int, compile_gain.Gain] = {}
         self.quantization: QuantizationReport | None = None  # nothing quantized here
-        self.choice: EngineChoice | None = None  # the engine was named, not chosen here
+        self.choice: RuntimeChoice | None = None  # the engine was named, not chosen here
         # Set by `poolserve compile`: with --compile auto, build what the cache lacks and
         # measure it (a start only loads it: compile_gain.not_compiled_line).
         self.ahead_of_time = False
@@ -347,5 +347,5 @@ class TorchBackend:
         self._model.warm_up(executor, heads, counts, every_shape=self.report.source == "jit")
 
 
-# The engine's seam, checked by the type checker: this module's factory builds a `Backend`.
+# The backend seam, checked by the type checker: this module's factory builds a `Backend`.
 _FACTORY: BackendFactory = make_backend

@@ -106,10 +106,10 @@ class EngineCollector(Collector):
             if choice is None:
                 continue
             for trial in choice.trials:
-                key = (service.served_name, trial.engine, trial.precision)
+                key = (service.served_name, trial.runtime, trial.precision)
                 if trial.sentences_per_second is not None:
                     speed.add_metric(key, trial.sentences_per_second)
-                serves = (trial.engine, trial.precision) == (choice.engine, choice.precision)
+                serves = (trial.runtime, trial.precision) == (choice.runtime, choice.precision)
                 chosen.add_metric(key, float(serves))
         yield speed
         yield chosen

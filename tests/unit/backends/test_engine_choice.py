@@ -207,8 +207,8 @@ def test_the_fastest_within_the_gate_serves_and_the_others_say_why_not(
     backend = choose(spec)
     choice = backend.choice
     assert choice is not None and choice.source == "measured"
-    assert (choice.engine, choice.precision) == ("torch", "bfloat16")
-    outcomes = {f"{t.engine} {t.precision}": t.outcome for t in choice.trials}
+    assert (choice.runtime, choice.precision) == ("torch", "bfloat16")
+    outcomes = {f"{t.runtime} {t.precision}": t.outcome for t in choice.trials}
     assert outcomes["torch float32"] == "slower than torch bfloat16"
     assert outcomes["torch bfloat16"] == "chosen"
     assert outcomes["onnxruntime float32"] == "failed: the exporter broke"
@@ -255,7 +255,7 @@ def test_the_choice_is_cached_and_a_restart_reads_it_without_trials(
     }
     faked(monkeypatch, rates)
     first = choose(spec)
-    assert first.choice is not None and first.choice.engine == "openvino"
+    assert first.choice is not None and first.choice.runtime == "openvino"
     auto = EngineConfig(backend="auto")
     path = choice_file(tmp_path, spec, auto, candidates.candidates(spec, auto))
     assert path.exists() and cached_choice(path) is not None
@@ -429,8 +429,8 @@ def test_every_candidate_is_timed_when_the_first_trial_takes_most_of_the_budget(
     caplog.set_level(logging.INFO, logger="poolserve.backends.choice")
     chosen = choose(spec, runners=1)
     choice = chosen.choice
-    assert choice is not None and (choice.engine, choice.precision) == ("openvino", "float32")
-    rows = {f"{t.engine} {t.precision}": t for t in choice.trials}
+    assert choice is not None and (choice.runtime, choice.precision) == ("openvino", "float32")
+    rows = {f"{t.runtime} {t.precision}": t for t in choice.trials}
     assert set(rows) == set(seconds_a_sentence)
     assert all(row.sentences_per_second for row in rows.values()), rows
     assert rows["torch bfloat16"].outcome.startswith("slower (its first pass was stopped at ")
@@ -487,10 +487,10 @@ def test_a_candidate_cut_off_or_timed_again_says_so_and_only_after_every_trial(
     monkeypatch.setattr(trial_round, "run_probe", run_probe)
     monkeypatch.setattr(trial_round, "duel", duel)
     choice = choose(spec).choice
-    assert choice is not None and (choice.engine, choice.precision) == ("torch", "bfloat16")
+    assert choice is not None and (choice.runtime, choice.precision) == ("torch", "bfloat16")
     assert events[-1] == "duel openvino bfloat16 / torch bfloat16"
     assert len(events) == 6  # every trial first
-    rows = {f"{t.engine} {t.precision}": t for t in choice.trials}
+    rows = {f"{t.runtime} {t.precision}": t for t in choice.trials}
     assert rows["torch bfloat16"].sentences_per_second == 320.0
     assert rows["openvino bfloat16"].outcome == "slower, timed again in turn with torch bfloat16"
     assert rows["onnxruntime float32"].outcome.startswith("slower (its first timed pass took ")
@@ -505,9 +505,9 @@ def test_a_candidate_cut_off_or_timed_again_says_so_and_only_after_every_trial(
     monkeypatch.setattr(auto_backend, "TrialBudget", Spent)
     monkeypatch.setenv("POOLSERVE_CACHE_DIR", str(tmp_path / "again"))
     choice = choose(spec).choice
-    assert choice is not None and (choice.engine, choice.precision) == ("openvino", "bfloat16")
+    assert choice is not None and (choice.runtime, choice.precision) == ("openvino", "bfloat16")
     assert not [event for event in events if event.startswith("duel")]
-    rows = {f"{t.engine} {t.precision}": t for t in choice.trials}
+    rows = {f"{t.runtime} {t.precision}": t for t in choice.trials}
     assert rows["torch bfloat16"].outcome == (
         "slower than openvino bfloat16, by less than 10 % (the budget left no time to time "
         "them again in turn)"
@@ -533,8 +533,8 @@ def test_a_precision_the_cpu_emulates_serves_as_asked_and_says_what_it_costs(
     assert isinstance(backend, AutoBackend)
     backend.load()
     choice = backend.choice
-    assert choice is not None and (choice.engine, choice.precision) == ("torch", "bfloat16")
-    rows = {f"{t.engine} {t.precision}": t for t in choice.trials}
+    assert choice is not None and (choice.runtime, choice.precision) == ("torch", "bfloat16")
+    rows = {f"{t.runtime} {t.precision}": t for t in choice.trials}
     assert rows["torch float32"].sentences_per_second == 169.0  # timed, for the cost
     assert rows["torch float32"].outcome == "the reference (not a candidate)"
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -614,7 +614,7 @@ def test_every_candidate_runs_a_real_tiny_model_and_the_winner_answers_as_float3
         assert choice is not None and choice.source == "measured"
         own = candidates.candidates(place(prepare_model(model)), config).tried
         measured = [t for t in choice.trials if t.sentences_per_second is not None]
-        assert {f"{t.engine} {t.precision}" for t in measured} == {c.label for c in own}
+        assert {f"{t.runtime} {t.precision}" for t in measured} == {c.label for c in own}
         chosen = [t for t in choice.trials if t.outcome == "chosen"]
         assert len(chosen) == 1
         # Every other one that passed the gate lost to it (which one is fastest, at a tiny

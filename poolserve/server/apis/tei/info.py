@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from poolserve._version import __version__
-from poolserve.engine.model_backend import EngineChoice, PrecisionReport, QuantizationReport
+from poolserve.engine.model_backend import PrecisionReport, QuantizationReport, RuntimeChoice
 from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
@@ -68,13 +68,13 @@ def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:
     }
 
 
-def _engine(choice: EngineChoice | None) -> dict[str, Any] | None:
+def _engine(choice: RuntimeChoice | None) -> dict[str, Any] | None:
     """How `--backend auto` chose the engine, with every trial (poolserve's own field; null
     where the engine was named)."""
     if choice is None:
         return None
     return {
-        "chosen": {"engine": choice.engine, "precision": choice.precision},
+        "chosen": {"engine": choice.runtime, "precision": choice.precision},
         "source": choice.source,
         "seconds": choice.seconds,
         "trials": [asdict(trial) for trial in choice.trials],

@@ -1,7 +1,7 @@
-"""The engines that can run a model (`--backend`), each declared once with what it can run: its
+"""The runtimes that can run a model (`--backend`), each declared once with what it can run: its
 precisions, int8, devices, image inputs, and the pip extra that brings its libraries. Names and
-abilities only: nothing here imports an engine, so the flags and the chooser (backends/choice/)
-read them without loading any engine's libraries. A new engine is a package under backends/ and
+abilities only: nothing here imports a runtime, so the flags and the chooser (backends/choice/)
+read them without loading any runtime's libraries. A new runtime is a package under backends/ and
 one entry here."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class EngineEntry:
-    """One engine: `--backend name`, the module whose `make_backend` builds it, and what it can
+class RuntimeEntry:
+    """One runtime: `--backend name`, the module whose `make_backend` builds it, and what it can
     run."""
 
     name: str
     module: str
-    # The top-level package whose presence means the engine is installed (its version is part
+    # The top-level package whose presence means the runtime is installed (its version is part
     # of a measured choice's cache key).
     package: str
     # The pip extra that installs it (None: a dependency of poolserve itself).
@@ -32,8 +32,8 @@ class EngineEntry:
         return importlib.util.find_spec(self.package) is not None
 
 
-ENGINES = (
-    EngineEntry(
+RUNTIMES = (
+    RuntimeEntry(
         "torch",
         "poolserve.backends.torch.torch_backend",
         "torch",
@@ -42,7 +42,7 @@ ENGINES = (
         cuda=True,
         images=True,
     ),
-    EngineEntry(
+    RuntimeEntry(
         "onnxruntime",
         "poolserve.backends.onnxruntime.ort_backend",
         "onnxruntime",
@@ -50,7 +50,7 @@ ENGINES = (
         ("float32",),
         int8=True,
     ),
-    EngineEntry(
+    RuntimeEntry(
         "openvino",
         "poolserve.backends.openvino.ov_backend",
         "openvino",
@@ -59,6 +59,6 @@ ENGINES = (
         int8=True,
     ),
 )
-ENGINE_BY_NAME = {entry.name: entry for entry in ENGINES}
-# `--backend auto`: the engine measured fastest on the machine (backends/choice/).
+RUNTIME_BY_NAME = {entry.name: entry for entry in RUNTIMES}
+# `--backend auto`: the runtime measured fastest on the machine (backends/choice/).
 AUTO_MODULE = "poolserve.backends.choice.auto_backend"
