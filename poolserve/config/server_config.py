@@ -12,7 +12,7 @@ from poolserve.config.fields import check_settings, setting
 from poolserve.errors import SettingError
 
 # What the shortest input costs in admission (it still holds an output row); see
-# server/admission/control.py.
+# admission/control.py.
 MIN_INPUT_TOKENS = 4
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Image defaults: a 20 MiB image file; 40 megapixels (a 7,000 × 5,700 photo) decoded, which
@@ -122,7 +122,7 @@ class ServerConfig:
     max_concurrent_requests: int = setting(
         1024, minimum=1, help="requests in flight before new ones get 429"
     )
-    # None: sized from the machine's memory once the models are known (server/admission/budget.py:
+    # None: sized from the machine's memory once the models are known (admission/budget.py:
     # `sized_for`).
     max_queued_tokens: int | None = setting(
         None,
@@ -137,7 +137,7 @@ class ServerConfig:
         help="seconds a request that does not fit may wait, unread, for room before its 429 "
         "(refused at once when the measured rate says room will not come in time); 0: no wait",
     )
-    # See engine/lanes.py and server/admission/control.py.
+    # See engine/lanes.py and admission/control.py.
     background_share: float = setting(
         0.75,
         number="positive",
@@ -195,7 +195,7 @@ class ServerConfig:
         help="also serve text-embeddings-inference's gRPC protocol (tei.v1, with gRPC health "
         "and reflection) on this port, beside HTTP (default: off; needs poolserve[grpc])",
     )
-    # OpenTelemetry traces (server/observe/tracing.py); None: off.
+    # OpenTelemetry traces (observe/tracing.py); None: off.
     otlp_endpoint: str | None = setting(
         None,
         metavar="URL",

@@ -9,7 +9,7 @@ lower ones, so that nothing waits forever, and the door bounds their wait in tim
   submitted after it, per lane of difference, run before it;
 - the scheduler (`scheduler.py`): a waiting request rises one lane for every `AGING_BATCHES`
   batches in a row that pass it over;
-- admission (`server/admission/control.py`): a higher lane's request waiting at the door is let
+- admission (`admission/control.py`): a higher lane's request waiting at the door is let
   in before a lower one's (which gets its 429 after `--max-admission-wait` if higher lanes keep
   the room), and background lanes (below the default) hold at most a share of
   `--max-queued-tokens`, the rest kept for the default lane and above.

@@ -177,7 +177,9 @@ def _embed_context(
     return _context(request, engine, params, priority)
 
 
-def _context(request: T, engine: EngineView, params: PoolingParams, priority: int) -> ServeContext[T]:
+def _context(
+    request: T, engine: EngineView, params: PoolingParams, priority: int
+) -> ServeContext[T]:
     """The context of a request of `engine` in lane `priority` (a ValueError names a bad one)."""
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in LANES:
         raise InvalidRequestError(f"priority must be {PRIORITY_RANGE}; got {priority!r}")

@@ -40,8 +40,8 @@ class EngineReplica:
         self.engine_cores = engine_config.cores or os.cpu_count() or 1
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
+        from poolserve.admission.budget import sized_for
         from poolserve.server import create_app
-        from poolserve.server.admission.budget import sized_for
         from poolserve.server.edge import wrap_edge
         from poolserve.server.gc_freeze import freeze_loaded_objects
 

@@ -19,22 +19,22 @@ from fastapi_offline import FastAPIOffline
 
 from poolserve._environment import cache_dir
 from poolserve._version import __version__
+from poolserve.admission.budget import bytes_per_token, sized_bound_message, sized_for
+from poolserve.admission.control import AdmissionControl
+from poolserve.admission.tickets import BODY_BYTES_PER_TOKEN
 from poolserve.config import ServerConfig
 from poolserve.config.server_config import MAX_BATCH_FILE_LINES
 from poolserve.errors import SettingError
 from poolserve.inputs.image_processor import image_held_bytes
 from poolserve.inputs.images.fetch import MediaFetcher
 from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.server.admission.budget import bytes_per_token, sized_bound_message, sized_for
-from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN
+from poolserve.observe.metrics import Metrics
+from poolserve.observe.tracing import TraceCollector, TraceSampling, Tracing
 from poolserve.server.batch_api.batch_service import BatchService
 from poolserve.server.batch_api.line_calls import LineCaller
 from poolserve.server.batch_api.stored_files import FileLimits
 from poolserve.server.edge import DOCS_ASSETS, open_edge
 from poolserve.server.error_responses import install_error_handlers
-from poolserve.server.observe.metrics import Metrics
-from poolserve.server.observe.tracing import TraceCollector, TraceSampling, Tracing
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
 from poolserve.server.serving_state import ServingState
 from poolserve.server.shutdown import GracePeriod

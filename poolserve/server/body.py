@@ -18,8 +18,8 @@ from starlette.types import Scope
 
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
-from poolserve.server.admission.door import asked_priority
 from poolserve.server.error_responses import validation_message
+from poolserve.server.middleware.admission_door import asked_priority
 
 M = TypeVar("M", bound=BaseModel)
 

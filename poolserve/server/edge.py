@@ -25,14 +25,14 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from poolserve.config import ServerConfig
-from poolserve.server.admission.door import AdmissionMiddleware
 from poolserve.server.error_responses import UnexpectedErrorMiddleware
 from poolserve.server.hot_routes import EdgePolicy, HotRoutes
+from poolserve.server.middleware.admission_door import AdmissionMiddleware
 from poolserve.server.middleware.auth import BearerAuthMiddleware
 from poolserve.server.middleware.body_limit import BodyLimitMiddleware
 from poolserve.server.middleware.dispatch import DirectRouteMiddleware
+from poolserve.server.middleware.metrics_layer import MetricsMiddleware
 from poolserve.server.middleware.trace_requests import TraceRequestsMiddleware
-from poolserve.server.observe.metrics import MetricsMiddleware
 from poolserve.server.playground import ASSETS, PAGE
 from poolserve.server.serving_state import ServingState
 

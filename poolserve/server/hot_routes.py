@@ -24,23 +24,24 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.admission.asked import Asked
 from poolserve.errors import OverloadedError, PoolserveError
-from poolserve.server.admission.asked import Asked
-from poolserve.server.admission.door import AdmissionMiddleware
+from poolserve.observe.metrics import Metrics
+from poolserve.observe.tracing import Tracing
 from poolserve.server.error_responses import (
     error_response,
     poolserve_error_response,
     unexpected_error_response,
 )
+from poolserve.server.middleware.admission_door import AdmissionMiddleware
 from poolserve.server.middleware.auth import bearer_matches, unauthorized_response
 from poolserve.server.middleware.body_limit import BodyTooLargeError, body_too_large, counted
 from poolserve.server.middleware.dispatch import Endpoint, direct_endpoints
-from poolserve.server.observe.metrics import Metrics
-from poolserve.server.observe.tracing import Tracing
 from poolserve.server.responses import JSONBytesResponse
 from poolserve.server.scope_keys import (
     ADMITTED_KEY,
     ASKED_KEY,
+    MODEL_KEY,
     REQUEST_ID_KEY,
     SAMPLED_KEY,
     TICKET_KEY,
@@ -138,7 +139,10 @@ class HotRoutes:
         try:
             await self._serve(scope, receive, answer, route, headers)
         finally:
-            self.metrics.record_request(scope, answer.status, started, request_id)
+            model = scope.get(MODEL_KEY, "")
+            self.metrics.record_request(
+                scope["method"], scope["path"], model, answer.status, started, request_id
+            )
 
     async def _serve(
         self,

@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.types import Scope
 
+from poolserve.admission.control import AdmissionControl
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.images.fetch import MediaFetcher
 from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
-from poolserve.server.admission.control import AdmissionControl
+from poolserve.observe.metrics import Metrics
+from poolserve.observe.tracing import Tracing
 from poolserve.server.answer_waits import AnswerWaits
-from poolserve.server.observe.metrics import Metrics
-from poolserve.server.observe.tracing import Tracing
 from poolserve.server.scope_keys import MODEL_KEY
 from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService

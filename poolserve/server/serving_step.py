@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolserve.admission.asked import Asked
+from poolserve.admission.tickets import Ticket
 from poolserve.engine.context import ServeContext
 from poolserve.engine.lanes import header_priority, request_priority
 from poolserve.engine.pipeline import begin
@@ -24,8 +26,6 @@ from poolserve.errors import (
     InvalidRequestError,
     RequestTimeoutError,
 )
-from poolserve.server.admission.asked import Asked
-from poolserve.server.admission.tickets import Ticket
 from poolserve.server.serving_state import ServingState
 from poolserve.service.model_service import ModelService
 from poolserve.tasks.quantize import embedding_type

@@ -33,9 +33,9 @@ from starlette.responses import Response
 from poolserve.engine.context import Encoder, PoolingParams, Task
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.admission.door import asked, ticket_of
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
+from poolserve.server.middleware.admission_door import asked, ticket_of
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
 from poolserve.server.scope_keys import CONTEXT_KEY, REQUEST_ID_KEY

@@ -101,32 +101,17 @@ ABOVE_THE_ENGINE = (
     "poolserve.tasks",
     "poolserve.backends",
     "poolserve.service",
+    "poolserve.admission",
+    "poolserve.observe",
     "poolserve.server",
     "poolserve.offline",
     "poolserve.bulk",
     "poolserve.ray",
     "poolserve.commands",
 )
-# The front ends and their shared serving step, over admission and observability.
-FRONT_ENDS = tuple(
-    f"poolserve.server.{name}"
-    for name in (
-        "app",
-        "edge",
-        "hot_routes",
-        "routes",
-        "template",
-        "serving_step",
-        "serving_state",
-        "body",
-        "schemas",
-        "apis",
-        "tei_grpc",
-        "batch_api",
-        "playground",
-        "middleware",
-    )
-)
+# The front ends: HTTP (with gRPC and the Batch API inside it for now), the Python API, the
+# bulk job and Ray.
+FRONT_ENDS = ABOVE_THE_ENGINE[5:]
 
 
 def test_the_engine_core_imports_no_task_runtime_or_front_end() -> None:
@@ -134,14 +119,14 @@ def test_the_engine_core_imports_no_task_runtime_or_front_end() -> None:
 
 
 def test_admission_imports_nothing_above_it() -> None:
-    """Admission stands on the engine's floor and the ground of the server (the errors' shapes,
-    the scope's keys): neither observability nor a front end."""
-    above = (*ABOVE_THE_ENGINE[:3], *FRONT_ENDS, "poolserve.server.observe")
-    assert reaching(poolserve_imports(PACKAGE / "server" / "admission"), above) == []
+    """Admission stands on the engine's floor: no task, runtime or model service, neither
+    observability nor a front end."""
+    above = tuple(name for name in ABOVE_THE_ENGINE if name != "poolserve.admission")
+    assert reaching(poolserve_imports(PACKAGE / "admission"), above) == []
 
 
 def test_observability_imports_no_front_end() -> None:
-    assert reaching(poolserve_imports(PACKAGE / "server" / "observe"), FRONT_ENDS) == []
+    assert reaching(poolserve_imports(PACKAGE / "observe"), FRONT_ENDS) == []
 
 
 def test_no_runtime_imports_another() -> None:

@@ -10,7 +10,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.server.observe.tracing import RequestMarks, Tracing
+from poolserve.observe.tracing import RequestMarks, Tracing
 from poolserve.server.scope_keys import (
     ADMITTED_KEY,
     CONTEXT_KEY,

@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from poolserve.admission.asked import Asked
 from poolserve.engine.context import ServeContext
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, PoolserveError
-from poolserve.server.admission.asked import Asked
+from poolserve.observe.tracing import RequestMarks
 from poolserve.server.body import INLINE_PARSE_BYTES
-from poolserve.server.observe.tracing import RequestMarks
 from poolserve.server.serving_state import ServingState
 from poolserve.server.serving_step import Step, answer_metadata, context_for, run_served
 from poolserve.server.tei_grpc.rpcs import RPCS, Rpc

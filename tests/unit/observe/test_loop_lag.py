@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
+from poolserve.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
 
 pytestmark = pytest.mark.anyio
 

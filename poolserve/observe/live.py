@@ -23,9 +23,9 @@ from typing import Any
 
 import orjson
 
+from poolserve.admission.control import AdmissionControl
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import EngineUnavailableError
-from poolserve.server.admission.control import AdmissionControl
 from poolserve.service.registry import ServiceRegistry
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Tracer
 
-    from poolserve.server.observe.span_export import SpanCounts
+    from poolserve.observe.span_export import SpanCounts
 
 logger = logging.getLogger("poolserve")
 
@@ -144,7 +144,7 @@ class Tracing:
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-            from poolserve.server.observe.span_export import bounded_spans
+            from poolserve.observe.span_export import bounded_spans
         except ImportError:
             raise SettingError(
                 "--otlp-endpoint needs OpenTelemetry's SDK and OTLP exporter: "

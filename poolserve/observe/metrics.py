@@ -1,15 +1,16 @@
 """Prometheus metrics: one registry per app (no process-global state), served at `/metrics`.
 
-Request counts and durations come from a pure ASGI middleware; stage times from each request's
-context; queue depth and batch histograms are read from the engine at scrape time, so the
-engine's threads know nothing about Prometheus.
+Request counts and durations come from the HTTP front end (its metrics layer,
+server/middleware/metrics_layer.py, and the hot routes) and the gRPC servicer; stage times from
+each request's context; queue depth and batch histograms are read from the engine at scrape
+time, so the engine's threads know nothing about Prometheus.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,15 +21,13 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.admission.control import AdmissionControl
 from poolserve.engine.context import ServeContext
-from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.observe.lane_metrics import LaneCollector, LaneWaits
-from poolserve.server.observe.live import LiveHistory
-from poolserve.server.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
-from poolserve.server.observe.tallies import CounterFamily, HistogramFamily
-from poolserve.server.scope_keys import MODEL_KEY, REQUEST_ID_KEY
+from poolserve.observe.lane_metrics import LaneCollector, LaneWaits
+from poolserve.observe.live import LiveHistory
+from poolserve.observe.loop_lag import LAG_BUCKETS, LoopLagMonitor
+from poolserve.observe.tallies import CounterFamily, HistogramFamily
 from poolserve.service.registry import ServiceRegistry
 
 # Statuses that mean a request was refused or abandoned, and why.
@@ -326,62 +325,23 @@ class Metrics:
         if code == "RESOURCE_EXHAUSTED":
             self.rejected.labels(REJECTION_REASONS[429]).inc()
 
-    def record_request(self, scope: Scope, status: int, started: float, request_id: str) -> None:
-        """Count an HTTP request answered with `status` by route, status and model, and time it
-        from `started` (perf_counter); at debug level, log it in one line."""
-        route = self.route_label(scope["path"])
+    def record_request(
+        self, method: str, path: str, model: str, status: int, started: float, request_id: str
+    ) -> None:
+        """Count an HTTP request for `model` (empty: none chosen) answered with `status` by
+        route, status and model, and time it from `started` (perf_counter); at debug level, log
+        it in one line."""
+        route = self.route_label(path)
         elapsed = time.perf_counter() - started
-        model = scope.get(MODEL_KEY, "")
         self.requests.series(route, str(status), model).inc()
         self.duration.series(route, model).observe(elapsed)
         if model:
             self.live.record(model, elapsed)
         if logger.isEnabledFor(logging.DEBUG):
-            method, path, ms = scope["method"], scope["path"], elapsed * 1000
+            ms = elapsed * 1000
             logger.debug("%s %s %d %.2fms id=%s", method, path, status, ms, request_id)
         if status in REJECTION_REASONS:
             self.rejected.labels(REJECTION_REASONS[status]).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class MetricsMiddleware:
-    """Names every HTTP request (the client's `x-request-id`, or a new id, sent back on every
-    response, refusals included), counts it by route and status, and times it; at debug level,
-    logs one line per request (method, path, status, milliseconds, request id)."""
-
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, request_ids: Callable[[], str]) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.request_ids = request_ids
-
-    def _request_id(self, scope: Scope) -> str:
-        for name, value in scope.get("headers", ()):
-            if name == b"x-request-id" and 0 < len(value) <= 200:
-                request_id: str = value.decode("latin-1")
-                return request_id
-        return self.request_ids()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-        request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
-
-        async def send_and_record(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = list(message.get("headers", ()))
-                if not any(name == b"x-request-id" for name, _ in headers):
-                    headers.append((b"x-request-id", request_id.encode("latin-1")))
-                    message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_record)
-        finally:
-            self.metrics.record_request(scope, status, started, request_id)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from poolserve.config import ServerConfig
-from poolserve.server.admission.budget import (
+from poolserve.admission.budget import (
     MOST_QUEUED_TOKENS,
     admitted_bytes,
     bytes_per_token,
@@ -18,6 +17,7 @@ from poolserve.server.admission.budget import (
     machine_memory,
     sized_for,
 )
+from poolserve.config import ServerConfig
 
 
 def test_the_default_limits_fit_together_for_models_up_to_8192_tokens() -> None:

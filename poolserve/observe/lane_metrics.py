@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from poolserve.server.admission.control import AdmissionControl
+from poolserve.admission.control import AdmissionControl
 from poolserve.service.registry import ServiceRegistry
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from poolserve.config.server_config import check_otlp_endpoint
 from poolserve.errors import SettingError
-from poolserve.server.observe.tracing import check_protocol
+from poolserve.observe.tracing import check_protocol
 
 
 def test_an_endpoint_without_a_scheme_is_refused_naming_both_forms() -> None:

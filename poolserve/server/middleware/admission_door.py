@@ -7,10 +7,10 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.admission.asked import Asked
+from poolserve.admission.control import AdmissionControl
+from poolserve.admission.tickets import Ticket
 from poolserve.errors import OverloadedError
-from poolserve.server.admission.asked import Asked
-from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.admission.tickets import Ticket
 from poolserve.server.error_responses import error_response
 from poolserve.server.scope_keys import ADMITTED_KEY, ASKED_KEY, TICKET_KEY
 

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from poolserve.admission.control import AdmissionControl
+from poolserve.admission.tickets import Ticket
 from poolserve.errors import OverloadedError
-from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.admission.tickets import Ticket
 
 BOUND = 1000
 

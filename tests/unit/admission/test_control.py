@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
+from poolserve.admission.control import AdmissionControl
+from poolserve.admission.tickets import BODY_BYTES_PER_TOKEN, MAX_PASSED_OVER, Ticket
 from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.errors import OverloadedError, PayloadTooLargeError
-from poolserve.server.admission.control import AdmissionControl
-from poolserve.server.admission.tickets import BODY_BYTES_PER_TOKEN, MAX_PASSED_OVER, Ticket
 
 BOUND = 1000
 # What one admitted token may hold (an embedding model of 384 floats: 128 + 5 × 384 bytes).
@@ -345,7 +345,7 @@ def test_a_run_of_requests_far_cheaper_than_their_bodies_prices_the_next_at_once
     """Image requests: base64 bytes at the door, a few tokens once prepared. After a run of
     them (RECENT_COSTS), waiting requests are priced at the run's ratio, not at the average,
     which creeps down by COST_AVERAGING a request."""
-    from poolserve.server.admission.pricing import RECENT_COSTS
+    from poolserve.admission.pricing import RECENT_COSTS
 
     async def scenario(run: int) -> None:
         admission = waiting_control(rate=100.0, max_wait=5.0, cost_per_estimate=1.0)

@@ -9,7 +9,7 @@ import pytest
 
 from poolserve.config.server_config import ServerConfig
 from poolserve.errors import SettingError
-from poolserve.server.observe.tracing import DEFAULT_SAMPLE_RATIO, TraceSampling
+from poolserve.observe.tracing import DEFAULT_SAMPLE_RATIO, TraceSampling
 
 TRACE, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 

@@ -44,7 +44,7 @@ response body) is proportional to its cost, which is how docs/production.md stat
 
 The event loop admits and releases; the CPU pool counts tokenized chunks: one lock. A waiting
 request is a future on the event loop, resolved by whichever thread made room for it. The door
-is `server/admission/door.py`.
+is `server/middleware/admission_door.py`.
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from poolserve.admission.pricing import CostForecast
+from poolserve.admission.tickets import Departures, Ticket, Waiter, wake
+from poolserve.admission.waiting_line import WaitingLine
 from poolserve.config import MIN_INPUT_TOKENS
 from poolserve.config.priorities import DEFAULT_PRIORITY, LOWEST_PRIORITY, is_background
 from poolserve.errors import OverloadedError, PayloadTooLargeError
-from poolserve.server.admission.pricing import CostForecast
-from poolserve.server.admission.tickets import Departures, Ticket, Waiter, wake
-from poolserve.server.admission.waiting_line import WaitingLine
 
 
 class AdmissionControl:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
-from poolserve.server.admission.tickets import MAX_PASSED_OVER, Waiter
+from poolserve.admission.tickets import MAX_PASSED_OVER, Waiter
 
 
 class WaitingLine:

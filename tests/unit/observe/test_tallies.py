@@ -8,8 +8,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from poolserve.server.observe.metrics import LATENCY_BUCKETS
-from poolserve.server.observe.tallies import CounterFamily, HistogramFamily
+from poolserve.observe.metrics import LATENCY_BUCKETS
+from poolserve.observe.tallies import CounterFamily, HistogramFamily
 
 # Values on, between, below and above the bounds (a value on a bound is in that bound's bucket).
 VALUES = (0.0, 0.0004, 0.001, 0.0011, 0.0025, 0.049, 0.05, 0.3, 1.0, 2.5, 29.9, 30.0, 31.0, 1e6)
