@@ -121,7 +121,7 @@ def _serve_app(app: FastAPI, listener: socket.socket, server_config: ServerConfi
 
     from poolserve.server.edge import serving_entry
     from poolserve.server.gc_freeze import freeze_loaded_objects
-    from poolserve.server.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
+    from poolserve.serving.shutdown import CLOSING_SECONDS, GracefulServer, exit_now
 
     grace = app.state.serving.grace
     server = GracefulServer(

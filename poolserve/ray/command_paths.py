@@ -17,7 +17,7 @@ from poolserve.models.describe import prepare_model
 from poolserve.ray.bulk_actors import RayEmbedder
 from poolserve.ray.cluster import check_fits, connect
 from poolserve.ray.replica import APP_NAME, deployment
-from poolserve.server.shutdown import exit_now
+from poolserve.serving.shutdown import exit_now
 
 if TYPE_CHECKING:
     from poolserve.bulk.job import JobReport

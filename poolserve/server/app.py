@@ -36,10 +36,10 @@ from poolserve.server.batch_api.stored_files import FileLimits
 from poolserve.server.edge import DOCS_ASSETS, open_edge
 from poolserve.server.error_responses import install_error_handlers
 from poolserve.server.routes import COMMON_ROUTES, model_routes, routers_for
-from poolserve.server.serving_state import ServingState
-from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry
+from poolserve.serving.serving_state import ServingState
+from poolserve.serving.shutdown import GracePeriod
 
 if TYPE_CHECKING:
     from poolserve.server.tei_grpc.front_end import GrpcFrontEnd

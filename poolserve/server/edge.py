@@ -34,7 +34,7 @@ from poolserve.server.middleware.dispatch import DirectRouteMiddleware
 from poolserve.server.middleware.metrics_layer import MetricsMiddleware
 from poolserve.server.middleware.trace_requests import TraceRequestsMiddleware
 from poolserve.server.playground import ASSETS, PAGE
-from poolserve.server.serving_state import ServingState
+from poolserve.serving.serving_state import ServingState
 
 # The API documentation (open behind --api-key: it holds no secret, and a browser cannot send
 # the key to load it; its Authorize button sets the key for the calls it tries).

@@ -46,7 +46,7 @@ from poolserve.server.scope_keys import (
     SAMPLED_KEY,
     TICKET_KEY,
 )
-from poolserve.server.serving_state import ServingState
+from poolserve.serving.serving_state import ServingState
 
 # Responses sent as their two messages (a body sent at once, nothing after it).
 PLAIN_RESPONSES = (Response, JSONBytesResponse)

@@ -33,21 +33,22 @@ from starlette.responses import Response
 from poolserve.engine.context import Encoder, PoolingParams, Task
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.inputs.images.sources import ImageInput
+from poolserve.server.app_state import model_for, state_of
 from poolserve.server.body import parse_body, parse_chosen_body
 from poolserve.server.error_responses import ErrorShape, answer_errors_as, name_inputs
 from poolserve.server.middleware.admission_door import asked, ticket_of
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
 from poolserve.server.schemas import ErrorBody
 from poolserve.server.scope_keys import CONTEXT_KEY, REQUEST_ID_KEY
-from poolserve.server.serving_state import ServingState, state_of
-from poolserve.server.serving_step import (
+from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_state import ServingState
+from poolserve.serving.serving_step import (
     Step,
     Vectors,
     answer_metadata,
     context_for,
     run_served,
 )
-from poolserve.service.model_service import ModelService
 from poolserve.tasks.input_steps import param_of
 from poolserve.tasks.task_set import TaskSet
 
@@ -197,7 +198,7 @@ async def handle_shapes(request: Request, shapes: Shapes) -> Response:
     if errors is not None:
         answer_errors_as(request, errors)
     state = state_of(request)
-    default = state.model_for(request.scope, None)
+    default = model_for(state, request.scope, None)
     picked: list[Endpoint[Any]] = []
 
     def choose(data: Any) -> type[BaseModel]:
@@ -215,7 +216,7 @@ async def _serve(
     request: Request, state: ServingState, endpoint: Endpoint[Any], wire: Any
 ) -> Response:
     model = getattr(wire, endpoint.model_field) if endpoint.model_field else None
-    service = state.model_for(request.scope, model)
+    service = model_for(state, request.scope, model)
     for inputs in (endpoint.inputs, *endpoint.more_inputs):
         state.check_batch(inputs.count(wire), inputs.field_of(wire))
     served = endpoint.translate(Call(wire, service, state))

@@ -103,6 +103,7 @@ ABOVE_THE_ENGINE = (
     "poolserve.service",
     "poolserve.admission",
     "poolserve.observe",
+    "poolserve.serving",
     "poolserve.server",
     "poolserve.offline",
     "poolserve.bulk",
@@ -111,7 +112,7 @@ ABOVE_THE_ENGINE = (
 )
 # The front ends: HTTP (with gRPC and the Batch API inside it for now), the Python API, the
 # bulk job and Ray.
-FRONT_ENDS = ABOVE_THE_ENGINE[5:]
+FRONT_ENDS = ABOVE_THE_ENGINE[6:]
 
 
 def test_the_engine_core_imports_no_task_runtime_or_front_end() -> None:
@@ -127,6 +128,11 @@ def test_admission_imports_nothing_above_it() -> None:
 
 def test_observability_imports_no_front_end() -> None:
     assert reaching(poolserve_imports(PACKAGE / "observe"), FRONT_ENDS) == []
+
+
+def test_the_serving_step_imports_no_front_end() -> None:
+    """Every front end drives it; it knows none of them (no ASGI scope, no gRPC context)."""
+    assert reaching(poolserve_imports(PACKAGE / "serving"), FRONT_ENDS) == []
 
 
 def test_no_runtime_imports_another() -> None:

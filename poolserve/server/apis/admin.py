@@ -14,6 +14,7 @@ from poolserve._version import __version__
 from poolserve.errors import InvalidRequestError
 from poolserve.server.apis.tei.answers import TeiErrorBody, TeiTokenizeResponse, tokens_body
 from poolserve.server.apis.tei.requests import TeiTokenizeRequest, parse_tei_or
+from poolserve.server.app_state import model_for, state_of
 from poolserve.server.body import parse_body
 from poolserve.server.error_responses import error_response
 from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
@@ -29,8 +30,8 @@ from poolserve.server.schemas import (
     VersionBody,
     documented,
 )
-from poolserve.server.serving_state import ServingState, state_of
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_state import ServingState
 
 ROUTES = APIRouter()
 
@@ -65,7 +66,7 @@ async def tokenize(request: Request) -> Response:
     # text-embeddings-inference's shape has `inputs`; vLLM's `prompt`.
     wire = await parse_tei_or(request, "inputs", TeiTokenizeRequest, TokenizeRequest)
     if isinstance(wire, TeiTokenizeRequest):
-        service = state.model_for(request.scope, None)
+        service = model_for(state, request.scope, None)
         texts = [wire.inputs] if isinstance(wire.inputs, str) else wire.inputs
         if not texts:
             raise InvalidRequestError("inputs is empty; send at least one text", param="inputs")
@@ -74,7 +75,7 @@ async def tokenize(request: Request) -> Response:
             lambda: tokens_body(service.tokenizer(), texts, wire.add_special_tokens)
         )
         return json_response(body)
-    service = state.model_for(request.scope, wire.model)
+    service = model_for(state, request.scope, wire.model)
     return json_response(await cpu.run(_tokenize, service, wire))
 
 
@@ -88,7 +89,7 @@ def _detokenize(service: ModelService, wire: DetokenizeRequest) -> bytes:
 async def detokenize(request: Request) -> Response:
     state = state_of(request)
     wire = await parse_body(request, DetokenizeRequest, state.cpu)
-    service = state.model_for(request.scope, wire.model)
+    service = model_for(state, request.scope, wire.model)
     return json_response(await state.cpu.run(_detokenize, service, wire))
 
 

@@ -20,8 +20,8 @@ from poolserve.inputs.images.sources import ImageInput
 from poolserve.server.apis.envelope import base64_float32
 from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.server.schemas import Documented
-from poolserve.server.serving_step import Vectors
 from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
+from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
 

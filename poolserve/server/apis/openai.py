@@ -18,9 +18,9 @@ from poolserve.server.apis.openai_wire import (
     chunked_embeddings_body,
     embeddings_body,
 )
-from poolserve.server.serving_step import Vectors
 from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.chat import ChatOptions
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import EmbedRequest

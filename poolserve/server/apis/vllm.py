@@ -26,7 +26,6 @@ from poolserve.server.protocol import (
     parts_of,
 )
 from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
-from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
@@ -36,6 +35,7 @@ from poolserve.server.template import (
     scorers,
 )
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal
 from poolserve.tasks.pooling import PoolingRequest as PoolingInternal
 from poolserve.tasks.score import ScoreRequest as ScoreInternal

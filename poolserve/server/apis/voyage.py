@@ -24,7 +24,6 @@ from poolserve.server.apis.envelope import embedding_space_field
 from poolserve.server.error_responses import ErrorShape
 from poolserve.server.protocol import WireModel
 from poolserve.server.schemas import Documented
-from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
@@ -34,6 +33,7 @@ from poolserve.server.template import (
     scorers,
 )
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import quantize
 from poolserve.tasks.score import RERANK_NAMES, ScoreRequest, pair_up, ranked

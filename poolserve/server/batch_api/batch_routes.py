@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse, Response
 
 from poolserve.errors import EngineUnavailableError, InvalidRequestError
+from poolserve.server.app_state import state_of
 from poolserve.server.batch_api.batch_schemas import (
     BatchList,
     BatchObject,
@@ -26,7 +27,6 @@ from poolserve.server.batch_api.multipart_upload import read_upload
 from poolserve.server.body import parse_body
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
-from poolserve.server.serving_state import state_of
 
 ROUTES = APIRouter()
 # The upload's body, as OpenAI documents it (the route reads it itself: multipart_upload.py).

@@ -10,10 +10,10 @@ from importlib.resources import files
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
+from poolserve.server.app_state import state_of
 from poolserve.server.error_responses import error_response
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import HistoryBody, documented
-from poolserve.server.serving_state import state_of
 
 playground_router = APIRouter()
 

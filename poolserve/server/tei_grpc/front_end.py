@@ -24,11 +24,11 @@ from grpc_reflection.v1alpha import reflection
 
 from poolserve.server.apis.tei.info import info_fields
 from poolserve.server.middleware.auth import bearer_matches
-from poolserve.server.serving_state import ServingState
-from poolserve.server.shutdown import CLOSING_SECONDS
 from poolserve.server.tei_grpc.calls import TeiServicer
 from poolserve.server.tei_grpc.rpcs import RPCS, Rpc
 from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
+from poolserve.serving.serving_state import ServingState
+from poolserve.serving.shutdown import CLOSING_SECONDS
 
 logger = logging.getLogger("poolserve")
 

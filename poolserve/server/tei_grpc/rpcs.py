@@ -36,11 +36,11 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
 )
 from poolserve.server.error_responses import validation_message
-from poolserve.server.serving_state import ServingState
 from poolserve.server.tei_grpc import replies
 from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
 from poolserve.server.template import Call, Served
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_state import ServingState
 from poolserve.tasks.score import ScoreRequest, pair_up
 
 M = TypeVar("M", bound=BaseModel)

@@ -34,7 +34,6 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.serving_step import Vectors
 from poolserve.server.template import (
     Call,
     Endpoint,
@@ -46,6 +45,7 @@ from poolserve.server.template import (
     token_embedders,
 )
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.classify import ClassifyRequest
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.pooling import PoolingRequest

@@ -13,11 +13,12 @@ from starlette.responses import Response
 from poolserve._version import __version__
 from poolserve.engine.model_backend import PrecisionReport, QuantizationReport, RuntimeChoice
 from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
+from poolserve.server.app_state import model_for, state_of
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.responses import json_response
 from poolserve.server.schemas import documented
-from poolserve.server.serving_state import ServingState, state_of
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_state import ServingState
 
 ROUTES = APIRouter()
 
@@ -27,7 +28,7 @@ async def info(request: Request) -> Response:
     """What text-embeddings-inference's `/info` says about the served model."""
     answer_errors_as(request, TEI_ERRORS)
     state = state_of(request)
-    service = state.model_for(request.scope, None)
+    service = model_for(state, request.scope, None)
     return json_response(orjson.dumps(info_fields(state, service)))
 
 

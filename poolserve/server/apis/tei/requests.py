@@ -17,10 +17,10 @@ from pydantic import (
 from starlette.requests import Request
 
 from poolserve.server.apis.tei.answers import TEI_ERRORS
+from poolserve.server.app_state import state_of
 from poolserve.server.body import parse_chosen_body
 from poolserve.server.error_responses import answer_errors_as
 from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
-from poolserve.server.serving_state import state_of
 
 TeiT = TypeVar("TeiT", bound=BaseModel)
 OtherT = TypeVar("OtherT", bound=BaseModel)

@@ -1,13 +1,11 @@
-"""What the routes share: the models and the names they are served under, admission, metrics."""
+"""What every front end's requests share: the models and the names they are served under,
+admission, metrics, tracing, the answers' waits and the shutdown's grace period."""
 
 from __future__ import annotations
 
 import itertools
 import os
 from dataclasses import dataclass, field
-
-from starlette.requests import Request
-from starlette.types import Scope
 
 from poolserve.admission.control import AdmissionControl
 from poolserve.engine.cpu_pool import CpuPool
@@ -17,11 +15,10 @@ from poolserve.inputs.images.policy import MediaPolicy
 from poolserve.models.kinds import describe
 from poolserve.observe.metrics import Metrics
 from poolserve.observe.tracing import Tracing
-from poolserve.server.answer_waits import AnswerWaits
-from poolserve.server.scope_keys import MODEL_KEY
-from poolserve.server.shutdown import GracePeriod
 from poolserve.service.model_service import ModelService
 from poolserve.service.registry import ServiceRegistry
+from poolserve.serving.answer_waits import AnswerWaits
+from poolserve.serving.shutdown import GracePeriod
 
 
 @dataclass(frozen=True)
@@ -73,12 +70,6 @@ class ServingState:
                 param=param,
             )
 
-    def model_for(self, scope: Scope, requested: str | None) -> ModelService:
-        """`model_serving` the request's path; the choice is recorded for the metrics."""
-        service = self.model_serving(scope["path"], requested)
-        scope[MODEL_KEY] = service.served_name
-        return service
-
     def model_serving(self, path: str, requested: str | None) -> ModelService:
         """The model a request for `path` is for: the one it names (404 listing the served
         names), or, if it names none, the first that serves the path. A model that does not
@@ -114,9 +105,3 @@ class ServingState:
         """True for the model's own routes, and for routes no model owns (every model serves
         /tokenize)."""
         return path in self.routes_of(service) or not any(path in r for r in self.model_routes)
-
-
-def state_of(request: Request) -> ServingState:
-    """What the routes of `request`'s app share."""
-    state: ServingState = request.app.state.serving
-    return state

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from poolserve.server.answer_waits import AnswerWaits
+from poolserve.serving.answer_waits import AnswerWaits
 
 pytestmark = pytest.mark.anyio
 

@@ -26,8 +26,8 @@ from poolserve.errors import (
     InvalidRequestError,
     RequestTimeoutError,
 )
-from poolserve.server.serving_state import ServingState
 from poolserve.service.model_service import ModelService
+from poolserve.serving.serving_state import ServingState
 from poolserve.tasks.quantize import embedding_type
 
 
