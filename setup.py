@@ -1,5 +1,5 @@
 """The build step pyproject.toml cannot declare: the gRPC message stubs of text-embeddings-
-inference's protocol (`poolserve/server/tei_grpc/proto/tei.proto`, vendored) are generated from
+inference's protocol (`poolserve/tei_grpc/proto/tei.proto`, vendored) are generated from
 it at build and install time by grpcio-tools' protoc, never written by hand or checked in."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PROTO_DIR = Path("poolserve/server/tei_grpc/proto")
-STUBS = Path("poolserve/server/tei_grpc/stubs")
+PROTO_DIR = Path("poolserve/tei_grpc/proto")
+STUBS = Path("poolserve/tei_grpc/stubs")
 
 
 def generate_stubs(out: Path) -> None:

@@ -35,7 +35,7 @@ from benchmarks import corpus
 from benchmarks.loadgen import LoadResult, build_request, run_load
 from benchmarks.peers import cpu_model
 from benchmarks.server_process import free_port, running_process
-from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
+from poolserve.tei_grpc.stubs import tei_pb2 as pb
 
 HOST = "127.0.0.1"
 EMBED = "/tei.v1.Embed/Embed"

@@ -187,7 +187,7 @@ class ServerConfig:
         "file from when the batch ends)",
     )
 
-    # The gRPC front end (server/tei_grpc/); None: off.
+    # The gRPC front end (tei_grpc/); None: off.
     grpc_port: int | None = setting(
         None,
         minimum=1,

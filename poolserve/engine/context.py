@@ -5,7 +5,7 @@ stages (the template itself, which drives them, is `engine/pipeline.py`).
              ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
 
 A task supplies only its differences (`Task`) and stops at its result; how a result is written
-on the wire belongs to each API family (`server/apis/`), passed in as `encode`.
+on the wire belongs to each API family (`apis/`), passed in as `encode`.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from poolserve.serving.serving_state import ServingState
 from poolserve.serving.shutdown import GracePeriod
 
 if TYPE_CHECKING:
-    from poolserve.server.tei_grpc.front_end import GrpcFrontEnd
+    from poolserve.tei_grpc.front_end import GrpcFrontEnd
 
 logger = logging.getLogger("poolserve")
 
@@ -199,7 +199,7 @@ def _grpc_front_end(config: ServerConfig, serving: ServingState) -> GrpcFrontEnd
     if config.grpc_port is None:
         return None
     try:
-        from poolserve.server.tei_grpc.front_end import GrpcFrontEnd
+        from poolserve.tei_grpc.front_end import GrpcFrontEnd
     except ImportError as exc:
         raise SettingError(
             f"--grpc-port needs gRPC ({exc.name} is not installed): pip install 'poolserve[grpc]'"

@@ -16,15 +16,13 @@ from pydantic_core import from_json
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Scope
 
+from poolserve.apis.validation_messages import validation_message
 from poolserve.engine.cpu_pool import CpuPool
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
-from poolserve.server.error_responses import validation_message
 from poolserve.server.middleware.admission_door import asked_priority
+from poolserve.serving.serving_step import INLINE_PARSE_BYTES
 
 M = TypeVar("M", bound=BaseModel)
-
-# Below this size, parsing costs less than the hop to the CPU pool and back.
-INLINE_PARSE_BYTES = 16 * 1024
 
 
 def not_json(body: bytes, detail: str) -> InvalidRequestError:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.admission.api_keys import bearer_matches
 from poolserve.admission.asked import Asked
 from poolserve.errors import OverloadedError, PoolserveError
 from poolserve.observe.metrics import Metrics
@@ -34,7 +35,7 @@ from poolserve.server.error_responses import (
     unexpected_error_response,
 )
 from poolserve.server.middleware.admission_door import AdmissionMiddleware
-from poolserve.server.middleware.auth import bearer_matches, unauthorized_response
+from poolserve.server.middleware.auth import unauthorized_response
 from poolserve.server.middleware.body_limit import BodyTooLargeError, body_too_large, counted
 from poolserve.server.middleware.dispatch import Endpoint, direct_endpoints
 from poolserve.server.responses import JSONBytesResponse

@@ -13,15 +13,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from poolserve.server.apis import endpoints, hand_routes
+from poolserve.apis import endpoints
+from poolserve.apis.declarations import Endpoint, Shapes
+from poolserve.server import admin_routes
 from poolserve.server.batch_api.batch_routes import ROUTES as BATCH_API_ROUTES
+from poolserve.server.openapi_docs import documented
 from poolserve.server.playground import playground_router
-from poolserve.server.schemas import documented
-from poolserve.server.template import Endpoint, Shapes, handle, handle_shapes
+from poolserve.server.template import handle, handle_shapes
 from poolserve.tasks.task_set import TaskSet
 
 # Served whatever the models are (a body's `model`, if any, picks one; else the first).
-COMMON_ROUTERS = (*hand_routes(), BATCH_API_ROUTES, playground_router)
+COMMON_ROUTERS = (admin_routes.ROUTES, BATCH_API_ROUTES, playground_router)
 
 
 def paths(routers: Iterable[APIRouter]) -> tuple[str, ...]:

@@ -30,6 +30,10 @@ from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
 from poolserve.tasks.quantize import embedding_type
 
+# A body (or gRPC message) of at most this many bytes is parsed on the loop: below it, parsing
+# costs less than the hop to the CPU pool and back.
+INLINE_PARSE_BYTES = 16 * 1024
+
 
 @dataclass(frozen=True)
 class Vectors:

@@ -214,8 +214,8 @@ async def test_an_error_says_what_was_sent_and_what_to_send(
 
 def test_a_body_only_pydantic_reads_is_named_without_parsing_it_again() -> None:
     """A route that validates with pydantic alone (TEI's shapes) reads `[NaN]` as an array."""
+    from poolserve.apis.tei.requests import TeiEmbedRequest
     from poolserve.errors import InvalidRequestError
-    from poolserve.server.apis.tei.requests import TeiEmbedRequest
     from poolserve.server.body import validate_body
 
     for body in (b"[NaN]", b"[1e999]"):

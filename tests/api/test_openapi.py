@@ -15,9 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from poolserve import Engine
-from poolserve.server import schemas
-from poolserve.server.apis import cohere, openai_wire, rerank, vllm, voyage
-from poolserve.server.apis.tei import answers as tei
+from poolserve.apis import answer_docs, cohere, openai_wire, rerank, vllm, voyage
+from poolserve.apis.tei import answers as tei
 from tests.api.helpers import load_engine, serving
 
 pytestmark = pytest.mark.anyio
@@ -62,9 +61,9 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
         {"query": "a", "documents": ["b", "c"], "top_k": 1, "return_documents": True},
         voyage.VoyageRerankResponse,
     ),
-    ("/tokenize", {"prompt": "a b", "return_token_strs": True}, schemas.TokenizeResponse),
-    ("/tokenize", {"prompt": "a b"}, schemas.TokenizeResponse),
-    ("/detokenize", {"tokens": [101, 102]}, schemas.DetokenizeResponse),
+    ("/tokenize", {"prompt": "a b", "return_token_strs": True}, answer_docs.TokenizeResponse),
+    ("/tokenize", {"prompt": "a b"}, answer_docs.TokenizeResponse),
+    ("/detokenize", {"tokens": [101, 102]}, answer_docs.DetokenizeResponse),
     ("/embed", {"inputs": ["a", "b"]}, tei.TeiEmbedResponse),
     ("/embed_all", {"inputs": "a b"}, tei.TeiEmbedResponse),
     (
@@ -77,11 +76,11 @@ EMBEDDING_CALLS: list[tuple[str, Any, type[BaseModel]]] = [
     ("/", {"inputs": "a"}, tei.TeiEmbedResponse),
 ]
 GETS: list[tuple[str, type[BaseModel]]] = [
-    ("/v1/models", schemas.ModelList),
-    ("/v1/models/sentence-transformers/all-MiniLM-L6-v2", schemas.ModelCard),
-    ("/health", schemas.Health),
-    ("/version", schemas.VersionBody),
-    ("/stats", schemas.StatsBody),
+    ("/v1/models", answer_docs.ModelList),
+    ("/v1/models/sentence-transformers/all-MiniLM-L6-v2", answer_docs.ModelCard),
+    ("/health", answer_docs.Health),
+    ("/version", answer_docs.VersionBody),
+    ("/stats", answer_docs.StatsBody),
     ("/info", tei.TeiInfo),
 ]
 OTHER_KINDS: dict[str, list[tuple[str, Any, type[BaseModel]]]] = {
@@ -117,7 +116,7 @@ async def test_every_response_matches_its_documented_schema(engine: Any) -> None
             assert response.status_code == 200, path
             model.model_validate(response.json())
         error = await client.post("/v1/embeddings", json={"input": 5})
-        schemas.ErrorBody.model_validate(error.json())
+        answer_docs.ErrorBody.model_validate(error.json())
 
 
 async def test_other_kinds_match_their_documented_schemas(other_kind: tuple[str, Engine]) -> None:
@@ -156,7 +155,7 @@ def documented_error_shapes(spec: dict[str, Any], path: str, status: int) -> set
 
 
 ERROR_MODELS: dict[str, type[BaseModel]] = {
-    "ErrorBody": schemas.ErrorBody,
+    "ErrorBody": answer_docs.ErrorBody,
     "TeiErrorBody": tei.TeiErrorBody,
     "DetailErrorBody": voyage.DetailErrorBody,
 }

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-PROTO = Path(__file__).resolve().parents[2] / "poolserve/server/tei_grpc/proto/tei.proto"
+PROTO = Path(__file__).resolve().parents[2] / "poolserve/tei_grpc/proto/tei.proto"
 
 
 def generated_client(directory: Path) -> tuple[ModuleType, ModuleType]:

@@ -104,15 +104,17 @@ ABOVE_THE_ENGINE = (
     "poolserve.admission",
     "poolserve.observe",
     "poolserve.serving",
+    "poolserve.apis",
     "poolserve.server",
+    "poolserve.tei_grpc",
     "poolserve.offline",
     "poolserve.bulk",
     "poolserve.ray",
     "poolserve.commands",
 )
-# The front ends: HTTP (with gRPC and the Batch API inside it for now), the Python API, the
-# bulk job and Ray.
-FRONT_ENDS = ABOVE_THE_ENGINE[6:]
+# The front ends: HTTP (the Batch API, an HTTP API, inside it), gRPC, the Python API, the bulk
+# job and Ray.
+FRONT_ENDS = ABOVE_THE_ENGINE[7:]
 
 
 def test_the_engine_core_imports_no_task_runtime_or_front_end() -> None:
@@ -128,6 +130,17 @@ def test_admission_imports_nothing_above_it() -> None:
 
 def test_observability_imports_no_front_end() -> None:
     assert reaching(poolserve_imports(PACKAGE / "observe"), FRONT_ENDS) == []
+
+
+def test_the_api_families_import_no_front_end() -> None:
+    """HTTP and gRPC both stand on the families' declarations; neither is beneath them."""
+    assert reaching(poolserve_imports(PACKAGE / "apis"), FRONT_ENDS) == []
+
+
+def test_grpc_imports_nothing_of_http() -> None:
+    """The two protocols are peers over the serving step and the API families."""
+    http = ("poolserve.server",)
+    assert reaching(poolserve_imports(PACKAGE / "tei_grpc"), http) == []
 
 
 def test_the_serving_step_imports_no_front_end() -> None:

@@ -25,8 +25,8 @@ from poolserve.server.batch_api.batch_schemas import (
 from poolserve.server.batch_api.batch_service import BatchService
 from poolserve.server.batch_api.multipart_upload import read_upload
 from poolserve.server.body import parse_body
+from poolserve.server.openapi_docs import documented
 from poolserve.server.responses import json_response
-from poolserve.server.schemas import documented
 
 ROUTES = APIRouter()
 # The upload's body, as OpenAI documents it (the route reads it itself: multipart_upload.py).

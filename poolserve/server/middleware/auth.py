@@ -7,27 +7,15 @@ middleware: a refused request costs no routing, parsing or validation. Keys are 
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from poolserve.admission.api_keys import bearer_matches
 from poolserve.server.error_responses import error_response
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
-
-
-def bearer_matches(authorization: bytes, keys: Sequence[bytes]) -> bool:
-    """Whether an `Authorization` value is `Bearer KEY` with one of `keys` (HTTP's header,
-    gRPC's metadata)."""
-    scheme, _, token = authorization.partition(b" ")
-    if scheme.lower() != b"bearer":
-        return False
-    token = token.strip()
-    # Compare with every key (no early exit) so timing says nothing about which.
-    matches = [hmac.compare_digest(token, key) for key in keys]
-    return any(matches)
 
 
 def unauthorized_response() -> Response:

@@ -10,10 +10,11 @@ from importlib.resources import files
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
+from poolserve.apis.answer_docs import HistoryBody
 from poolserve.server.app_state import state_of
 from poolserve.server.error_responses import error_response
+from poolserve.server.openapi_docs import documented
 from poolserve.server.responses import json_response
-from poolserve.server.schemas import HistoryBody, documented
 
 playground_router = APIRouter()
 

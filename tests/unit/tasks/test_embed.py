@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
+from poolserve.apis.openai_wire import embeddings_body
 from poolserve.engine.context import PoolingParams, ServeContext
-from poolserve.server.apis.openai_wire import embeddings_body
 from poolserve.tasks.embed import EmbedRequest, EmbedTask
 
 

@@ -10,10 +10,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
-from poolserve.engine.context import ServeContext
-from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.apis.envelope import EncodingFormat, list_body
-from poolserve.server.protocol import (
+from poolserve.apis.answer_docs import Documented, ListEnvelope
+from poolserve.apis.envelope import EncodingFormat, list_body
+from poolserve.apis.request_bodies import (
     IMAGE_SOURCE,
     InputRequest,
     Part,
@@ -21,7 +20,8 @@ from poolserve.server.protocol import (
     TokenIds,
     parts_of,
 )
-from poolserve.server.schemas import Documented, ListEnvelope
+from poolserve.engine.context import ServeContext
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.tasks.chunking import Chunking
 from poolserve.tasks.embed import ChunkedEmbeddings
 from poolserve.tasks.quantize import EmbedDType, as_dtype, as_floats

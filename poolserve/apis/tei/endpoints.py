@@ -9,10 +9,18 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from poolserve.engine.context import PoolingOptions
-from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.rerank import PATHS as RERANK_PATHS
-from poolserve.server.apis.tei.answers import (
+from poolserve.apis.declarations import (
+    Call,
+    Endpoint,
+    Inputs,
+    Served,
+    classifiers,
+    embedders,
+    scorers,
+    token_embedders,
+)
+from poolserve.apis.rerank import PATHS as RERANK_PATHS
+from poolserve.apis.tei.answers import (
     TEI_ERRORS,
     SparseResponse,
     TeiEmbedResponse,
@@ -26,7 +34,7 @@ from poolserve.server.apis.tei.answers import (
     token_vectors_body,
     vectors_body,
 )
-from poolserve.server.apis.tei.requests import (
+from poolserve.apis.tei.requests import (
     SparseEmbedRequest,
     TeiEmbedAllRequest,
     TeiEmbedRequest,
@@ -34,16 +42,8 @@ from poolserve.server.apis.tei.requests import (
     TeiRerankRequest,
     TeiSimilarityRequest,
 )
-from poolserve.server.template import (
-    Call,
-    Endpoint,
-    Inputs,
-    Served,
-    classifiers,
-    embedders,
-    scorers,
-    token_embedders,
-)
+from poolserve.engine.context import PoolingOptions
+from poolserve.errors import InvalidRequestError
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.classify import ClassifyRequest

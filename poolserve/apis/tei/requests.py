@@ -1,12 +1,10 @@
-"""text-embeddings-inference's request bodies, validated at the edge, and the reading of a body
-on a route that takes TEI's shape beside another family's (`parse_tei_or`)."""
+"""text-embeddings-inference's request bodies, validated at the edge."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     StrictBool,
     StrictInt,
@@ -14,33 +12,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from starlette.requests import Request
 
-from poolserve.server.apis.tei.answers import TEI_ERRORS
-from poolserve.server.app_state import state_of
-from poolserve.server.body import parse_chosen_body
-from poolserve.server.error_responses import answer_errors_as
-from poolserve.server.protocol import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
-
-TeiT = TypeVar("TeiT", bound=BaseModel)
-OtherT = TypeVar("OtherT", bound=BaseModel)
-
-
-async def parse_tei_or(
-    request: Request, tei_field: str, tei: type[TeiT], other: type[OtherT]
-) -> TeiT | OtherT:
-    """The body of a route that serves text-embeddings-inference's shape next to another one:
-    `tei` when the body has `tei_field`, else `other`. A TEI body's errors take TEI's shape."""
-
-    def choose(data: Any) -> type[TeiT] | type[OtherT]:
-        return tei if isinstance(data, dict) and tei_field in data else other
-
-    def chosen(schema: type[TeiT] | type[OtherT]) -> None:
-        if schema is tei:
-            answer_errors_as(request, TEI_ERRORS)
-
-    return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)
-
+from poolserve.apis.request_bodies import TEXT_OR_TEXTS, StrictModel, TextOrTexts, WireModel
 
 Direction = Annotated[
     Literal["Right", "Left", "right", "left"], Field(description="which end truncation cuts")

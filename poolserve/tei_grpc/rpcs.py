@@ -18,30 +18,30 @@ from typing import Any, Literal, TypeVar
 from google.protobuf.message import Message
 from pydantic import BaseModel, ValidationError
 
-from poolserve.engine.context import PoolingOptions
-from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.tei.answers import token_entries
-from poolserve.server.apis.tei.endpoints import (
+from poolserve.apis.declarations import Call, Served
+from poolserve.apis.tei.answers import token_entries
+from poolserve.apis.tei.endpoints import (
     embed_all_served,
     embed_served,
     predict_served,
     rerank_served,
     sparse_served,
 )
-from poolserve.server.apis.tei.requests import (
+from poolserve.apis.tei.requests import (
     SparseEmbedRequest,
     TeiEmbedAllRequest,
     TeiEmbedRequest,
     TeiPredictRequest,
     TeiRerankRequest,
 )
-from poolserve.server.error_responses import validation_message
-from poolserve.server.tei_grpc import replies
-from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
-from poolserve.server.template import Call, Served
+from poolserve.apis.validation_messages import validation_message
+from poolserve.engine.context import PoolingOptions
+from poolserve.errors import InvalidRequestError
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
 from poolserve.tasks.score import ScoreRequest, pair_up
+from poolserve.tei_grpc import replies
+from poolserve.tei_grpc.stubs import tei_pb2 as pb
 
 M = TypeVar("M", bound=BaseModel)
 # unary: one message in, one out; stream: each message in answered in order; collect: every

@@ -13,12 +13,12 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from poolserve.apis.answer_docs import Documented, Usage
+from poolserve.apis.declarations import Call, Endpoint, Inputs, Served, scorers
+from poolserve.apis.envelope import usage
+from poolserve.apis.request_bodies import IMAGE_SOURCE, ScoringRequest, StrictModel
 from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.apis.envelope import usage
-from poolserve.server.protocol import IMAGE_SOURCE, ScoringRequest, StrictModel
-from poolserve.server.schemas import Documented, Usage
-from poolserve.server.template import Call, Endpoint, Inputs, Served, scorers
 from poolserve.tasks.score import RERANK_NAMES, ScoreRequest, pair_up, ranked
 
 PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")

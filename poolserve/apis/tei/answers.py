@@ -3,18 +3,16 @@ envelope), and its errors (`{"error", "error_type"}`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import orjson
 from pydantic import Field, RootModel
-from starlette.responses import Response
 
+from poolserve.apis.answer_docs import Documented, SparseEntry
+from poolserve.apis.declarations import ErrorShape
 from poolserve.engine.context import ServeContext
 from poolserve.inputs.tokenizer import TextTokenizer
-from poolserve.server.error_responses import ErrorShape
-from poolserve.server.schemas import Documented, SparseEntry
 from poolserve.tasks.score import ranked
 
 _ERROR_TYPES = {429: "Overloaded", 500: "Backend", 503: "Unhealthy", 504: "Backend"}
@@ -28,17 +26,12 @@ class TeiErrorBody(Documented):
     error_type: str = Field(description="Validation, Overloaded, Backend or Unhealthy")
 
 
-def tei_error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
-) -> Response:
+def tei_error_body(status: int, message: str) -> bytes:
     """text-embeddings-inference's error shape: `{"error", "error_type"}`."""
-    body = {"error": message, "error_type": _ERROR_TYPES.get(status, "Validation")}
-    return Response(
-        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
-    )
+    return orjson.dumps({"error": message, "error_type": _ERROR_TYPES.get(status, "Validation")})
 
 
-TEI_ERRORS = ErrorShape(TeiErrorBody, tei_error_response)
+TEI_ERRORS = ErrorShape(TeiErrorBody, tei_error_body)
 
 
 class TeiEmbedResponse(RootModel[list[list[float]] | list[list[list[float]]]]):

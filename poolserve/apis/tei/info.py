@@ -1,35 +1,15 @@
-"""text-embeddings-inference's `GET /info`: what the served model is and how the server is set up,
-in TEI's words (a route written out by hand: it runs no task)."""
+"""What text-embeddings-inference's `GET /info` (and gRPC's Info) says: what the served model is
+and how the server is set up, in TEI's words."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any
 
-import orjson
-from fastapi import APIRouter, Request
-from starlette.responses import Response
-
 from poolserve._version import __version__
 from poolserve.engine.model_backend import PrecisionReport, QuantizationReport, RuntimeChoice
-from poolserve.server.apis.tei.answers import TEI_ERRORS, TeiInfo
-from poolserve.server.app_state import model_for, state_of
-from poolserve.server.error_responses import answer_errors_as
-from poolserve.server.responses import json_response
-from poolserve.server.schemas import documented
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
-
-ROUTES = APIRouter()
-
-
-@ROUTES.get("/info", **documented(TeiInfo, errors=TEI_ERRORS.body))
-async def info(request: Request) -> Response:
-    """What text-embeddings-inference's `/info` says about the served model."""
-    answer_errors_as(request, TEI_ERRORS)
-    state = state_of(request)
-    service = model_for(state, request.scope, None)
-    return json_response(orjson.dumps(info_fields(state, service)))
 
 
 def info_fields(state: ServingState, service: ModelService) -> dict[str, Any]:

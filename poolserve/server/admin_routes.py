@@ -1,25 +1,21 @@
 """The routes every server has, whatever its models: tokenize and detokenize (vLLM's shape, and
-text-embeddings-inference's `/tokenize`), the model list, health, version, metrics and stats.
+text-embeddings-inference's `/tokenize`), the model list, health, version, metrics and stats,
+and text-embeddings-inference's `/info`.
 
 They run no task, so they are routes written out rather than declared endpoints."""
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve._version import __version__
-from poolserve.errors import InvalidRequestError
-from poolserve.server.apis.tei.answers import TeiErrorBody, TeiTokenizeResponse, tokens_body
-from poolserve.server.apis.tei.requests import TeiTokenizeRequest, parse_tei_or
-from poolserve.server.app_state import model_for, state_of
-from poolserve.server.body import parse_body
-from poolserve.server.error_responses import error_response
-from poolserve.server.protocol import DetokenizeRequest, TokenizeRequest
-from poolserve.server.responses import json_response
-from poolserve.server.schemas import (
+from poolserve.apis.answer_docs import (
     DetokenizeResponse,
     ErrorBody,
     Health,
@@ -28,10 +24,28 @@ from poolserve.server.schemas import (
     StatsBody,
     TokenizeResponse,
     VersionBody,
-    documented,
 )
+from poolserve.apis.request_bodies import DetokenizeRequest, TokenizeRequest
+from poolserve.apis.tei.answers import (
+    TEI_ERRORS,
+    TeiErrorBody,
+    TeiInfo,
+    TeiTokenizeResponse,
+    tokens_body,
+)
+from poolserve.apis.tei.info import info_fields
+from poolserve.apis.tei.requests import TeiTokenizeRequest
+from poolserve.errors import InvalidRequestError
+from poolserve.server.app_state import model_for, state_of
+from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.error_responses import answer_errors_as, error_response
+from poolserve.server.openapi_docs import documented
+from poolserve.server.responses import json_response
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
+
+TeiT = TypeVar("TeiT", bound=BaseModel)
+OtherT = TypeVar("OtherT", bound=BaseModel)
 
 ROUTES = APIRouter()
 
@@ -210,3 +224,28 @@ def _engine_stats(service: ModelService) -> dict[str, object]:
         "packed_heads": sorted(core.packed_heads),
         **(core.cache.stats().as_dict() if core.cache is not None else {}),
     }
+
+
+@ROUTES.get("/info", **documented(TeiInfo, errors=TEI_ERRORS.body))
+async def info(request: Request) -> Response:
+    """What text-embeddings-inference's `/info` says about the served model."""
+    answer_errors_as(request, TEI_ERRORS)
+    state = state_of(request)
+    service = model_for(state, request.scope, None)
+    return json_response(orjson.dumps(info_fields(state, service)))
+
+
+async def parse_tei_or(
+    request: Request, tei_field: str, tei: type[TeiT], other: type[OtherT]
+) -> TeiT | OtherT:
+    """The body of a route that serves text-embeddings-inference's shape next to another one:
+    `tei` when the body has `tei_field`, else `other`. A TEI body's errors take TEI's shape."""
+
+    def choose(data: Any) -> type[TeiT] | type[OtherT]:
+        return tei if isinstance(data, dict) and tei_field in data else other
+
+    def chosen(schema: type[TeiT] | type[OtherT]) -> None:
+        if schema is tei:
+            answer_errors_as(request, TEI_ERRORS)
+
+    return await parse_chosen_body(request, choose, state_of(request).cpu, chosen)

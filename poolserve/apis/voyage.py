@@ -10,28 +10,26 @@ one of Voyage's own fields (its client sends them all) is Voyage's.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
 from functools import partial
 from typing import Annotated, Any, Literal
 
 import numpy as np
 import orjson
 from pydantic import Field, StrictBool, StrictInt, StrictStr
-from starlette.responses import Response
 
-from poolserve.engine.context import PoolingOptions, ServeContext
-from poolserve.server.apis.envelope import embedding_space_field
-from poolserve.server.error_responses import ErrorShape
-from poolserve.server.protocol import WireModel
-from poolserve.server.schemas import Documented
-from poolserve.server.template import (
+from poolserve.apis.answer_docs import Documented
+from poolserve.apis.declarations import (
     Call,
     Endpoint,
+    ErrorShape,
     Inputs,
     Served,
     embedders,
     scorers,
 )
+from poolserve.apis.envelope import embedding_space_field
+from poolserve.apis.request_bodies import WireModel
+from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.embed import EmbedRequest
@@ -110,18 +108,11 @@ class DetailErrorBody(Documented):
     detail: str = Field(description="what went wrong and how to fix the request")
 
 
-def detail_error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    return Response(
-        orjson.dumps({"detail": message}),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+def detail_error_body(status: int, message: str) -> bytes:
+    return orjson.dumps({"detail": message})
 
 
-VOYAGE_ERRORS = ErrorShape(DetailErrorBody, detail_error_response)
+VOYAGE_ERRORS = ErrorShape(DetailErrorBody, detail_error_body)
 
 
 class VoyageEmbedding(Documented):

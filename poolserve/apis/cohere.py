@@ -14,13 +14,13 @@ import numpy as np
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
+from poolserve.apis.answer_docs import Documented
+from poolserve.apis.declarations import Call, Endpoint, Inputs, Served, embedders
+from poolserve.apis.envelope import base64_float32
+from poolserve.apis.request_bodies import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.apis.envelope import base64_float32
-from poolserve.server.protocol import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
-from poolserve.server.schemas import Documented
-from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize

@@ -22,13 +22,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from poolserve.server.apis.tei.info import info_fields
-from poolserve.server.middleware.auth import bearer_matches
-from poolserve.server.tei_grpc.calls import TeiServicer
-from poolserve.server.tei_grpc.rpcs import RPCS, Rpc
-from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
+from poolserve.admission.api_keys import bearer_matches
+from poolserve.apis.tei.info import info_fields
 from poolserve.serving.serving_state import ServingState
 from poolserve.serving.shutdown import CLOSING_SECONDS
+from poolserve.tei_grpc.calls import TeiServicer
+from poolserve.tei_grpc.rpcs import RPCS, Rpc
+from poolserve.tei_grpc.stubs import tei_pb2 as pb
 
 logger = logging.getLogger("poolserve")
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from poolserve.config import LongInput
-from poolserve.engine.context import PoolingOptions
-from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput
-from poolserve.server.apis.openai_wire import (
+from poolserve.apis.declarations import Call, Endpoint, Inputs, Served, embedders
+from poolserve.apis.openai_wire import (
     ChatEmbeddingRequest,
     EmbeddingRequest,
     EmbeddingResponse,
     chunked_embeddings_body,
     embeddings_body,
 )
-from poolserve.server.template import Call, Endpoint, Inputs, Served, embedders
+from poolserve.config import LongInput
+from poolserve.engine.context import PoolingOptions
+from poolserve.errors import InvalidRequestError
+from poolserve.inputs.images.sources import ImageInput
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.chat import ChatOptions

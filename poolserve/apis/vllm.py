@@ -11,12 +11,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, StrictStr
 
-from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
-from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput
-from poolserve.models.kinds import Head
-from poolserve.server.apis.envelope import EncodingFormat, base64_float32, list_body
-from poolserve.server.protocol import (
+from poolserve.apis.answer_docs import Documented, ListEnvelope, SparseEntry
+from poolserve.apis.declarations import Call, Endpoint, Inputs, Served, classifiers, scorers
+from poolserve.apis.envelope import EncodingFormat, base64_float32, list_body
+from poolserve.apis.request_bodies import (
     TEXT_OR_TEXTS,
     InputRequest,
     Part,
@@ -25,15 +23,10 @@ from poolserve.server.protocol import (
     TextOrTexts,
     parts_of,
 )
-from poolserve.server.schemas import Documented, ListEnvelope, SparseEntry
-from poolserve.server.template import (
-    Call,
-    Endpoint,
-    Inputs,
-    Served,
-    classifiers,
-    scorers,
-)
+from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
+from poolserve.errors import InvalidRequestError
+from poolserve.inputs.images.sources import ImageInput
+from poolserve.models.kinds import Head
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.classify import ClassifyRequest as ClassifyInternal

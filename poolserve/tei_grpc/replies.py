@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from poolserve.engine.context import ServeContext
-from poolserve.server.tei_grpc.stubs import tei_pb2 as pb
 from poolserve.tasks.score import ranked
+from poolserve.tei_grpc.stubs import tei_pb2 as pb
 
 
 def metadata(ctx: ServeContext[Any], chars: int) -> pb.Metadata:

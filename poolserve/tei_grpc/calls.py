@@ -31,12 +31,17 @@ from poolserve.admission.asked import Asked
 from poolserve.engine.context import ServeContext
 from poolserve.errors import EngineUnavailableError, InvalidRequestError, PoolserveError
 from poolserve.observe.tracing import RequestMarks
-from poolserve.server.body import INLINE_PARSE_BYTES
-from poolserve.server.tei_grpc.rpcs import RPCS, Rpc
-from poolserve.server.tei_grpc.status_codes import NotServedError, code_of, trailers_of
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
-from poolserve.serving.serving_step import Step, answer_metadata, context_for, run_served
+from poolserve.serving.serving_step import (
+    INLINE_PARSE_BYTES,
+    Step,
+    answer_metadata,
+    context_for,
+    run_served,
+)
+from poolserve.tei_grpc.rpcs import RPCS, Rpc
+from poolserve.tei_grpc.status_codes import NotServedError, code_of, trailers_of
 
 logger = logging.getLogger("poolserve")
 
