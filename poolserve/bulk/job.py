@@ -45,7 +45,7 @@ from poolserve.config.job_config import JobOptions
 from poolserve.config.priorities import LOWEST_PRIORITY
 
 if TYPE_CHECKING:
-    from poolserve.bulk.counted_embed import CountedEmbeddings
+    from poolserve.tasks.counted_embed import CountedEmbeddings
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ def _results(
 
 def _joined(calls: Sequence[CountedEmbeddings]) -> CountedEmbeddings:
     """The results of consecutive calls as one call's (indices counted across them)."""
-    from poolserve.bulk.counted_embed import CountedEmbeddings
+    from poolserve.tasks.counted_embed import CountedEmbeddings
 
     too_long: dict[int, str] = {}
     unreadable: dict[int, str] = {}

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.bulk.counted_embed import CountedEmbed, CountedEmbeddings
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.engine.context import PoolingOptions
 from poolserve.engine.engine_core import EngineCore
@@ -28,6 +27,7 @@ from poolserve.offline.arguments import texts_of
 from poolserve.offline.call_styles import awaited, blocking, cancellable, later
 from poolserve.offline.python_pooling import PythonPooling
 from poolserve.service.model_service import ModelService
+from poolserve.tasks.counted_embed import CountedEmbed, CountedEmbeddings
 from poolserve.tasks.embed import EmbedTask
 from poolserve.tasks.quantize import COMPACT_TYPES
 
@@ -161,7 +161,7 @@ class Engine:
         **options: Any,
     ) -> Future[CountedEmbeddings]:
         """`embed_later` (with its options), with each text's token count (special tokens included,
-        after any truncation) next to its vectors: a bulk job's task (bulk/counted_embed.py). With
+        after any truncation) next to its vectors: a bulk job's task (tasks/counted_embed.py). With
         `skip_too_long`, a text too long for the model (without truncation) is left out and named in
         `too_long` instead of failing the call, and an image that cannot be read in `unreadable`:
         the others are embedded once (a bulk job's bad rows). With `images`, `texts` are image paths

@@ -19,7 +19,7 @@ from poolserve.config.priorities import LOWEST_PRIORITY
 from poolserve.ray.cluster import actor_engine_config
 
 if TYPE_CHECKING:
-    from poolserve.bulk.counted_embed import CountedEmbeddings
+    from poolserve.tasks.counted_embed import CountedEmbeddings
 
 
 class _EngineActor:

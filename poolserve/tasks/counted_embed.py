@@ -1,6 +1,6 @@
-"""A bulk job's task: embeddings with each input's token count, an input too long for the model
-(or an image that cannot be read) left out and named rather than failing the part
-(`Engine.embed_counted_later` runs it)."""
+"""A bulk job's task (`poolserve embed`, Ray's actors): embeddings with each input's token
+count, an input too long for the model (or an image that cannot be read) left out and named
+rather than failing the part (`Engine.embed_counted_later` runs it)."""
 
 from __future__ import annotations
 
