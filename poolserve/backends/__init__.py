@@ -1,6 +1,8 @@
-"""Model backends, one package each (`torch/`, `onnxruntime/`, `openvino/`), each with a module
-whose `make_backend` builds one (engine/model_backend.py says what a backend is), and `choice/`
-(`--backend auto`), which measures the installed ones and serves the fastest. `backend_for`
+"""Model backends: the runtimes as peers, one package each (`torch/`, `onnxruntime/`,
+`openvino/`, `static/`), each with a module whose `make_backend` builds one
+(engine/model_backend.py says what a backend is), over what they share (`torch_model/`, the
+loaded model; `graph/`, the exported graph), and `choice/` (`--backend auto`), which measures
+the installed ones and serves the fastest. `backend_for`
 imports the one `--backend` names; the names and what each runtime runs live with the setting
 (config/runtime_table.py), so that the flags name them without loading any backend's
 libraries."""

@@ -1,4 +1,6 @@
-"""The HTTP layer: a thin async adapter over the engine and the task processors."""
+"""The HTTP front end: a thin async adapter over the serving step (serving/) and the API
+families (apis/); `create_app` is the serving process's factory, which starts the gRPC front
+end beside it when asked."""
 
 from poolserve.server.app import create_app
 
