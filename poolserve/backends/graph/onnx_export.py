@@ -1,14 +1,14 @@
 """The main head's forward exported to ONNX, once, into the cache
 (`POOLSERVE_CACHE_DIR/onnx/<key>/`).
 
-The graph is the torch backend's own forward (backends/torch_model/export_forward.py: the backbone
+The graph is the loaded model's own forward (backends/torch_model/export_forward.py: the backbone
 and the head, pooling, Dense, SPLADE or classifier, in one graph), traced by `torch.export` and
 translated by torch's ONNX exporter: no hand-written graph, and the heads are the same code the
-torch backend runs. The batch and length are dynamic; a packed forward takes the segment mask and
+torch runtime runs. The batch and length are dynamic; a packed forward takes the segment mask and
 positions as inputs. An entry's key hashes what the graph depends on (forward_cache.key_parts, plus
 the exporter's and ONNX Runtime's versions); an entry is written to a staging directory and renamed
-into place, and its manifest records each file's size and digest, so a truncated or replaced file is
-rebuilt, never run. Checking and building an entry hold its lock.
+into place, and its manifest records each file's size and digest, so a truncated or replaced file
+is rebuilt, never run. Checking and building an entry hold its lock.
 """
 
 from __future__ import annotations
