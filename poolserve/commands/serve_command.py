@@ -91,7 +91,7 @@ def _loaded_app(
 
     models = ServiceRegistry.prepare(served, cpu_workers=cpu_workers, backend=backend)
     try:
-        from poolserve.server import create_app  # after the models' checks: they refuse sooner
+        from poolserve.app import create_app  # after the models' checks: they refuse sooner
 
         app = create_app(models, replace(server_config, served_model_name=None))
     except BaseException:

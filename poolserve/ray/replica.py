@@ -41,7 +41,7 @@ class EngineReplica:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from poolserve.admission.budget import sized_for
-        from poolserve.server import create_app
+        from poolserve.app import create_app
         from poolserve.server.edge import wrap_edge
         from poolserve.server.gc_freeze import freeze_loaded_objects
 

@@ -12,7 +12,7 @@ import numpy as np
 from asgi_lifespan import LifespanManager
 
 from poolserve import Engine, ModelConfig, ServerConfig
-from poolserve.server import create_app
+from poolserve.app import create_app
 
 
 async def embed(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:

@@ -84,7 +84,7 @@ async def test_everything_else_reaches_fastapi(client: httpx.AsyncClient) -> Non
 
 
 def test_the_app_dispatches_every_route_of_the_model_directly(engine: Any) -> None:
-    from poolserve.server import create_app
+    from poolserve.app import create_app
 
     app = create_app(engine.service)
     # Our layers stand in front of FastAPI's: none of FastAPI's is on the way to our routes.

@@ -11,7 +11,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
-from poolserve.server import create_app
+from poolserve.app import create_app
 from tests.api.helpers import assert_openai_error, embed, vectors
 from tests.reference import (
     DIM,

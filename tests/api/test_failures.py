@@ -17,11 +17,11 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import EngineConfig, ServerConfig
+from poolserve.app import create_app
 from poolserve.engine.collate import text_item
 from poolserve.engine.engine_core import EngineCore
 from poolserve.errors import EngineUnavailableError
 from poolserve.offline.model_engine import Engine
-from poolserve.server import create_app
 from tests.api.helpers import assert_openai_error, embed, vectors
 from tests.reference import assert_close_vectors, st_encode
 from tests.wrapped_backend import WrappedBackend, wrapping

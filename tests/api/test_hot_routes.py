@@ -13,8 +13,8 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
+from poolserve.app import create_app
 from poolserve.observe.tracing import RequestMarks
-from poolserve.server import create_app
 from tests.api.helpers import serving
 
 pytestmark = pytest.mark.anyio

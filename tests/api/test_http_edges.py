@@ -13,7 +13,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
-from poolserve.server import create_app
+from poolserve.app import create_app
 from tests.api.helpers import serving
 
 pytestmark = pytest.mark.anyio

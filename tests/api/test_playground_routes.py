@@ -14,9 +14,9 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from poolserve import ServerConfig
+from poolserve.app import create_app
 from poolserve.observe.live import LiveHistory
 from poolserve.offline.model_set import ModelSet
-from poolserve.server import create_app
 from tests.api.helpers import serving
 
 pytestmark = pytest.mark.anyio

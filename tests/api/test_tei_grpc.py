@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from poolserve import EngineConfig, ModelConfig, ModelSet, ServedModel, ServerConfig
-from poolserve.server import create_app
+from poolserve.app import create_app
 from tests.e2e.conftest import free_port
 from tests.e2e.grpc_peers import generated_client
 

@@ -28,7 +28,7 @@ import pytest
 import uvicorn
 
 from poolserve import ServerConfig
-from poolserve.server import create_app
+from poolserve.app import create_app
 from tests.reference import WORDS
 
 pytestmark = pytest.mark.slow

@@ -107,13 +107,14 @@ ABOVE_THE_ENGINE = (
     "poolserve.apis",
     "poolserve.server",
     "poolserve.tei_grpc",
+    "poolserve.app",
     "poolserve.offline",
     "poolserve.bulk",
     "poolserve.ray",
     "poolserve.commands",
 )
-# The front ends: HTTP (the Batch API, an HTTP API, inside it), gRPC, the Python API, the bulk
-# job and Ray.
+# The front ends: HTTP (the Batch API, an HTTP API, inside it), gRPC, the serving process that
+# assembles them, the Python API, the bulk job and Ray.
 FRONT_ENDS = ABOVE_THE_ENGINE[7:]
 
 
@@ -137,10 +138,11 @@ def test_the_api_families_import_no_front_end() -> None:
     assert reaching(poolserve_imports(PACKAGE / "apis"), FRONT_ENDS) == []
 
 
-def test_grpc_imports_nothing_of_http() -> None:
-    """The two protocols are peers over the serving step and the API families."""
-    http = ("poolserve.server",)
-    assert reaching(poolserve_imports(PACKAGE / "tei_grpc"), http) == []
+def test_http_and_grpc_import_nothing_of_each_other() -> None:
+    """The two protocols are peers over the serving step and the API families; the serving
+    process's factory (app/) alone knows both."""
+    assert reaching(poolserve_imports(PACKAGE / "tei_grpc"), ("poolserve.server",)) == []
+    assert reaching(poolserve_imports(PACKAGE / "server"), ("poolserve.tei_grpc",)) == []
 
 
 def test_the_serving_step_imports_no_front_end() -> None:

@@ -1,5 +1,7 @@
-"""`create_app`: a pure factory from the served models and a server config to a FastAPI
-application behind poolserve's own edge (server/edge.py)."""
+"""`create_app`: a pure factory from the served models and a server config to the serving
+process: the serving state every front end shares, and over it the FastAPI application behind
+poolserve's own edge (server/edge.py) with the Batch API, and the gRPC front end where
+`--grpc-port` asks, started and stopped with the app's lifespan."""
 
 from __future__ import annotations
 
