@@ -2,10 +2,10 @@
 
 Part k holds the embeddings of input records [k·W, (k+1)·W) (W: the job's `part_rows`), in input
 order, with the bad records of that range in `_errors-k.jsonl`. Each file is written atomically
-(atomic_files.py), errors first: a part that exists is whole, and so is its errors file. Parts
-are written in order, so after a kill (even SIGKILL) the parts on disk are a prefix of the job; a
-rerun deletes any temporary file, checks that the job file describes the same job, and starts at
-the first missing part. Every record lands in exactly one part, or in exactly one errors file.
+(storage/atomic_files.py), errors first: a part that exists is whole, and so is its errors file.
+Parts are written in order, so after a kill (even SIGKILL) the parts on disk are a prefix of the
+job; a rerun deletes any temporary file, checks that the job file describes the same job, and starts
+at the first missing part. Every record lands in exactly one part, or in exactly one errors file.
 
 A Parquet output is this directory itself (a Parquet dataset: `pyarrow.dataset`, pandas, Spark
 and DuckDB read it whole). An `.npy` or `.jsonl` output is assembled from it at the end.
@@ -24,8 +24,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from poolserve.bulk.atomic_files import sync_and_rename, temporary, write_atomically
 from poolserve.bulk.corpus import BadRow
+from poolserve.storage.atomic_files import sync_and_rename, temporary, write_atomically
 
 # Names starting with "_" or "." are not data to Parquet readers (pyarrow, pandas, Spark, DuckDB),
 # so the directory reads as a dataset of its parts alone.

@@ -145,6 +145,22 @@ def test_http_and_grpc_import_nothing_of_each_other() -> None:
     assert reaching(poolserve_imports(PACKAGE / "server"), ("poolserve.tei_grpc",)) == []
 
 
+def test_no_front_end_imports_another() -> None:
+    """HTTP (with the Batch API), gRPC, the Python API and the bulk job stand side by side; what
+    composes them stands above: the serving process's factory (app/), Ray (which deploys the
+    HTTP app and runs bulk parts on Python engines) and the commands."""
+    peers = ("server", "tei_grpc", "offline", "bulk")
+    crossings = [
+        crossing
+        for peer in peers
+        for crossing in reaching(
+            poolserve_imports(PACKAGE / peer),
+            tuple(f"poolserve.{other}" for other in peers if other != peer),
+        )
+    ]
+    assert crossings == []
+
+
 def test_the_serving_step_imports_no_front_end() -> None:
     """Every front end drives it; it knows none of them (no ASGI scope, no gRPC context)."""
     assert reaching(poolserve_imports(PACKAGE / "serving"), FRONT_ENDS) == []

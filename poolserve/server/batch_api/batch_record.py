@@ -2,7 +2,7 @@
 `--batch-dir`/batches (`BatchFolder`).
 
 A batch's folder holds `batch.json` (its record) and its answered lines, in checkpoints
-`done-N.jsonl` written atomically (bulk/atomic_files.py), each line `INDEX OK LINE`: the request
+`done-N.jsonl` written atomically (storage/atomic_files.py), each line `INDEX OK LINE`: the request
 line's place in the input, 1 if it goes to the output file (else the error file), and its
 output line. A line is in at most one checkpoint, so after a kill, even SIGKILL, the
 checkpoints on disk name the lines done, and the rest run again: nothing is lost, nothing is
@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from poolserve.bulk.atomic_files import write_atomically
+from poolserve.storage.atomic_files import write_atomically
 
 BATCH_PREFIX = "batch_"
 RECORD = "batch.json"

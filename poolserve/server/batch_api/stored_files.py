@@ -1,10 +1,10 @@
 """The Batch API's files (`/v1/files`): their bytes and their records under `--batch-dir`/files.
 
-A file is `ID` (its bytes) and `ID.json` (its record: OpenAI's file object), each written
-atomically (bulk/atomic_files.py), the bytes first: a record names a whole file. An upload streams
-into a temporary file and becomes a file only when it is whole and within the bounds; a restart
-deletes temporary files and bytes without a record. Ids are 96 random bits; a path is built only
-from an id this store made, never from what a client sends (`get` looks the id up first).
+A file is `ID` (its bytes) and `ID.json` (its record: OpenAI's file object), each written atomically
+(storage/atomic_files.py), the bytes first: a record names a whole file. An upload streams into a
+temporary file and becomes a file only when it is whole and within the bounds; a restart deletes
+temporary files and bytes without a record. Ids are 96 random bits; a path is built only from an id
+this store made, never from what a client sends (`get` looks the id up first).
 
 The index lives in memory, owned by the event loop (every call here is made from it); what
 touches the disk runs in a thread, called by the owner (`BatchService`) through `asyncio`.
@@ -22,8 +22,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from poolserve.bulk.atomic_files import sync_and_rename, temporary, write_atomically
 from poolserve.errors import NotFoundError, PayloadTooLargeError, StorageFullError
+from poolserve.storage.atomic_files import sync_and_rename, temporary, write_atomically
 
 FILE_PREFIX = "file-"
 
