@@ -153,7 +153,7 @@ class GraphBackend:
         self._compiled: tuple[CompiledForward, ...] = ()
         self.report = CompileReport("eager")
         self.quantization: QuantizationReport | None = None
-        self.choice: RuntimeChoice | None = None  # the engine was named, not chosen here
+        self.choice: RuntimeChoice | None = None  # the runtime was named, not chosen here
 
     @property
     def spec(self) -> ModelSpec:
@@ -235,23 +235,8 @@ class GraphBackend:
         )
 
     def executor(self) -> Forward:
-        model = self._model
-        model.own_threads()
-        started = time.perf_counter()
-        executor = model.executor(self.runtime.runner_forwards(self._compiled))
-        # A restart served from the cache warms what its graph runs, not the eager module.
-        heads = (model.spec.heads[0],) if model.deferred else model.spec.heads
-        model.warm_up(executor, heads, sorted({1, model.seats.threads, *self._thread_counts()}))
-        logger.info(
-            "%s: a runner warmed up in %.1f s (%s)",
-            model.spec.name,
-            time.perf_counter() - started,
-            self.runtime.name,
-        )
-        return executor
-
-    def _thread_counts(self) -> set[int]:
-        return {count for each in self._compiled for count in each.runs}
+        forwards = self.runtime.runner_forwards(self._compiled)
+        return self._model.runner_executor(forwards, self.runtime.name)
 
     def close(self) -> None:
         """Free the runtime's sessions (their weights)."""

@@ -111,7 +111,7 @@ class TorchBackend:
         # The compiled forward's measured gain over eager, by thread count (compile_gain.py).
         self._known_gains: dict[int, compile_gain.Gain] = {}
         self.quantization: QuantizationReport | None = None  # nothing quantized here
-        self.choice: RuntimeChoice | None = None  # the engine was named, not chosen here
+        self.choice: RuntimeChoice | None = None  # the runtime was named, not chosen here
         # Set by `poolserve compile`: with --compile auto, build what the cache lacks and
         # measure it (a start only loads it: compile_gain.not_compiled_line).
         self.ahead_of_time = False
@@ -137,10 +137,6 @@ class TorchBackend:
     def compiled(self) -> bool:
         """True once `load` has compiled (and warmed) the main head's graphs."""
         return bool(self._compiled)
-
-    @property
-    def compiled_heads(self) -> tuple[Head, ...]:
-        return tuple(each.head for each in self._compiled)
 
     @property
     def compiled_threads(self) -> tuple[int, ...]:
@@ -317,19 +313,9 @@ class TorchBackend:
         return compiled
 
     def executor(self) -> Forward:
-        self._model.own_threads()
-        started = time.perf_counter()
-        executor = self._new_executor()
-        # A restart served from the cache warms what its libraries run, not the eager module.
-        heads = self.compiled_heads if self._model.deferred else self.spec.heads
-        self._warm_up(executor, heads=heads)
-        logger.info(
-            "%s: a runner warmed up in %.1f s (%s)",
-            self.spec.name,
-            time.perf_counter() - started,
-            "compiled" if self._compiled else "eager",
-        )
-        return executor
+        source = "compiled" if self._compiled else "eager"
+        jit = self.report.source == "jit"
+        return self._model.runner_executor(self._compiled, source, every_shape=jit)
 
     def _new_executor(self, compiled: Sequence[CompiledForward] | None = None) -> ModelExecutor:
         return self._model.executor(self._compiled if compiled is None else compiled)

@@ -8,6 +8,8 @@ it and run the graph; every runtime runs the model's other heads here.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,6 +27,8 @@ from poolserve.config.model_config import PackingMode
 from poolserve.engine.model_backend import Collate, PrecisionReport
 from poolserve.models.kinds import Head
 from poolserve.models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,26 @@ class LoadedModel:
             self.seats.single_thread_tokens,
             faster,
         )
+
+    def runner_executor(
+        self, faster: Sequence[CompiledForward], source: str, *, every_shape: bool = False
+    ) -> ModelExecutor:
+        """The calling runner's executor over `faster` (its threads set first), warmed up at
+        each thread count it runs; a restart served from the cache warms what `faster` runs,
+        not the eager module. `source` names what runs the main head in the log line."""
+        self.own_threads()
+        started = time.perf_counter()
+        executor = self.executor(faster)
+        heads = tuple(each.head for each in faster) if self.deferred else self.spec.heads
+        counts = sorted({1, self.seats.threads, *(n for each in faster for n in each.runs)})
+        self.warm_up(executor, heads, counts, every_shape=every_shape)
+        logger.info(
+            "%s: a runner warmed up in %.1f s (%s)",
+            self.spec.name,
+            time.perf_counter() - started,
+            source,
+        )
+        return executor
 
     def warm_up(
         self,
