@@ -86,10 +86,12 @@ def _finish(
     task: Task[RequestT, ResultT],
     ctx: ServeContext[RequestT],
     encode: Encoder[RequestT, ResultT],
+    answer: Callable[[ServeContext[RequestT], bytes], T],
     group: RequestGroup,
     outputs: list[np.ndarray],
-) -> bytes:
-    """Post-process and encode (CPU pool), recording the engine's timings first."""
+) -> T:
+    """Post-process and encode (CPU pool), recording the engine's timings first; then
+    `answer` of the body, once the timings are complete."""
     timings = ctx.timings
     timings.tokenize = sum(ctx.chunk_seconds)
     timings.queue = group.queue_time
@@ -99,7 +101,7 @@ def _finish(
     body = encode(ctx, task.postprocess(ctx, outputs))
     timings.finished = time.perf_counter()
     timings.postprocess = timings.finished - started
-    return body
+    return answer(ctx, body)
 
 
 def _open(
@@ -258,13 +260,15 @@ def begin(
     task: Task[RequestT, ResultT],
     ctx: ServeContext[RequestT],
     encode: Encoder[RequestT, ResultT],
-) -> tuple[asyncio.Future[bytes], RequestGroup]:
+    answer: Callable[[ServeContext[RequestT], bytes], T],
+) -> tuple[asyncio.Future[T], RequestGroup]:
     """Start one request through every stage without doing CPU work on the event loop: every
     stage after validation runs off the loop and hands over to the next by itself (tokenize and
     submit on a runner or in the pool, forward on the runner, post-process and encode in the
-    pool), so the loop wakes once per request. The future holds the response body; cancel the
-    group to drop what has not run."""
-    return start_awaited(engine, task, ctx, partial(_finish, task, ctx, encode))
+    pool), so the loop wakes once per request. The future holds `answer(ctx, body)`, made in
+    the pool once the timings are complete (a front end's whole response: the loop only sends
+    it); cancel the group to drop what has not run."""
+    return start_awaited(engine, task, ctx, partial(_finish, task, ctx, encode, answer))
 
 
 async def run_async(

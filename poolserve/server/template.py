@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from poolserve.apis.declarations import Call, Endpoint, Shapes
+from poolserve.engine.context import ServeContext
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.server.app_state import model_for, state_of
 from poolserve.server.body import parse_body, parse_chosen_body
@@ -80,16 +81,20 @@ async def _serve(
     ctx = context_for(step, service, served.internal, served.params, wire.priority, served.vectors)
     if served.images:
         await fetch_urls(state.fetcher, served.images, param_of)
-    # Run it (serving_step.py) and answer with its body and the timing headers; 499 in the
-    # access log if the client went first.
+    # Run it (serving_step.py), the response made in the pool with its body and the timing
+    # headers; 499 in the access log if the client went first.
     request.scope[CONTEXT_KEY] = ctx
-    body = await run_served(step, service, served, ctx, partial(_disconnected, request))
-    if body is None:
-        return Response(status_code=499)
-    headers = answer_metadata(ctx)
-    if state.gzip_min_bytes:
-        return await _gzipped_response(request, state, body, headers)
-    return json_response(body, headers)
+    gzip_from = state.gzip_min_bytes
+    gzips = bool(gzip_from) and accepts_gzip(request.headers.get("accept-encoding"))
+    response = await run_served(
+        step,
+        service,
+        served,
+        ctx,
+        partial(_response, gzip_from, gzips),
+        partial(_disconnected, request),
+    )
+    return Response(status_code=499) if response is None else response
 
 
 async def _disconnected(request: Request) -> None:
@@ -98,14 +103,15 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _gzipped_response(
-    request: Request, state: ServingState, body: bytes, headers: dict[str, str]
-) -> Response:
-    """The JSON response, gzipped in the CPU pool when it is large and the client accepts it."""
-    headers["vary"] = "accept-encoding"
-    if len(body) >= state.gzip_min_bytes and accepts_gzip(request.headers.get("accept-encoding")):
-        body = await state.cpu.run(gzip_body, body)
-        headers["content-encoding"] = "gzip"
+def _response(gzip_from: int, gzips: bool, ctx: ServeContext[Any], body: bytes) -> Response:
+    """The JSON response with the answer's headers (CPU pool), gzipped when it is large and the
+    client accepts it (`gzip_from`: the server's threshold, 0: never)."""
+    headers = answer_metadata(ctx)
+    if gzip_from:
+        headers["vary"] = "accept-encoding"
+        if gzips and len(body) >= gzip_from:
+            body = gzip_body(body)
+            headers["content-encoding"] = "gzip"
     return json_response(body, headers)
 
 

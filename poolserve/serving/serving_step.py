@@ -13,7 +13,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from poolserve.admission.asked import Asked
 from poolserve.admission.tickets import Ticket
@@ -26,6 +27,7 @@ from poolserve.errors import (
     InvalidRequestError,
     RequestTimeoutError,
 )
+from poolserve.observe.metrics import Metrics
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_state import ServingState
 from poolserve.tasks.quantize import embedding_type
@@ -33,6 +35,8 @@ from poolserve.tasks.quantize import embedding_type
 # A body (or gRPC message) of at most this many bytes is parsed on the loop: below it, parsing
 # costs less than the hop to the CPU pool and back.
 INLINE_PARSE_BYTES = 16 * 1024
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -147,15 +151,34 @@ def answer_metadata(ctx: ServeContext[Any]) -> dict[str, str]:
     return answer
 
 
+def body_only(ctx: ServeContext[Any], body: bytes) -> bytes:
+    """The answer that is the encoded body alone."""
+    return body
+
+
+def _answered(
+    metrics: Metrics,
+    answer: Callable[[ServeContext[Any], bytes], T],
+    ctx: ServeContext[Any],
+    body: bytes,
+) -> T:
+    """In the CPU pool, once the request's timings are complete: its stages observed, and the
+    front end's answer made of its body."""
+    metrics.observe_stages(ctx)
+    return answer(ctx, body)
+
+
 async def run_served(
     step: Step,
     service: ModelService,
     served: Any,
     ctx: ServeContext[Any],
+    answer: Callable[[ServeContext[Any], bytes], T],
     gone: Callable[[], Awaitable[Any]] | None = None,
-) -> bytes | None:
+) -> T | None:
     """Run `ctx`'s request through `served.task` on `service`'s engine, encoded by
-    `served.encode`; the answer's bytes, or None if the caller went first (`gone()` returned).
+    `served.encode`; `answer(ctx, body)`, made in the CPU pool so the loop only sends it (the
+    body alone: `body_only`), or None if the caller went first (`gone()` returned).
 
     The time limit counts from the request's admission; the caller's deadline is its own. If
     the caller goes, either passes or the server's grace period ends first, the request's work
@@ -170,10 +193,11 @@ async def run_served(
         limit_wait = max(0.0, limit - (now - step.ticket.admitted_at))
     deadline_wait = None if step.deadline is None else max(0.0, step.deadline - now)
     wait = min((t for t in (limit_wait, deadline_wait) if t is not None), default=None)
-    answer, group = begin(service.core, served.task, ctx, served.encode)
-    race = state.waits.begin(answer, wait, state.grace.over(), gone)
+    made = partial(_answered, state.metrics, answer)
+    pending, group = begin(service.core, served.task, ctx, served.encode, made)
+    race = state.waits.begin(pending, wait, state.grace.over(), gone)
     try:
-        body = await answer
+        return await pending
     except asyncio.CancelledError:
         group.cancel()
         if race.why is None:  # this call itself was cancelled
@@ -181,9 +205,6 @@ async def run_served(
     except BaseException:
         group.cancel()
         raise
-    else:
-        state.metrics.observe_stages(ctx)
-        return body
     finally:
         state.waits.end(race)
     if race.why == "gone":

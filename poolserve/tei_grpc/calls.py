@@ -37,6 +37,7 @@ from poolserve.serving.serving_step import (
     INLINE_PARSE_BYTES,
     Step,
     answer_metadata,
+    body_only,
     context_for,
     run_served,
 )
@@ -148,7 +149,7 @@ class TeiServicer:
                 served = await state.cpu.run_at(lane, translated, rpc, raw, service, state)
             ctx = context_for(step, service, served.internal, served.params, None, served.vectors)
             call.ctx = ctx
-            body = await run_served(step, service, served, ctx)
+            body = await run_served(step, service, served, ctx, body_only)
             assert body is not None  # no `gone`: a caller that goes cancels this task
             return body
         finally:
