@@ -4,7 +4,10 @@ Writes a potion-shaped model2vec checkpoint (bert-base-uncased's 30,522-token vo
 the bundled MiniLM, × 256 float32 dimensions, normalized, as `StaticModel.save_pretrained`
 writes it), then in turn, each round: `poolserve serve` on it at its defaults, FastAPI +
 pydantic + `model2vec` per request, and a bare ASGI callable + `model2vec` per request
-(benchmarks/static_peers.py, under the same uvicorn settings). Each takes two closed-loop loads
+(benchmarks/static_peers.py, under the same uvicorn settings), and the floor of poolserve's own
+design: a bare ASGI callable handing requests to one thread that batches them through
+poolserve's tokenizer and table (static_peers.py's `floor_app`: what its request path would
+cost with nothing but the path). Each takes two closed-loop loads
 of real prose (benchmarks/corpus.py) on keep-alive connections: c=64 one-sentence requests and
 c=8 requests of 32 sentences, with the server's CPU (its process tree, from /proc) per request.
 `model2vec.encode` alone on batches of 32 (this process, the same cores) is the raw figure, and
@@ -37,7 +40,9 @@ from benchmarks.request_cost import tree_cpu_seconds
 from benchmarks.server_process import free_port, running_process
 
 DIM = 256
-SERVERS = ("poolserve", "FastAPI + model2vec", "bare ASGI + model2vec")
+# poolserve's design with nothing but its path (benchmarks/static_peers.py's `floor_app`).
+FLOOR = "the path's floor"
+SERVERS = ("poolserve", "FastAPI + model2vec", "bare ASGI + model2vec", FLOOR)
 
 
 def write_checkpoint(directory: Path) -> Path:
@@ -59,7 +64,7 @@ def command(server: str, model: Path, port: int, server_args: Sequence[str]) -> 
     if server == "poolserve":
         serve = [sys.executable, "-m", "poolserve", "serve", str(model), "--port", str(port)]
         return [*serve, *server_args]
-    app = "fastapi" if server.startswith("FastAPI") else "bare"
+    app = "fastapi" if server.startswith("FastAPI") else "floor" if server == FLOOR else "bare"
     peer = [sys.executable, "-m", "benchmarks.static_peers", "--app", app]
     return [*peer, "--model", str(model), "--port", str(port)]
 
@@ -199,6 +204,10 @@ def main() -> None:
         f"- c=8 × 32 sentences/s ÷ model2vec.encode alone: "
         f"{medians[('poolserve', batch)] * 32 / raw_median:.2f}x (bar ≥ 0.8)"
     )
+    print("poolserve ÷ its path's floor (what its design would reach with nothing but the path):")
+    for load in LOADS:
+        ratio = medians[("poolserve", load.label)] / medians[(FLOOR, load.label)]
+        print(f"- {load.label}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from poolserve.config.priorities import DEFAULT_PRIORITY
+from poolserve.engine.completion import Outcome
 from poolserve.engine.lane_executor import LaneExecutor
 from poolserve.errors import EngineUnavailableError
 
@@ -100,7 +101,7 @@ class CpuPool:
         return await asyncio.wrap_future(self.submit_at(priority, fn, *args, **kwargs))
 
     def then(
-        self, source: Future[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
+        self, source: Outcome[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
     ) -> Future[T]:
         """A future for `fn(source's result)`, run in the pool as soon as `source` succeeds.
 
@@ -124,7 +125,7 @@ class CpuPool:
         # whose future is `source`: the callback lets go of `fn` and `result` as it runs.
         pending: list[Any] = [fn, result]
 
-        def start_next(done: Future[A]) -> None:
+        def start_next(done: Outcome[A]) -> None:
             next_stage, result = pending
             pending.clear()
             if done.cancelled():  # the waiter cancelled the request
@@ -146,7 +147,7 @@ class CpuPool:
         return result
 
     def then_in_loop(
-        self, source: Future[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
+        self, source: Outcome[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
     ) -> asyncio.Future[T]:
         """`then` for a waiter on the running event loop (call it there): a future of the loop,
         settled on it once `fn` has run. The pool thread hands the outcome to the loop itself,
@@ -172,7 +173,7 @@ class CpuPool:
         pending: list[Any] = [fn, loop.create_future()]
         answer: asyncio.Future[T] = pending[1]
 
-        def start_next(done: Future[A]) -> None:
+        def start_next(done: Outcome[A]) -> None:
             next_stage, answer = pending
             pending.clear()
             if done.cancelled():

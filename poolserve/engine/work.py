@@ -6,21 +6,20 @@ so an input that is not text (an image) adds a payload and a processor, not a ne
 
 A group's items may run in batches on several runner threads at once, so its results and timing
 marks are written under the group's own lock (the last writer completes it). The group's
-`concurrent.futures.Future` carries the outcome to whoever waits (an event loop or a caller
+`Completion` (a light future) carries the outcome to whoever waits (an event loop or a caller
 thread), and cancelling it tells the scheduler to skip the group's items that have not run yet.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from poolserve.config.priorities import DEFAULT_PRIORITY
+from poolserve.engine.completion import Completion
 from poolserve.models.kinds import Head
 
 
@@ -43,7 +42,8 @@ class RequestGroup:
     size: int
     # Its lane (engine/lanes.py): lower runs first.
     priority: int = DEFAULT_PRIORITY
-    future: Future[list[Any]] = field(default_factory=Future)
+    # Settled with its outputs, its error, or cancelled (engine/completion.py).
+    future: Completion[list[Any]] = field(default_factory=Completion)
     submitted_at: float = field(default_factory=time.perf_counter)
     # Set by the runner threads: when the first of this group's batches started, the last ended.
     first_batch_started_at: float | None = None
@@ -101,17 +101,11 @@ class RequestGroup:
                 self._results[index][part] = output
             self._remaining -= 1
             complete = self._remaining == 0
-        if complete:
-            self._settle(lambda: self.future.set_result(self._results))
+        if complete:  # (unless its waiter cancelled it a moment ago, from its own thread)
+            self.future.set_result(self._results)
 
     def fail(self, error: BaseException) -> None:
-        self._settle(lambda: self.future.set_exception(error))
-
-    def _settle(self, action: Any) -> None:
-        # The waiter may have cancelled the future from its own thread a moment ago.
-        if not self.future.done():
-            with contextlib.suppress(InvalidStateError):
-                action()
+        self.future.set_exception(error)
 
     @property
     def queue_time(self) -> float:
