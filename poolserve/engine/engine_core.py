@@ -286,14 +286,16 @@ class EngineCore:
 
     def submit(self, items: Iterable[WorkItem]) -> None:
         """Hand prepared items to the scheduler (those the result cache cannot answer)."""
-        if not self.alive:
+        if not self._threads_started:  # (a closed engine's scheduler refuses them itself)
             raise EngineUnavailableError(NOT_RUNNING)
         self._scheduler_submit(items if self.cache is None else self.cache.route(items))
 
     def _scheduler_submit(self, items: Iterable[WorkItem]) -> None:
         try:
             self._scheduler.submit(items)
-        except SchedulerClosedError as exc:
+        except SchedulerClosedError as exc:  # closing, or closed as its last runner died
+            if not self.alive:
+                raise EngineUnavailableError(NOT_RUNNING) from exc
             raise EngineUnavailableError("the server is shutting down; retry elsewhere") from exc
 
     def wait_for_idle_runners(self, count: int, timeout: float) -> bool:
