@@ -1,12 +1,13 @@
 """A request's outcome, settled once by whichever thread finishes it: the part of
 `concurrent.futures.Future` a request group needs, without its cost.
 
-A `Future` guards every call with a `Condition` over an `RLock`, both made with it: under load a
+A `Future` makes a `Condition` over an `RLock` with it and takes it on every call: a
 one-sentence request asked its group's future whether it was done about four times on the
-runners and settled it once, ten lock round trips, more of a runner's time than its share of the
-batch's lookup (a static model, c=64, yappi). Here the state is read without a lock (a settled
-outcome never changes back), the one lock is taken only to settle it or add a callback, and a
-thread that blocks for the outcome (the Python API, tests) makes the event it waits on.
+runners and settled it once, ten lock round trips. Here the state is read without a lock (a
+settled outcome never changes back), the one lock is taken only to settle it or add a callback,
+and only a thread that blocks for the outcome (the Python API, tests) makes the event it waits
+on. Measured in process (a static model, one runner, 64 callers of `Engine.aembed`, three turns
+each): the runner's CPU went from 98-119 to 91-100 µs a request.
 
 Callbacks run on the thread that settles it (or at once, on the caller's, if it is settled):
 they must be quick and hand anything longer on, as `CpuPool.then` does.
