@@ -1,9 +1,10 @@
 """The request template: one request driven through every stage, the same for every entrance.
 
     validate ─► preprocess (a runner, or the CPU pool chunk by chunk) ─► submit ─► [engine]
-             ─► postprocess, then encode (CPU pool, started by the runner) ─► await bytes
+             ─► postprocess, encode, answer (CPU pool, started by the runner) ─► await it
 
-`begin` (for HTTP and gRPC, with an API family's encoder), `run_async`, `submit` and `run_sync`
+`begin` (for HTTP and gRPC, with an API family's encoder and the front end's answer: HTTP's
+whole response, made in the pool), `run_async`, `submit` and `run_sync`
 (the Python API, results) drive the same stages of a task (engine/context.py's `Task`), so
 every entrance gives identical results. Each stage after validation runs off the event loop and
 hands over to the next by itself.
