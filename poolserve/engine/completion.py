@@ -89,8 +89,14 @@ class Completion(Generic[T]):
             return self._outcome  # type: ignore[return-value]
         if self._state == CANCELLED:
             raise CancelledError()
-        assert isinstance(self._outcome, BaseException)
-        raise self._outcome
+        error = self._outcome
+        assert isinstance(error, BaseException)
+        try:
+            raise error
+        finally:
+            # The traceback holds this frame: without its locals, error → frame → self → error
+            # is no cycle for the garbage collector to find (as Future.result does).
+            del self, error
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The exception it failed with (None if it succeeded), waiting as `result` does."""

@@ -163,7 +163,8 @@ def _answered(
     body: bytes,
 ) -> T:
     """In the CPU pool, once the request's timings are complete: its stages observed, and the
-    front end's answer made of its body."""
+    front end's answer made of its body. (A request whose caller goes, or whose time runs out,
+    while this runs is counted in the stages too: its work was all done.)"""
     metrics.observe_stages(ctx)
     return answer(ctx, body)
 
