@@ -62,31 +62,46 @@ def fastapi_app(model: Any, name: str) -> Any:
     return app
 
 
+async def _health(scope: Scope, send: Send) -> bool:
+    """Answer `GET /health` (True), or leave the request to the app (False)."""
+    if scope["path"] != "/health":
+        return False
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+    return True
+
+
+async def _texts(receive: Receive) -> list[str]:
+    """The body read whole, and its `input` as a list of texts."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    given = orjson.loads(body)["input"]
+    return [given] if isinstance(given, str) else given
+
+
+async def _send_json(send: Send, answer: bytes) -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(answer)),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
+
+
 def bare_app(model: Any, name: str) -> Any:
     """A bare ASGI callable: the body read, `encode`, orjson's bytes."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or await _health(scope, send):
             return
-        if scope["path"] == "/health":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        request = orjson.loads(body)
-        texts = [request["input"]] if isinstance(request["input"], str) else request["input"]
+        texts = await _texts(receive)
         vectors = model.encode(texts)
-        answer = orjson.dumps(_answer(name, vectors, sum(len(t.split()) for t in texts)))
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(answer)),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
+        await _send_json(
+            send, orjson.dumps(_answer(name, vectors, sum(len(t.split()) for t in texts)))
+        )
 
     return app
 
@@ -154,28 +169,14 @@ def floor_app(folder: str, name: str) -> Any:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        if scope["path"] == "/health":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
+        if await _health(scope, send):
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        request = orjson.loads(body)
-        texts = [request["input"]] if isinstance(request["input"], str) else request["input"]
+        texts = await _texts(receive)
         answer: asyncio.Future[bytes] = loops[0].create_future()
         with arrived:
             waiting.append((answer, texts))
             arrived.notify()
-        reply = await answer
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(reply)),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": reply})
+        await _send_json(send, await answer)
 
     return app
 

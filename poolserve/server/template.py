@@ -23,7 +23,7 @@ from poolserve.apis.declarations import Call, Endpoint, Shapes
 from poolserve.engine.context import ServeContext
 from poolserve.inputs.images.fetch import fetch_urls
 from poolserve.server.app_state import model_for, state_of
-from poolserve.server.body import parse_body, parse_chosen_body
+from poolserve.server.body import header, parse_body, parse_chosen_body
 from poolserve.server.error_responses import answer_errors_as, name_inputs
 from poolserve.server.middleware.admission_door import asked, ticket_of
 from poolserve.server.responses import accepts_gzip, gzip_body, json_response
@@ -85,7 +85,7 @@ async def _serve(
     # headers; 499 in the access log if the client went first.
     request.scope[CONTEXT_KEY] = ctx
     gzip_from = state.gzip_min_bytes
-    gzips = bool(gzip_from) and accepts_gzip(request.headers.get("accept-encoding"))
+    gzips = bool(gzip_from) and accepts_gzip(header(request.scope, b"accept-encoding"))
     response = await run_served(
         step,
         service,
