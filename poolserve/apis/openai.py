@@ -16,7 +16,7 @@ from poolserve.apis.openai_wire import (
     embeddings_body,
 )
 from poolserve.config import LongInput
-from poolserve.engine.context import PoolingOptions
+from poolserve.engine.context import Encoder, PoolingOptions, PoolingParams, Task
 from poolserve.errors import InvalidRequestError
 from poolserve.inputs.images.sources import ImageInput
 from poolserve.service.model_service import ModelService
@@ -97,6 +97,39 @@ def _served(call: Call[Any], **chosen: Any) -> Served:
     """An embedding request (`chosen`: its inputs, prompt, ... as EmbedRequest names them)
     with the wire's options."""
     wire, service = call.wire, call.service
+    if wire.chunking is None:  # (chunking options hold lists: made for each request)
+        key = (
+            "openai",
+            wire.wants_normalize(),
+            wire.dimensions,
+            wire.truncate_prompt_tokens,
+            wire.truncation_side,
+            wire.long_input,
+            wire.return_chunks,
+            wire.encoding_format,
+            wire.embed_dtype,
+            wire.endianness,
+        )
+        options = service.remembered(key, partial(_options, wire, service))
+    else:
+        options = _options(wire, service)
+    task, params, long_input, chunking, encode, vectors = options
+    request = EmbedRequest(
+        **chosen, long_input=long_input, chunking=chunking, media=call.state.media
+    )
+    images = [
+        (request.image_names.format(index), each)
+        for index, each in enumerate(request.inputs)
+        if isinstance(each, ImageInput)
+    ]
+    return Served(task, request, params, encode, wire.request_timeout, images, vectors)
+
+
+def _options(
+    wire: EmbeddingRequest, service: ModelService
+) -> tuple[Task[Any, Any], PoolingParams, LongInput, Chunking, Encoder[Any, Any], Vectors]:
+    """What `wire`'s options (all but its inputs and prompt) ask of `service`: the task, the
+    pooling, the long-input rule and chunking, the answer's encoder and vectors."""
     embed = service.tasks.embed
     assert embed is not None  # model_for chose a model that serves this route
     params = service.pooling_params(
@@ -108,31 +141,19 @@ def _served(call: Call[Any], **chosen: Any) -> Served:
         )
     )
     chunking = wire.chunking.chunking() if wire.chunking else Chunking()
-    late = chunking.method == "late"
-    request = EmbedRequest(
-        **chosen,
-        long_input=long_input_of(wire, service.long_input),
-        chunking=chunking,
-        media=call.state.media,
-    )
+    long_input = long_input_of(wire, service.long_input)
     options: dict[str, Any] = {
         "encoding_format": wire.encoding_format,
         "embed_dtype": wire.embed_dtype,
         "endianness": wire.endianness,
     }
-    images = [
-        (request.image_names.format(index), each)
-        for index, each in enumerate(request.inputs)
-        if isinstance(each, ImageInput)
-    ]
     vectors = Vectors(types=(wire.embed_dtype,))
-    if wire.return_chunks or late:
+    if wire.return_chunks or chunking.method == "late":
         chunked = service.tasks.embed_chunks
         assert chunked is not None
         encode = partial(chunked_embeddings_body, **options)
-        return Served(chunked, request, params, encode, wire.request_timeout, images, vectors)
-    encode = partial(embeddings_body, **options)
-    return Served(embed, request, params, encode, wire.request_timeout, images, vectors)
+        return chunked, params, long_input, chunking, encode, vectors
+    return embed, params, long_input, chunking, partial(embeddings_body, **options), vectors
 
 
 def long_input_of(wire: EmbeddingRequest, default: LongInput) -> LongInput:

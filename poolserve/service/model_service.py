@@ -8,7 +8,10 @@ a `ModelService`; neither reaches into the other.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, TypeVar
 
 from poolserve.backends import backend_for
 from poolserve.config import EngineConfig, LongInput, ModelConfig
@@ -25,6 +28,33 @@ from poolserve.tasks.pooling_options import resolve_pooling
 from poolserve.tasks.task_set import TaskSet, build_tasks
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# The most values `ModelService.remembered` keeps.
+REMEMBERED = 1024
+
+
+class Memo:
+    """Values made once by key and kept, at most `size` (past that, a client that varies its
+    options freely, the memory starts again). An error is raised each time, never kept.
+    Threads may race to make one value: each gets an equal one."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        try:
+            value: T = self._values[key]
+        except KeyError:
+            value = make()
+            if len(self._values) >= self._size:
+                self._values.clear()
+            self._values[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 @dataclass(frozen=True)
@@ -50,6 +80,8 @@ class ModelService:
     source: ModelConfig = field(default_factory=ModelConfig)
     # Which space its vectors live in (models/embedding_space.py), once started.
     loaded_space: SpaceOfLoaded = field(default_factory=SpaceOfLoaded, compare=False)
+    # What it makes of the options requests send (`remembered`).
+    _remembered: Memo = field(default_factory=lambda: Memo(REMEMBERED), compare=False, repr=False)
 
     @classmethod
     def prepare(
@@ -163,4 +195,11 @@ class ModelService:
 
     def pooling_params(self, options: PoolingOptions | None = None) -> PoolingParams:
         """A request's pooling options checked against this model (tasks/pooling_options.py)."""
-        return resolve_pooling(options or PoolingOptions(), self)
+        options = options or PoolingOptions()
+        return self.remembered(options, partial(resolve_pooling, options, self))
+
+    def remembered(self, key: Hashable, make: Callable[[], T]) -> T:
+        """`make()`, a value that depends on nothing but this model and `key` (a request's
+        options), made once and kept (`Memo`): clients send a few sets of options, each then
+        one lookup a request."""
+        return self._remembered.get(key, make)

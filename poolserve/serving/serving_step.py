@@ -118,13 +118,19 @@ def spaces_for(
 ) -> dict[str, str]:
     """The fingerprints of the request's vectors' spaces by the type it asks for; a 409 when
     the caller expects others (`x-expect-embedding-space`: one fingerprint, or several as the
-    answer lists them; every space the answer would carry must be among them)."""
-    spaces = {
-        kind: service.embedding_space(vectors.head, params, embedding_type(kind))
-        for kind in vectors.types
-    }
-    allowed = {each.strip() for each in (expected or "").split(",")}
-    if expected is not None and not set(spaces.values()) <= allowed:
+    answer lists them; every space the answer would carry must be among them). The dict is
+    shared by the requests of the same options: read it, never write to it."""
+    spaces: dict[str, str] = service.remembered(
+        ("spaces", params, vectors),
+        lambda: {
+            kind: service.embedding_space(vectors.head, params, embedding_type(kind))
+            for kind in vectors.types
+        },
+    )
+    if expected is None:
+        return spaces
+    allowed = {each.strip() for each in expected.split(",")}
+    if not set(spaces.values()) <= allowed:
         raise ConflictError(
             f"this request's vectors would be in embedding space {', '.join(spaces.values())} "
             f"({service.served_name}, {params.dimensions or service.embedding_dim} dimensions, "

@@ -101,19 +101,19 @@ def tokenize_inputs(
 
     if inputs and isinstance(inputs[0], str):
         truncating = truncate is not None
+        plain = max_model_len * CHARS_PER_TOKEN  # (a text this short is bound as it is)
         texts = [
             (prompt or "")
-            + bound_text(
-                tokenizer,
-                str(text),
-                name(start + offset),
-                max_model_len,
-                truncating,
-                index(start + offset),
-                side,
+            + (
+                text  # (not named for errors it cannot have: most texts)
+                if type(text) is str and 0 < len(text) <= plain and not text.isspace()
+                else bound_text(
+                    tokenizer, str(text), name(start + offset), max_model_len, truncating,
+                    index(start + offset), side
+                )
             )
             for offset, text in enumerate(inputs)
-        ]
+        ]  # fmt: skip
         # Cutting from the left cuts the text, never the prompt before it.
         id_lists = tokenizer.encode_batch(
             texts,
@@ -129,7 +129,8 @@ def tokenize_inputs(
         if truncate is not None:
             id_lists = [ids[-truncate:] if side == "left" else ids[:truncate] for ids in id_lists]
     for offset, ids in enumerate(id_lists):
-        check_length(len(ids), name(start + offset), max_model_len, index(start + offset))
+        if len(ids) > max_model_len:
+            check_length(len(ids), name(start + offset), max_model_len, index(start + offset))
     return [TokenizedText(ids, None, head) for ids in id_lists]
 
 
