@@ -10,6 +10,7 @@ the last one dies, every waiting request is failed at once and new work is refus
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from poolserve.engine.model_backend import (
     RuntimeChoice,
 )
 from poolserve.engine.model_inputs import build_processor, collate_for, processor_key
-from poolserve.engine.preparations import Preparation
+from poolserve.engine.preparations import Preparation, WakeEachTurn
 from poolserve.engine.result_cache import ResultCache
 from poolserve.engine.runner import Runner
 from poolserve.engine.runner_layout import has_express_runner, runner_layout
@@ -122,6 +123,7 @@ class EngineCore:
             express=express,
             tokenizing=self._tokenizing,
         )
+        self._wake_each_turn = WakeEachTurn(self._scheduler.wake_preparers)
         self.cache = (
             ResultCache(config.cache_bytes, self._scheduler_submit) if config.cache_bytes else None
         )
@@ -271,18 +273,23 @@ class EngineCore:
         *args: object,
         dropped: Callable[[], None],
         texts: Sequence[str] = (),
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Have a runner call `fn(*args)`, the preparation of a small request of `inputs`
         inputs, which submits its items, before its next batch (engine/preparations.py: no
         thread is woken under load); `dropped()` instead if the engine stops first (or its last
         runner dies). `texts`: those it tokenizes, tokenized with the other preparations' in
-        one call."""
+        one call. Called on an event loop (`loop`), the runner is woken once the loop's turn
+        is done, for every request the turn queued (`WakeEachTurn`)."""
+        preparation = Preparation(fn, args, dropped, texts)
         try:
-            self._scheduler.prepare(priority, inputs, Preparation(fn, args, dropped, texts))
+            self._scheduler.prepare(priority, inputs, preparation, wake=loop is None)
         except SchedulerClosedError as exc:  # closing, or closed as its last runner died
             if not self.alive:
                 raise EngineUnavailableError(NOT_RUNNING) from exc
             raise EngineUnavailableError("the server is shutting down; retry elsewhere") from exc
+        if loop is not None:
+            self._wake_each_turn.soon(loop)
 
     def submit(self, items: Iterable[WorkItem]) -> None:
         """Hand prepared items to the scheduler (those the result cache cannot answer)."""

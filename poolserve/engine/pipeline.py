@@ -202,7 +202,7 @@ def start_awaited(
     cancels nothing else: cancel the group."""
     inputs, group, chunks = _open(engine, task, ctx)
     finished = engine.cpu.then_in_loop(group.future, partial(finish, group), group.priority)
-    _queue(engine, task, ctx, group, inputs, chunks, chained=True)
+    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=finished.get_loop())
     return finished, group
 
 
@@ -214,8 +214,11 @@ def _queue(
     inputs: Sequence[Any],
     chunks: int,
     chained: bool,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
-    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`)."""
+    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`); on
+    an event loop (`loop`), a runner is woken once the loop's turn is done
+    (`EngineCore.prepare`)."""
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
         return
@@ -228,6 +231,7 @@ def _queue(
                 *(engine, task, ctx, group, 0, inputs),
                 dropped=_dropped(group),
                 texts=[each for each in inputs if isinstance(each, str)],
+                loop=loop,
             )
         elif chained:
             _submit_for(engine, group, _prepare_in_turn, engine, task, ctx, group, 0, inputs)

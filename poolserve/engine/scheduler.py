@@ -38,12 +38,11 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 
 from poolserve.config.priorities import is_background
 from poolserve.engine.batch_picking import choose, head_window
 from poolserve.engine.lanes import in_turn, one_side, slice_budget
-from poolserve.engine.preparations import Preparation, Preparations, Tokenizing, run_all
+from poolserve.engine.preparations import Preparation, Preparations, Tokenizing
 from poolserve.engine.stats import EngineStats
 from poolserve.engine.work import Assignment, WorkItem
 from poolserve.models.kinds import Head
@@ -141,12 +140,23 @@ class Scheduler:
             elif not self._preparing.on_this_thread():  # (it batches them next)
                 self._condition.notify()
 
-    def prepare(self, priority: int, inputs: int, preparation: Preparation) -> None:
-        """Have a runner run a small request's `preparation` first (an idle one is woken)."""
+    def prepare(
+        self, priority: int, inputs: int, preparation: Preparation, *, wake: bool = True
+    ) -> None:
+        """Have a runner run a small request's `preparation` first: an idle one is woken (by
+        the caller's `wake_preparers` soon, once for several, without `wake`)."""
         with self._condition:
             if self._closed:
                 raise SchedulerClosedError("the engine is shutting down")
             self._preparing.add(priority, inputs, preparation)
+        if wake:
+            self.wake_preparers()
+
+    def wake_preparers(self) -> None:
+        """Wake an idle runner for the preparations waiting, unless a busy one is back soon."""
+        with self._condition:
+            if not self._preparing:
+                return
             ends_in = self._running_tokens * self._stats.seconds_per_token
             if self._idle > self._lent and self._preparing.wake_for(ends_in):
                 self._condition.notify()
@@ -279,7 +289,7 @@ class Scheduler:
                         return None
                     preparations = self._preparing.take(foreground_only=True)
                     if preparations:
-                        self._run_unlocked(preparations, express=True)
+                        self._preparing.run_unlocked(self._condition, preparations, counted=False)
                         continue
                     items = self._form_batch(share=1, foreground_only=True)
                     if items:
@@ -324,20 +334,10 @@ class Scheduler:
             return False
         self._set_idle(self._idle - 1)
         try:
-            self._run_unlocked(self._preparing.take())
+            self._preparing.run_unlocked(self._condition, self._preparing.take())
         finally:
             self._set_idle(self._idle + 1)
         return True
-
-    def _run_unlocked(self, preparations: list[Preparation], express: bool = False) -> None:
-        """Run `preparations` without the lock (they submit). The express runner's count for
-        no one: it takes only the default lane and above next."""
-        with nullcontext() if express else self._preparing.running():
-            self._condition.release()
-            try:
-                run_all(preparations, self._preparing.tokenizing)
-            finally:
-                self._condition.acquire()
 
     def _form_batch(self, share: int, foreground_only: bool = False) -> list[WorkItem]:
         """Pop a batch: the oldest item of the request with the fewest items left, with that

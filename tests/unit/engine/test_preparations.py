@@ -4,10 +4,11 @@ their inputs counted by lane as they wait."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from poolserve.engine.preparations import Preparation, Preparations, run_all
+from poolserve.engine.preparations import Preparation, Preparations, WakeEachTurn, run_all
 
 
 def noted(name: str, ran: list[str], texts: tuple[str, ...] = ()) -> Preparation:
@@ -50,3 +51,36 @@ def test_the_preparations_run_at_once_have_their_texts_tokenized_in_one_call() -
     assert ran == ["tokenized", "a", "b", "c", "done"]
     run_all([noted("d", ran)], tokenizing)
     assert calls == [["one", "two", "three"]] and ran[-1] == "d"
+
+
+def test_the_requests_of_one_turn_of_an_event_loop_wake_a_runner_once() -> None:
+    """`WakeEachTurn`: however many requests a turn of the loop queues, the runner is woken
+    once, after them (callbacks run in the order they were scheduled), and again for the
+    next turn's."""
+    wakes: list[int] = []
+    waker = WakeEachTurn(lambda: wakes.append(len(wakes)))
+
+    async def turns() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            waker.soon(loop)
+        assert wakes == []  # not before the turn is done
+        turn_done = loop.create_future()
+        loop.call_soon(turn_done.set_result, None)
+        await turn_done
+        assert wakes == [0]
+        waker.soon(loop)
+        turn_done = loop.create_future()
+        loop.call_soon(turn_done.set_result, None)
+        await turn_done
+        assert wakes == [0, 1]
+
+    asyncio.run(turns())
+
+
+def test_a_closed_loop_wakes_the_runner_at_once() -> None:
+    wakes: list[str] = []
+    loop = asyncio.new_event_loop()
+    loop.close()
+    WakeEachTurn(lambda: wakes.append("woken")).soon(loop)
+    assert wakes == ["woken"]

@@ -550,6 +550,23 @@ def test_an_idle_runner_is_woken_to_prepare() -> None:
     assert assignment is not None and [item.cost for item in assignment.items] == [7]
 
 
+def test_a_preparation_queued_without_a_wake_waits_for_wake_preparers() -> None:
+    """`prepare(wake=False)` (a request queued on an event loop) leaves the idle runner asleep:
+    `wake_preparers`, once for every preparation the loop's turn queued, wakes it, and it runs
+    them all into one batch."""
+    scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
+    (pending,) = idle_runners(scheduler, 1)
+    for length in (7, 8):
+        submit = Preparation(scheduler.submit, (items_of_lengths([length]),), pytest.fail)
+        scheduler.prepare(0, 1, submit, wake=False)
+    assert scheduler.queued_items == 2 and scheduler.wait_for_idle_runners(1, 0)
+    scheduler.wake_preparers()
+    assignment = pending.result(WAIT)
+    assert assignment is not None and sorted(item.cost for item in assignment.items) == [7, 8]
+    scheduler.wake_preparers()  # nothing waits: nothing happens
+    assert scheduler.queued_items == 0
+
+
 def test_preparations_not_run_when_the_scheduler_aborts_are_dropped_and_more_refused() -> None:
     scheduler, _ = make_scheduler(max_batch_tokens=16384, max_batch_size=256)
     dropped: list[int] = []
