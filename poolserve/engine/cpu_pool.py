@@ -147,13 +147,19 @@ class CpuPool:
         return result
 
     def then_in_loop(
-        self, source: Outcome[A], fn: Callable[[A], T], priority: int = DEFAULT_PRIORITY
+        self,
+        source: Outcome[A],
+        fn: Callable[[A], T],
+        priority: int = DEFAULT_PRIORITY,
+        *,
+        here: bool = False,
     ) -> asyncio.Future[T]:
         """`then` for a waiter on the running event loop (call it there): a future of the loop,
         settled on it once `fn` has run. The pool thread hands the outcome to the loop itself,
         so there is no future between the two to chain (`asyncio.wrap_future`). Cancelling the
         returned future (its waiter gave up) cancels nothing else; a cancelled `source` cancels
-        it."""
+        it. `here`: `fn` runs on the thread that completes `source` (a runner answering a
+        small request itself: engine/pipeline.py), not in the pool."""
         loop = asyncio.get_running_loop()
 
         def to_loop(callback: Callable[..., object], *args: Any) -> None:
@@ -180,6 +186,8 @@ class CpuPool:
                 to_loop(answer.cancel)
             elif (error := done.exception()) is not None:
                 to_loop(_settle, answer, None, error)
+            elif here:
+                run_next(next_stage, done.result(), answer)
             else:
                 closed = partial(_fail, partial(to_loop, _settle, answer, None), CLOSED_MESSAGE)
                 try:

@@ -198,11 +198,20 @@ def start_awaited(
     finish: Callable[[RequestGroup, list[np.ndarray]], T],
 ) -> tuple[asyncio.Future[T], RequestGroup]:
     """`start` for a caller on the running event loop: the answer is a future of the loop,
-    settled there once `finish` has run in the pool (`CpuPool.then_in_loop`). Cancelling it
-    cancels nothing else: cancel the group."""
+    settled there once `finish` has run in the pool (`CpuPool.then_in_loop`), or on the runner
+    that prepared the request (a small one, where the engine's runners answer: a static
+    table's). Cancelling it cancels nothing else: cancel the group."""
     inputs, group, chunks = _open(engine, task, ctx)
-    finished = engine.cpu.then_in_loop(group.future, partial(finish, group), group.priority)
-    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=finished.get_loop())
+    # A request its runner prepares, it answers too where the engine says so (runners_answer).
+    by_runner = bool(inputs) and prepared_by_runner(engine, inputs)
+    finished = engine.cpu.then_in_loop(
+        group.future,
+        partial(finish, group),
+        group.priority,
+        here=by_runner and engine.runners_answer,
+    )
+    loop = finished.get_loop()
+    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=loop, by_runner=by_runner)
     return finished, group
 
 
@@ -215,15 +224,16 @@ def _queue(
     chunks: int,
     chained: bool,
     loop: asyncio.AbstractEventLoop | None = None,
+    by_runner: bool | None = None,
 ) -> None:
-    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`); on
-    an event loop (`loop`), a runner is woken once the loop's turn is done
-    (`EngineCore.prepare`)."""
+    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`;
+    `by_runner`: `prepared_by_runner`, where the caller knows it); on an event loop (`loop`), a
+    runner is woken once the loop's turn is done (`EngineCore.prepare`)."""
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
         return
     try:
-        if prepared_by_runner(engine, inputs):
+        if prepared_by_runner(engine, inputs) if by_runner is None else by_runner:
             engine.prepare(
                 group.priority,
                 len(inputs),

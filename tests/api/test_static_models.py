@@ -240,6 +240,19 @@ def test_a_static_model_runs_no_express_runner(static_dirs: StaticCheckpoints) -
         engine.close()
 
 
+def test_a_static_models_runners_answer_the_requests_they_prepare(
+    static_dirs: StaticCheckpoints, engine: Engine
+) -> None:
+    """A table's lookup costs less than handing the answer to the CPU pool: its runners answer
+    the small requests they prepare (engine/pipeline.py); a transformer's keep their cores for
+    forward passes."""
+    static = Engine(model_config=ModelConfig(model=str(static_dirs["model2vec"])))
+    try:
+        assert static.core.runners_answer and not engine.core.runners_answer
+    finally:
+        static.close()
+
+
 def test_a_table_that_does_not_cover_its_tokenizer_is_refused(
     static_dirs: StaticCheckpoints, tmp_path: Path
 ) -> None:

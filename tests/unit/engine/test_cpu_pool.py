@@ -109,6 +109,31 @@ async def test_a_chain_to_the_loop_carries_errors_and_cancellation() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_chain_to_the_loop_may_run_on_the_thread_that_completes_its_source() -> None:
+    """`here`: the next stage runs on the completing thread (a runner answering a small
+    request itself), even with the pool closed; its errors still reach the loop."""
+    pool = CpuPool(1)
+    pool.shutdown()  # (the pool is not used: a job posted to it would fail the answer)
+    threads: list[str] = []
+
+    def stage(value: int) -> float:
+        threads.append(threading.current_thread().name)
+        return float(value)
+
+    source: Future[int] = Future()
+    answer = pool.then_in_loop(source, stage, here=True)
+    runner = threading.Thread(target=source.set_result, args=(5,), name="the runner")
+    runner.start()
+    assert await answer == 5.0 and threads == ["the runner"]
+    runner.join()
+    raising: Future[int] = Future()
+    answer = pool.then_in_loop(raising, fail, here=True)
+    raising.set_result(1)
+    with pytest.raises(ValueError, match="cannot finish 1"):
+        await answer
+
+
+@pytest.mark.anyio
 async def test_a_chain_to_the_loop_fails_once_the_pool_is_closed() -> None:
     pool = CpuPool(1)
     source: Future[int] = Future()
