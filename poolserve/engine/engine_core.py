@@ -141,8 +141,9 @@ class EngineCore:
         self.runners_prepare = self.model.layout.vision is None
         # Whether a runner also answers the requests it prepares (post-processes and encodes
         # them) rather than handing them to the CPU pool: a static table's, whose lookup costs
-        # less than the hand-off (one-sentence requests at c=64 +6 %, 32-sentence ones at c=8
-        # +14 %). A transformer's runner keeps its core for forward passes (MiniLM: -6 %).
+        # less than the hand-off (benchmarks.tree_ab, 4 rounds: one-sentence requests at c=64
+        # +9 %, 32-sentence ones at c=8 +8 %). A transformer's runner keeps its core for its
+        # forward passes (all-MiniLM-L6-v2 with every runner answering: -6 %).
         self.runners_answer = self.model.layout.static is not None
 
     def _new_runner(self, index: int, express: bool = False, nice: int = 0) -> Runner:
