@@ -10,7 +10,9 @@ What remains is poolserve's Python on the loop (layers, route, body, serving ste
 uvicorn and the kernel's sockets add is `benchmarks.thread_cpu`'s loop figure minus this.
 
 Quieter than a served load: for A/B of the loop's own code (`farm-bench`-style turns of this
-tree and a worktree), not for throughput claims.
+tree and a worktree), not for throughput claims. Run each tree from its own directory (`cd
+TREE && PYTHONPATH=TREE python -m benchmarks.app_loop_cost ...`): `python -m` puts the working
+directory first on `sys.path`, so `PYTHONPATH` alone does not pick the tree whose code runs.
 
     .venv/bin/python -m benchmarks.app_loop_cost --rounds 3 --seconds 5
 """

@@ -12,7 +12,9 @@ nothing but the path is the floor of benchmarks.static_models.
     .venv/bin/python -m benchmarks.engine_path --model DIR --concurrency 8 --sentences 32
     .venv/bin/python -m benchmarks.engine_path --model DIR --runners 1
 
-Run it from a tree with `PYTHONPATH=TREE` to compare two trees in turn.
+To compare two trees in turn, run each from its own directory (`cd TREE && PYTHONPATH=TREE
+python -m benchmarks.engine_path ...`): `python -m` puts the working directory first on
+`sys.path`, so `PYTHONPATH` alone does not pick the tree whose code runs.
 """
 
 from __future__ import annotations
