@@ -159,8 +159,10 @@ class CpuPool:
         so there is no future between the two to chain (`asyncio.wrap_future`). Cancelling the
         returned future (its waiter gave up) cancels nothing else; a cancelled `source` cancels
         it. `here`: `fn` runs on the thread that completes `source` (a runner answering a
-        small request itself: engine/pipeline.py), not in the pool."""
+        small request itself: engine/pipeline.py), not in the pool, unless that thread is the
+        loop's own (the result cache may complete a group there)."""
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
 
         def to_loop(callback: Callable[..., object], *args: Any) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
@@ -186,7 +188,7 @@ class CpuPool:
                 to_loop(answer.cancel)
             elif (error := done.exception()) is not None:
                 to_loop(_settle, answer, None, error)
-            elif here:
+            elif here and threading.get_ident() != loop_thread:
                 run_next(next_stage, done.result(), answer)
             else:
                 closed = partial(_fail, partial(to_loop, _settle, answer, None), CLOSED_MESSAGE)

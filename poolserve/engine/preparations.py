@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -56,8 +57,11 @@ class WakeEachTurn:
 
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        # The loops with a wake-up to come (each read and written on its own loop's thread).
-        self._scheduled: dict[asyncio.AbstractEventLoop, bool] = {}
+        # The loops with a wake-up to come (each read and written on its own loop's thread; a
+        # loop closed before its callback ran is not kept alive here).
+        self._scheduled: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def soon(self, loop: asyncio.AbstractEventLoop) -> None:
         """On `loop`'s thread: wake a runner once the loop's current turn is done."""

@@ -196,7 +196,14 @@ class ModelService:
     def pooling_params(self, options: PoolingOptions | None = None) -> PoolingParams:
         """A request's pooling options checked against this model (tasks/pooling_options.py)."""
         options = options or PoolingOptions()
-        return self.remembered(options, partial(resolve_pooling, options, self))
+        # With the values' types: the Python API passes them unchecked, and 256.0 == 256.
+        key = (
+            options,
+            type(options.dimensions),
+            type(options.truncate_prompt_tokens),
+            type(options.normalize),
+        )
+        return self.remembered(key, partial(resolve_pooling, options, self))
 
     def remembered(self, key: Hashable, make: Callable[[], T]) -> T:
         """`make()`, a value that depends on nothing but this model and `key` (a request's

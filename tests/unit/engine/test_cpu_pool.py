@@ -128,9 +128,30 @@ async def test_a_chain_to_the_loop_may_run_on_the_thread_that_completes_its_sour
     runner.join()
     raising: Future[int] = Future()
     answer = pool.then_in_loop(raising, fail, here=True)
-    raising.set_result(1)
+    threading.Thread(target=raising.set_result, args=(1,)).start()
     with pytest.raises(ValueError, match="cannot finish 1"):
         await answer
+
+
+@pytest.mark.anyio
+async def test_a_stage_to_run_here_goes_to_the_pool_when_the_loop_completes_its_source() -> None:
+    """The event loop does no CPU work: a source completed on the loop's own thread (the
+    result cache may) has its next stage run in the pool after all."""
+    pool = CpuPool(1)
+    threads: list[str] = []
+
+    def stage(value: int) -> float:
+        threads.append(threading.current_thread().name)
+        return float(value)
+
+    try:
+        source: Future[int] = Future()
+        answer = pool.then_in_loop(source, stage, here=True)
+        source.set_result(7)  # on the loop's thread
+        assert await answer == 7.0
+        assert threads[0].startswith("poolserve-cpu")
+    finally:
+        pool.shutdown()
 
 
 @pytest.mark.anyio

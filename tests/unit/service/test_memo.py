@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from poolserve import Engine
+from poolserve.engine.context import PoolingOptions
 from poolserve.errors import InvalidRequestError
 from poolserve.service.model_service import Memo
 
@@ -39,3 +41,12 @@ def test_past_its_size_the_memory_starts_again() -> None:
         memo.get(key, lambda key=key: key)
     assert len(memo) == 3
     assert memo.get(3, lambda: 3) == 3 and len(memo) == 1
+
+
+def test_options_equal_in_value_but_not_in_type_are_remembered_apart(engine: Engine) -> None:
+    """The Python API passes options unchecked: a float's pooling (which fails its own call
+    later) must not be what a later call with the int gets."""
+    service = engine.service
+    as_float = service.pooling_params(PoolingOptions(dimensions=128.0))  # type: ignore[arg-type]
+    as_int = service.pooling_params(PoolingOptions(dimensions=128))
+    assert type(as_float.dimensions) is float and type(as_int.dimensions) is int
