@@ -4,19 +4,26 @@ Runs `poolserve serve` under a closed-loop load of one-sentence requests (`--sen
 each) and reads each thread's CPU time from /proc/PID/task/*/stat (Linux) before and after; the
 load generator's own CPU comes from getrusage. Thread names are what the kernel reports (Python
 threads are all "python"; the event loop is the lowest thread id, torch's OpenMP workers the
-newest). Real prose by default (benchmarks/corpus.py); `--corpus templated` for the sentences of
+newest), and how often each slept (its voluntary context switches: a wait for work, a lock or
+the GIL). `--floor DIR` measures the path's floor of benchmarks/static_peers.py instead. Real
+prose by default (benchmarks/corpus.py); `--corpus templated` for the sentences of
 earlier results.
 
     .venv/bin/python -m benchmarks.thread_cpu --concurrency 64 --seconds 5
+    .venv/bin/python -m benchmarks.thread_cpu --floor DIR   (the path's floor on a static model)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
+import subprocess
+import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ import orjson
 
 from benchmarks.load import CORPORA, texts_of
 from benchmarks.loadgen import build_request, run_load
-from benchmarks.server_process import running_server_process
+from benchmarks.server_process import free_port, running_process, running_server_process
 
 
 def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
@@ -41,6 +48,30 @@ def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
     return result
 
 
+def voluntary_switches(pid: int) -> dict[int, int]:
+    """Each thread's voluntary context switches so far: the times it slept (a wait for work, a
+    lock or the GIL)."""
+    result = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                result[int(task.name)] = int(line.split()[1])
+    return result
+
+
+@contextlib.contextmanager
+def floor_process(model: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The path's floor (benchmarks/static_peers.py `--app floor`) serving `model`."""
+    port = free_port()
+    command = [sys.executable, "-m", "benchmarks.static_peers", "--app", "floor"]
+    with running_process([*command, "--model", model, "--port", str(port)], port) as process:
+        yield port, process
+
+
 def engine_stats(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats") as response:
         stats: dict[str, Any] = orjson.loads(response.read())
@@ -55,10 +86,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--server-args", default="", help="extra flags for `poolserve serve`")
     parser.add_argument("--corpus", choices=CORPORA, default="real")
+    parser.add_argument(
+        "--floor",
+        metavar="DIR",
+        help="measure the path's floor (benchmarks/static_peers.py) serving this static model "
+        "instead of poolserve",
+    )
     args = parser.parse_args()
 
     server_args = ["--dtype", args.dtype, *args.server_args.split()]
-    with running_server_process(server_args) as (port, process):
+    server = floor_process(args.floor) if args.floor else running_server_process(server_args)
+    with server as (port, process):
         texts = texts_of(args.corpus)
         inputs: list[Any] = texts
         if args.sentences > 1:
@@ -69,8 +107,9 @@ def main() -> None:
         ]
         warm = run_load("127.0.0.1", port, requests, concurrency=args.concurrency, seconds=1)
         asyncio.run(warm)
-        stats_before = engine_stats(port)
+        stats_before = {} if args.floor else engine_stats(port)
         before, own_before = thread_cpu_seconds(process.pid), resource.getrusage(0)
+        slept_before = voluntary_switches(process.pid)
         load = run_load(
             "127.0.0.1",
             port,
@@ -81,7 +120,8 @@ def main() -> None:
         )
         result = asyncio.run(load)
         after, own_after = thread_cpu_seconds(process.pid), resource.getrusage(0)
-        stats_after = engine_stats(port)
+        slept = voluntary_switches(process.pid)
+        stats_after = {} if args.floor else engine_stats(port)
 
     served = len(result.latencies)
     sentences = result.throughput * args.sentences
@@ -90,15 +130,19 @@ def main() -> None:
     )
     print(f" ({sentences:.0f} sentences/s) over {args.seconds:g} s")
     print()
-    print("| thread id | name | CPU s | µs per request |")
-    print("|---:|---|---:|---:|")
+    print("| thread id | name | CPU s | µs per request | sleeps per request |")
+    print("|---:|---|---:|---:|---:|")
     for tid, (name, seconds) in sorted(after.items()):
         spent = seconds - before.get(tid, (name, 0.0))[1]
+        sleeps = slept.get(tid, 0) - slept_before.get(tid, 0)
         if spent > 0.01:
-            print(f"| {tid} | {name} | {spent:.2f} | {spent / served * 1e6:.0f} |")
+            row = f"| {tid} | {name} | {spent:.2f} | {spent / served * 1e6:.0f} "
+            print(row + f"| {sleeps / served:.2f} |")
     own = (own_after.ru_utime + own_after.ru_stime) - (own_before.ru_utime + own_before.ru_stime)
-    print(f"| - | load generator | {own:.2f} | {own / served * 1e6:.0f} |")
+    print(f"| - | load generator | {own:.2f} | {own / served * 1e6:.0f} | |")
     print()
+    if args.floor:
+        return
     batches = stats_after["batches"] - stats_before["batches"]
     items = stats_after["items"] - stats_before["items"]
     padded = stats_after["padded_tokens"] - stats_before["padded_tokens"]

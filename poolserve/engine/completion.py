@@ -6,8 +6,8 @@ one-sentence request asked its group's future whether it was done about four tim
 runners and settled it once, ten lock round trips. Here the state is read without a lock (a
 settled outcome never changes back), the one lock is taken only to settle it or add a callback,
 and only a thread that blocks for the outcome (the Python API, tests) makes the event it waits
-on. Against a `Future`, in process (`python -m benchmarks.engine_path --runners 1`, a static
-model, three turns each): the runner's CPU a call went from 109-110 to 95-108 µs.
+on. (Its in-process A/B against a `Future` may have run the same code twice: docs/benchmarks.md,
+the sixth session's section.)
 
 Callbacks run on the thread that settles it (or at once, on the caller's, if it is settled):
 they must be quick and hand anything longer on, as `CpuPool.then` does.

@@ -203,15 +203,11 @@ def start_awaited(
     table's). Cancelling it cancels nothing else: cancel the group."""
     inputs, group, chunks = _open(engine, task, ctx)
     # A request its runner prepares, it answers too where the engine says so (runners_answer).
-    by_runner = bool(inputs) and prepared_by_runner(engine, inputs)
+    here = engine.runners_answer and bool(inputs) and prepared_by_runner(engine, inputs)
     finished = engine.cpu.then_in_loop(
-        group.future,
-        partial(finish, group),
-        group.priority,
-        here=by_runner and engine.runners_answer,
+        group.future, partial(finish, group), group.priority, here=here
     )
-    loop = finished.get_loop()
-    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=loop, by_runner=by_runner)
+    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=finished.get_loop())
     return finished, group
 
 
@@ -224,16 +220,15 @@ def _queue(
     chunks: int,
     chained: bool,
     loop: asyncio.AbstractEventLoop | None = None,
-    by_runner: bool | None = None,
 ) -> None:
-    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`;
-    `by_runner`: `prepared_by_runner`, where the caller knows it); on an event loop (`loop`), a
-    runner is woken once the loop's turn is done (`EngineCore.prepare`)."""
+    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`); on
+    an event loop (`loop`), a runner is woken once the loop's turn is done
+    (`EngineCore.prepare`)."""
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
         return
     try:
-        if prepared_by_runner(engine, inputs) if by_runner is None else by_runner:
+        if prepared_by_runner(engine, inputs):
             engine.prepare(
                 group.priority,
                 len(inputs),

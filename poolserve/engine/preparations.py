@@ -59,23 +59,21 @@ class WakeEachTurn:
         self._wake = wake
         # The loops with a wake-up to come (each read and written on its own loop's thread; a
         # loop closed before its callback ran is not kept alive here).
-        self._scheduled: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._scheduled: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
     def soon(self, loop: asyncio.AbstractEventLoop) -> None:
         """On `loop`'s thread: wake a runner once the loop's current turn is done."""
-        if self._scheduled.get(loop):
+        if loop in self._scheduled:
             return
         try:
             loop.call_soon(self._run, loop)
         except RuntimeError:  # the loop is closed: at once
             self._wake()
             return
-        self._scheduled[loop] = True
+        self._scheduled.add(loop)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._scheduled.pop(loop, None)
+        self._scheduled.discard(loop)
         self._wake()
 
 
