@@ -3,7 +3,8 @@
 Builds the app `poolserve serve` would serve (the same flags, `--server-args`; the bundled model
 by default), runs its lifespan on uvloop in this process, and calls it as an ASGI application
 from `--concurrency` tasks, each sending one-sentence `POST /v1/embeddings` requests of real prose
-(benchmarks/corpus.py) one after another, the model running on its runner threads as served.
+(benchmarks/corpus.py; `--sentences N` for N a request) one after another, the model running on
+its runner threads as served.
 Printed per round: requests, and the loop thread's CPU per request (`time.thread_time` on the
 loop's thread: its own work only, whatever the runners and the pool do on the other cores).
 What remains is poolserve's Python on the loop (layers, route, body, serving step, answer); what
@@ -15,14 +16,26 @@ TREE && PYTHONPATH=TREE python -m benchmarks.app_loop_cost ...`): `python -m` pu
 directory first on `sys.path`, so `PYTHONPATH` alone does not pick the tree whose code runs.
 
     .venv/bin/python -m benchmarks.app_loop_cost --rounds 3 --seconds 5
+    .venv/bin/python -m benchmarks.app_loop_cost --server-args /tmp/potion --profile
+
+`--profile` adds one round under cProfile (on the loop's thread only) and prints the Python
+calls a request and where the loop's profiled time goes, by module and by function. Use it,
+not py-spy, for the loop: under uvloop py-spy puts most of the loop's samples in
+`asyncio.Runner.run` itself (73 % at 8 × 32 on a static model, where `perf` finds 62 % of
+the same thread in the interpreter), so the coroutines' own frames go missing. cProfile's
+per-call overhead inflates the many small calls: read the shares, not the microseconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import os
+import pstats
 import statistics
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -80,7 +93,9 @@ async def measure(app: Any, args: argparse.Namespace) -> list[float]:
     from poolserve.server.edge import serving_entry
 
     entry = serving_entry(app)  # what `poolserve serve` hands uvicorn
-    bodies = [orjson.dumps({"input": text}) for text in sentences()]
+    texts, n = sentences(), args.sentences
+    inputs = texts if n == 1 else [texts[i : i + n] for i in range(0, len(texts) - n + 1, n)]
+    bodies = [orjson.dumps({"input": each}) for each in inputs]
     served = 0
 
     async def client(offset: int, until: float) -> None:
@@ -107,7 +122,34 @@ async def measure(app: Any, args: argparse.Namespace) -> list[float]:
             await load(args.seconds)
             figures.append((time.thread_time() - started) / served * 1e6)
             print(f"round {round_ + 1}: {served} requests, loop CPU {figures[-1]:.1f} µs each")
+        if args.profile:
+            served = 0
+            profile = cProfile.Profile()
+            profile.enable()  # (sys.setprofile: this thread only)
+            await load(args.seconds)
+            profile.disable()
+            print_profile(pstats.Stats(profile), served)
     return figures
+
+
+def print_profile(stats: pstats.Stats, requests: int) -> None:
+    """Python calls a request on the loop, and its profiled time by module and by function."""
+    by_module: Counter[str] = Counter()
+    by_function: Counter[str] = Counter()
+    calls = 0
+    here = f"{os.getcwd()}/"
+    for (file, line, function), (_, count, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        calls += count
+        module = "(built-ins)" if file == "~" else file.split("site-packages/")[-1]
+        module = module.removeprefix(here)
+        by_module[module] += own
+        by_function[f"{module}:{line} {function}"] += own
+    total = sum(by_module.values())
+    print(f"\nprofiled: {requests} requests, {calls / requests:.0f} Python calls a request")
+    for title, counter in (("module", by_module), ("function", by_function)):
+        print(f"\n| {title} | share of the loop's profiled time |\n|---|---:|")
+        for name, own in counter.most_common(20):
+            print(f"| {name} | {own / total:.1%} |")
 
 
 def main() -> None:
@@ -117,6 +159,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--server-args", default="", help="flags for `poolserve serve`")
+    parser.add_argument("--sentences", type=int, default=1, help="sentences a request")
+    parser.add_argument(
+        "--profile", action="store_true", help="one more round under cProfile (the docstring)"
+    )
     args = parser.parse_args()
 
     from poolserve.commands.serve_command import _loaded_app, served_models
@@ -131,7 +177,7 @@ def main() -> None:
     finally:
         app.state.serving.models.close()
     print(
-        f"{cpu_model()}; c={args.concurrency}, one sentence a request; flags: "
+        f"{cpu_model()}; c={args.concurrency}, {args.sentences} sentence(s) a request; flags: "
         f"{args.server_args or '(defaults)'}; loop CPU a request, median of {args.rounds}: "
         f"{statistics.median(figures):.1f} µs"
     )

@@ -18,7 +18,7 @@ from poolserve.apis.openai_wire import (
 from poolserve.config import LongInput
 from poolserve.engine.context import Encoder, PoolingOptions, PoolingParams, Task
 from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, has_images
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.chat import ChatOptions
@@ -117,11 +117,15 @@ def _served(call: Call[Any], **chosen: Any) -> Served:
     request = EmbedRequest(
         **chosen, long_input=long_input, chunking=chunking, media=call.state.media
     )
-    images = [
-        (request.image_names.format(index), each)
-        for index, each in enumerate(request.inputs)
-        if isinstance(each, ImageInput)
-    ]
+    images = (
+        [
+            (request.image_names.format(index), each)
+            for index, each in enumerate(request.inputs)
+            if isinstance(each, ImageInput)
+        ]
+        if has_images(request.inputs)
+        else []
+    )
     return Served(task, request, params, encode, wire.request_timeout, images, vectors)
 
 
@@ -177,7 +181,7 @@ ENDPOINTS = [
         EmbeddingRequest,
         EmbeddingResponse,
         _embeddings,
-        Inputs("input", lambda wire: len(wire.inputs())),
+        Inputs("input", lambda wire: wire.input_count()),
         "create_embeddings",
         serves=embedders,
     ),

@@ -120,9 +120,13 @@ class EmbeddingRequest(InputRequest):
         value = self.input
         if isinstance(value, ImageItem):
             return [ImageInput(value.image)]
-        if isinstance(value, list) and any(isinstance(each, ImageItem) for each in value):
+        # (by type, in C: isinstance runs pydantic's Python check on every text)
+        if isinstance(value, list) and ImageItem in set(map(type, value)):
             return [ImageInput(e.image) if isinstance(e, ImageItem) else e for e in value]
         return super().inputs()
+
+    def input_count(self) -> int:
+        return 1 if isinstance(self.input, ImageItem) else super().input_count()
 
 
 class ChatMessage(StrictModel):

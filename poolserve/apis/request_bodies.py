@@ -152,10 +152,12 @@ class InputRequest(WireModel):
     ) -> str | list[str] | list[int] | list[list[int]]:
         # Empty and whitespace-only texts are refused where every entrance meets them (when
         # tokenized, in the CPU pool), with the same message from HTTP and Python.
-        if isinstance(value, str):
+        if not isinstance(value, list):  # a text (or an image, where the body takes one)
             return value
         if not value:
             raise ValueError("must not be an empty list; send at least one input")
+        if not isinstance(value[0], list):  # texts, or one list of ids: none can be empty
+            return value
         for index, item in enumerate(value):
             if isinstance(item, list) and not item:
                 raise ValueError(f"item {index} is an empty list of token ids")
@@ -169,6 +171,11 @@ class InputRequest(WireModel):
         if isinstance(value[0], int):
             return [value]
         return value
+
+    def input_count(self) -> int:
+        """How many inputs `inputs()` holds, without making the list."""
+        value = self.input
+        return 1 if isinstance(value, str) or isinstance(value[0], int) else len(value)
 
 
 class TokenizeRequest(WireModel):

@@ -258,7 +258,7 @@ def _pooling(call: Call[PoolingRequest]) -> Served:
 
 
 def _count(wire: InputRequest) -> int:
-    return len(wire.inputs())
+    return wire.input_count()
 
 
 INPUTS = Inputs[Any]("input", _count)

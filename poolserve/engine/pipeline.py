@@ -29,6 +29,9 @@ from poolserve.errors import EngineUnavailableError, PoolserveError
 # The most characters a request's inputs may have for a runner to prepare them itself (about
 # a millisecond of tokenizing; a text's length, a token-id list's ids, a conversation's turns).
 RUNNER_PREPARES_CHARS = 16_384
+# What a runner prepares: texts, and token-id lists or conversations (lists). A subclass of
+# either (numpy's str_) goes to the pool, which takes anything.
+RUNNER_KINDS = frozenset({str, list})
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -155,18 +158,25 @@ def _submit_for(
     engine.cpu.post_at(group.priority, fn, *args, dropped=_dropped(group))
 
 
-def prepared_by_runner(engine: EngineCore, inputs: Sequence[Any]) -> bool:
-    """Whether a runner prepares these inputs itself (EngineCore.prepare): one chunk of text
-    (token ids, conversations) of at most RUNNER_PREPARES_CHARS, on a text model. A larger
-    request is prepared in the CPU pool, chunk by chunk, while the runners run batches."""
+def runner_texts(engine: EngineCore, inputs: Sequence[Any]) -> list[str] | None:
+    """The texts a runner primes its tokenizer with, where a runner prepares these inputs
+    itself (EngineCore.prepare): one chunk of text, token ids or conversations of at most
+    RUNNER_PREPARES_CHARS, on a text model. None: a larger request (or one with images) is
+    prepared in the CPU pool, chunk by chunk, while the runners run batches.
+
+    Decided in passes that run in C (`map`, `set`, `sum`): the loop runs this for every
+    request, and a Python step an input is what made 32-sentence requests cost the loop 14
+    calls an input (docs/benchmarks.md, a seventh session)."""
     if len(inputs) > engine.config.tokenize_chunk_size or not engine.runners_prepare:
-        return False
-    size = 0
-    for each in inputs:
-        if not isinstance(each, str | list):  # an image, for the pool (and its errors)
-            return False
-        size += len(each)
-    return size <= RUNNER_PREPARES_CHARS
+        return None
+    kinds = set(map(type, inputs))
+    if not kinds <= RUNNER_KINDS:  # an image, for the pool (and its errors)
+        return None
+    if sum(map(len, inputs)) > RUNNER_PREPARES_CHARS:
+        return None
+    if kinds == {str}:
+        return list(inputs)
+    return [each for each in inputs if type(each) is str]
 
 
 def start(
@@ -187,7 +197,7 @@ def start(
     """
     inputs, group, chunks = _open(engine, task, ctx)
     finished = engine.cpu.then(group.future, partial(finish, group), group.priority)
-    _queue(engine, task, ctx, group, inputs, chunks, chained)
+    _queue(engine, task, ctx, group, inputs, chunks, chained, runner_texts(engine, inputs))
     return finished, group
 
 
@@ -202,12 +212,14 @@ def start_awaited(
     that prepared the request (a small one, where the engine's runners answer: a static
     table's). Cancelling it cancels nothing else: cancel the group."""
     inputs, group, chunks = _open(engine, task, ctx)
+    texts = runner_texts(engine, inputs)
     # A request its runner prepares, it answers too where the engine says so (runners_answer).
-    here = engine.runners_answer and bool(inputs) and prepared_by_runner(engine, inputs)
+    here = engine.runners_answer and bool(inputs) and texts is not None
     finished = engine.cpu.then_in_loop(
         group.future, partial(finish, group), group.priority, here=here
     )
-    _queue(engine, task, ctx, group, inputs, chunks, chained=True, loop=finished.get_loop())
+    loop = finished.get_loop()
+    _queue(engine, task, ctx, group, inputs, chunks, chained=True, texts=texts, loop=loop)
     return finished, group
 
 
@@ -219,23 +231,24 @@ def _queue(
     inputs: Sequence[Any],
     chunks: int,
     chained: bool,
+    texts: list[str] | None,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
-    """Queue the preparation of `group`'s inputs (on a runner, or in the pool: `start`); on
-    an event loop (`loop`), a runner is woken once the loop's turn is done
-    (`EngineCore.prepare`)."""
+    """Queue the preparation of `group`'s inputs: on a runner, primed with `texts`
+    (`runner_texts`; None: in the pool, see `start`); on an event loop (`loop`), a runner is
+    woken once the loop's turn is done (`EngineCore.prepare`)."""
     if not inputs:  # nothing to run: the answer is built from no outputs
         group.future.set_result([])
         return
     try:
-        if prepared_by_runner(engine, inputs):
+        if texts is not None:
             engine.prepare(
                 group.priority,
                 len(inputs),
                 _prepare_chunk,
                 *(engine, task, ctx, group, 0, inputs),
                 dropped=_dropped(group),
-                texts=[each for each in inputs if isinstance(each, str)],
+                texts=texts,
                 loop=loop,
             )
         elif chained:

@@ -15,7 +15,7 @@ from poolserve.engine.work import Parts
 from poolserve.errors import InputTooLongError, InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.image_processor import ImageTextProcessor
 from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, has_images, image_count
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
 from poolserve.tasks.chat import ChatOptions, Conversation
@@ -27,7 +27,7 @@ from poolserve.tasks.chunking import (
     combine,
     plan_chunks,
 )
-from poolserve.tasks.image_inputs import has_images, with_images
+from poolserve.tasks.image_inputs import with_images
 from poolserve.tasks.input_steps import InputsTask, bound_text, l2_normalize, tokenize_inputs
 
 EmbedInputs = list[str] | list[list[int]] | list[Conversation] | list[str | ImageInput]
@@ -85,7 +85,7 @@ class EmbedTask(InputsTask[EmbedRequest]):
 
     def inputs(self, ctx: ServeContext[EmbedRequest]) -> Sequence[object]:
         inputs = ctx.request.inputs
-        images = sum(isinstance(each, ImageInput) for each in inputs)
+        images = image_count(inputs)
         media = ctx.request.media
         if images > media.max_images:
             raise PayloadTooLargeError(

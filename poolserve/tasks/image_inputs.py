@@ -16,10 +16,6 @@ from poolserve.inputs.tokenizer import TextTokenizer
 from poolserve.tasks.input_steps import param_of
 
 
-def has_images(inputs: Sequence[object]) -> bool:
-    return any(isinstance(each, ImageInput) for each in inputs)
-
-
 def with_images(
     processor: TextTokenizer,
     start: int,

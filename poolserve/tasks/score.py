@@ -20,10 +20,10 @@ import numpy as np
 from poolserve.engine.context import ServeContext
 from poolserve.errors import InvalidRequestError, PayloadTooLargeError
 from poolserve.inputs.images.policy import MediaPolicy
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, has_images, image_count
 from poolserve.inputs.tokenizer import TextTokenizer, TokenizedText
 from poolserve.models.kinds import Head
-from poolserve.tasks.image_inputs import has_images, with_images
+from poolserve.tasks.image_inputs import with_images
 from poolserve.tasks.input_steps import l2_normalize, param_of, tokenize_inputs
 
 # How errors name a query and a document: each a format taking its index in its list, or
@@ -330,7 +330,7 @@ class ScoreTask:
                 "image-text model (CLIP, SigLIP)",
                 param=documents,
             )
-        images = sum(isinstance(each, ImageInput) for each in request.documents)
+        images = image_count(request.documents)
         if images > request.media.max_images:
             raise PayloadTooLargeError(
                 f"{documents} hold {images} images, more than the {request.media.max_images} one "
