@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from poolserve.config.fields import flag_values
 from poolserve.config.grammar import model_engine_configs
 from poolserve.config.job_config import JobInput, JobOptions
-from poolserve.errors import InvalidRequestError, ModelLoadError, SettingError
+from poolserve.errors import (
+    EngineUnavailableError,
+    InvalidRequestError,
+    ModelLoadError,
+    SettingError,
+)
 
 logger = logging.getLogger("poolserve")
 
@@ -53,6 +60,7 @@ def embed(args: argparse.Namespace) -> int:
                 replicas=args.replicas,
                 replica_cpus=args.replica_cpus,
                 address=args.ray_address,
+                resume=shlex.join(["poolserve", *sys.argv[1:]]),
             )
         else:
             with Engine(model_config=model_config, engine_config=engine_config) as engine:
@@ -60,7 +68,14 @@ def embed(args: argparse.Namespace) -> int:
     except ImportError as exc:
         logger.error("poolserve embed: %s", exc)
         return 1
-    except (InputError, JobStateError, BadRowsError, ModelLoadError, InvalidRequestError) as exc:
+    except (
+        InputError,
+        JobStateError,
+        BadRowsError,
+        ModelLoadError,
+        InvalidRequestError,
+        EngineUnavailableError,  # (on Ray: no engine actor could be had)
+    ) as exc:
         message = exc.cli_message if isinstance(exc, SettingError) else str(exc)
         logger.error("poolserve embed: %s", message)
         return 1

@@ -105,15 +105,21 @@ def embed_on_ray(
     replicas: int,
     replica_cpus: float,
     address: str | None,
+    resume: str = "",
 ) -> JobReport:
-    """`run` (the bulk job) with its parts embedded by `replicas` engine actors."""
+    """`run` (the bulk job) with its parts embedded by `replicas` engine actors (`resume`: the
+    command that resumes the job, named where it stops for want of actors)."""
     # A bad path or setting fails before Ray starts; the actors download the weights.
     prepare_model(model_config, weights=False)
     started = connect(address)
     try:
         check_fits(replicas, replica_cpus, started_here=started)
         embedder = RayEmbedder(
-            model_config, engine_config, replicas=replicas, replica_cpus=replica_cpus
+            model_config,
+            engine_config,
+            replicas=replicas,
+            replica_cpus=replica_cpus,
+            resume=resume,
         )
         try:
             return run(embedder)
