@@ -21,17 +21,17 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import RayTaskError
 
 from poolserve.config import EngineConfig, ModelConfig
 from poolserve.config.priorities import LOWEST_PRIORITY
+from poolserve.errors import ModelLoadError
 from poolserve.ray.cluster import actor_engine_config
 from poolserve.ray.engine_actor import (
     ACTOR_LOST,
@@ -39,6 +39,7 @@ from poolserve.ray.engine_actor import (
     EngineActorsLostError,
     first_line,
     free_cpus,
+    init_failed,
 )
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class RayEmbedder:
         self._wait_seconds = wait_seconds
         self._resume = resume
         self._lock = threading.Lock()  # the pool's state, written on Ray's and the job's threads
+        self._ready = threading.Condition(self._lock)  # an actor got ready, or the pool stopped
         self._slots: list[_Slot] = []
         self._waiting: deque[_Call] = deque()
         self._timer: threading.Timer | None = None
@@ -112,9 +114,10 @@ class RayEmbedder:
             self._add_actor()
         self.name, self.embedding_dim = self._first_described()
 
-    # -- start-up ------------------------------------------------------------------------
-
     def _add_actor(self) -> None:
+        with self._lock:
+            if self._stopped is not None:  # (a loss handled as the pool closed)
+                return
         slot = _Slot(self._new_actor())
         with self._lock:
             self._slots.append(slot)
@@ -125,11 +128,12 @@ class RayEmbedder:
         """On Ray's thread: the actor has loaded the model (or failed to)."""
         error = done.exception()
         if error is not None:
-            if isinstance(error, ACTOR_LOST):
+            if isinstance(error, ACTOR_LOST) and not init_failed(error):
                 self._follow_up(self._lose, slot, error)
             elif not self._first.done():  # the model cannot load: the job cannot run
+                cannot = f"an engine actor could not load the model: {first_line(error)}"
                 with contextlib.suppress(InvalidStateError):  # (another actor was first)
-                    self._first.set_exception(error)
+                    self._first.set_exception(ModelLoadError(cannot))
             else:  # a replacement that cannot load: the others go on
                 logger.warning("an engine actor could not load the model: %s", first_line(error))
             return
@@ -140,6 +144,7 @@ class RayEmbedder:
             waiting = list(self._waiting)
             self._waiting.clear()
             self._disarm()
+            self._ready.notify_all()
         if not self._first.done():
             with contextlib.suppress(InvalidStateError):  # (another actor was first)
                 self._first.set_result(done.result())
@@ -157,9 +162,9 @@ class RayEmbedder:
                 return self._first.result(timeout=step)
             except FutureTimeout:
                 waited += step
-            except RayTaskError as exc:  # the model cannot load: its own error, as ray.get
+            except BaseException:  # the model cannot load (ModelLoadError, one line)
                 self.close()
-                raise exc.as_instanceof_cause() from None
+                raise
             if waited >= self._wait_seconds:
                 self.close()
                 raise EngineActorsLostError(
@@ -186,8 +191,12 @@ class RayEmbedder:
         """The fingerprint of the vectors' space (every actor runs the same model)."""
         options = {"normalize": normalize, "dimensions": dimensions}
         while True:
-            with self._lock:
-                ready = [slot for slot in self._slots if slot.ready and not slot.lost]
+            with self._lock:  # (one lost meanwhile: the next, as long as calls would wait)
+                self._ready.wait_for(
+                    lambda: self._stopped is not None or any(self._usable()),
+                    timeout=self._wait_seconds,
+                )
+                ready = list(self._usable())
             if not ready:
                 raise EngineActorsLostError(self._lost_message())
             try:
@@ -196,6 +205,11 @@ class RayEmbedder:
                 self._lose(ready[0], exc)
                 continue
             return space
+
+    def _usable(self) -> Iterator[_Slot]:
+        """Under the lock: the actors calls may go to."""
+        if self._stopped is None:
+            yield from (slot for slot in self._slots if slot.ready and not slot.lost)
 
     def embed_counted_later(
         self,
@@ -223,12 +237,14 @@ class RayEmbedder:
     def _send(self, call: _Call) -> None:
         """To the ready actor with the fewest calls outstanding; with none ready, the call
         waits for one (`wait_seconds` at most)."""
+        if call.result.done():  # cancelled by the job while it waited
+            return
         with self._lock:
             if self._stopped is not None:
                 stopped = self._stopped
             else:
                 stopped = None
-                ready = [slot for slot in self._slots if slot.ready and not slot.lost]
+                ready = list(self._usable())
                 if not ready:
                     self._waiting.append(call)
                     self._arm()
@@ -253,12 +269,14 @@ class RayEmbedder:
         another."""
         with self._lock:
             slot.outstanding -= 1
+        error = None if done.cancelled() else done.exception()
         if call.result.done():  # cancelled by the job meanwhile
+            if isinstance(error, ACTOR_LOST):
+                self._follow_up(self._lose, slot, error)
             return
         if done.cancelled():
             call.result.cancel()
             return
-        error = done.exception()
         if error is None:
             with contextlib.suppress(Exception):  # (a cancel may win the race)
                 call.result.set_result(done.result())
@@ -294,9 +312,11 @@ class RayEmbedder:
         """`slot`'s actor is gone: no call goes to it, and a replacement starts (it takes
         calls once the cluster has placed it and it has loaded the model)."""
         with self._lock:
-            if slot.lost or self._stopped is not None:
+            if slot.lost:
                 return
             slot.lost = True
+            if self._stopped is not None:
+                return
             lost = sum(each.lost for each in self._slots)
             ready = sum(each.ready and not each.lost for each in self._slots)
             replace = len(self._slots) < self.replicas * (1 + REPLACEMENTS)
@@ -330,10 +350,11 @@ class RayEmbedder:
         """No actor was ready for `wait_seconds`: the waiting calls fail, and so do the next."""
         message = self._lost_message()
         with self._lock:
-            if self._timer is None:  # an actor got ready meanwhile
+            if self._timer is not threading.current_thread():  # one got ready meanwhile
                 return
             self._timer = None
             self._stopped = message
+            self._ready.notify_all()
             waiting = list(self._waiting)
             self._waiting.clear()
         for call in waiting:
@@ -358,7 +379,12 @@ class RayEmbedder:
         with self._lock:
             self._stopped = self._stopped or "the job's engine actors were stopped"
             self._disarm()
+            self._ready.notify_all()
             slots = list(self._slots)
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for call in waiting:
+            _settle_error(call.result, EngineActorsLostError(self._stopped))
         closing = [slot.actor.close.remote() for slot in slots if slot.ready and not slot.lost]
         with contextlib.suppress(Exception):  # (an actor lost meanwhile is killed below)
             ray.get(closing, timeout=30)

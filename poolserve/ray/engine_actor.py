@@ -58,6 +58,12 @@ class EngineActor:
         self.engine.close()
 
 
+def init_failed(error: BaseException) -> bool:
+    """Whether the actor died building its engine (the model cannot load there): not a loss
+    that another actor would fare better with."""
+    return isinstance(error, RayActorError) and error.actor_init_failed
+
+
 def first_line(error: BaseException) -> str:
     """The error's type and first line, for a log line (Ray's carry its state dump)."""
     text = str(error).strip().splitlines()

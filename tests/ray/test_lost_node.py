@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from tests.reference import FP32_COSINE, assert_close_vectors
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 DOCUMENTS = 3000
+# Far more than the job takes with one node left (about 40 s here, the model's load included).
+JOB_SECONDS = 300
 
 
 @pytest.fixture
@@ -60,6 +63,9 @@ def test_embed_on_ray_survives_a_lost_node(
         command, env=server_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     assert process.stdout is not None
+    # A job that hangs is killed, so that its output ends and the test fails with its log.
+    watchdog = threading.Timer(JOB_SECONDS, process.kill)
+    watchdog.start()
     seen: list[str] = []
     ready = parts = 0
     for raw in process.stdout:  # the worker node killed mid-job, once both actors work
@@ -70,7 +76,8 @@ def test_embed_on_ray_survives_a_lost_node(
             cluster.remove_node(worker, allow_graceful=False)
             break
     seen.extend(raw.decode(errors="replace") for raw in process.stdout)
-    process.wait(300)
+    process.wait()
+    watchdog.cancel()
     log = "".join(seen)
     assert process.returncode == 0, log[-4000:]
     assert "an engine actor was lost" in log, log[-4000:]
