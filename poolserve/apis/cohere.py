@@ -20,7 +20,7 @@ from poolserve.apis.envelope import base64_float32
 from poolserve.apis.request_bodies import IMAGE_SOURCE, Part, StrictModel, WireModel, parts_of
 from poolserve.engine.context import PoolingOptions, ServeContext
 from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, named_images
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.embed import EmbedRequest
 from poolserve.tasks.quantize import COMPACT_TYPES, quantize
@@ -213,9 +213,7 @@ def _embed(version: Version, call: Call[CohereEmbedRequest]) -> Served:
     )
     encode = partial(embed_body, texts=texts, embedding_types=wire.embedding_types, version=version)
     names = "images[{}]" if wire.images is not None else "inputs[{}]"
-    images = [
-        (names.format(i), each) for i, each in enumerate(items) if isinstance(each, ImageInput)
-    ]
+    images = named_images(items, names)
     request = EmbedRequest(items, prompt, media=call.state.media, image_names=names)
     vectors = Vectors(types=tuple(dict.fromkeys(wire.embedding_types or ["float"])))
     return Served(embed, request, params, encode, wire.request_timeout, images, vectors)

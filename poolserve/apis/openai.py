@@ -18,7 +18,7 @@ from poolserve.apis.openai_wire import (
 from poolserve.config import LongInput
 from poolserve.engine.context import Encoder, PoolingOptions, PoolingParams, Task
 from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput, has_images
+from poolserve.inputs.images.sources import ImageInput, named_images
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
 from poolserve.tasks.chat import ChatOptions
@@ -117,15 +117,7 @@ def _served(call: Call[Any], **chosen: Any) -> Served:
     request = EmbedRequest(
         **chosen, long_input=long_input, chunking=chunking, media=call.state.media
     )
-    images = (
-        [
-            (request.image_names.format(index), each)
-            for index, each in enumerate(request.inputs)
-            if isinstance(each, ImageInput)
-        ]
-        if has_images(request.inputs)
-        else []
-    )
+    images = named_images(request.inputs, request.image_names)
     return Served(task, request, params, encode, wire.request_timeout, images, vectors)
 
 

@@ -18,7 +18,7 @@ from poolserve.apis.declarations import Call, Endpoint, Inputs, Served, scorers
 from poolserve.apis.envelope import usage
 from poolserve.apis.request_bodies import IMAGE_SOURCE, ScoringRequest, StrictModel
 from poolserve.engine.context import PoolingOptions, ServeContext
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, named_images
 from poolserve.tasks.score import RERANK_NAMES, ScoreRequest, pair_up, ranked
 
 PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
@@ -142,11 +142,7 @@ def _rerank(call: Call[RerankRequest]) -> Served:
         top_n=wire.top_n,
         return_documents=wire.return_documents,
     )
-    images = [
-        (f"documents[{index}]", each)
-        for index, each in enumerate(documents)
-        if isinstance(each, ImageInput)
-    ]
+    images = named_images(documents, "documents[{}]")
     return Served(task, internal, params, encode, wire.request_timeout, images)
 
 

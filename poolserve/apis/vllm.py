@@ -25,7 +25,7 @@ from poolserve.apis.request_bodies import (
 )
 from poolserve.engine.context import PoolingOptions, PoolingParams, ServeContext
 from poolserve.errors import InvalidRequestError
-from poolserve.inputs.images.sources import ImageInput
+from poolserve.inputs.images.sources import ImageInput, named_images
 from poolserve.models.kinds import Head
 from poolserve.service.model_service import ModelService
 from poolserve.serving.serving_step import Vectors
@@ -225,11 +225,7 @@ def _score(call: Call[ScoreRequest]) -> Served:
         scorer=wire.scorer,
         media=call.state.media,
     )
-    images = [
-        (f"{document_field}[{index}]", each)
-        for index, each in enumerate(documents)
-        if isinstance(each, ImageInput)
-    ]
+    images = named_images(documents, f"{document_field}[{{}}]")
     params = _params(service, wire)
     return Served(task, internal, params, score_body, wire.request_timeout, images)
 

@@ -48,6 +48,18 @@ def has_images(inputs: Sequence[object]) -> bool:
     return any(map(ImageInput.__instancecheck__, inputs))
 
 
+def named_images(inputs: Sequence[object], names: str) -> list[tuple[str, ImageInput]]:
+    """The images among `inputs`, each with the name errors give it (`names` formats its
+    index: "input {}"); without a Python step an input where there are none."""
+    if not has_images(inputs):
+        return []
+    return [
+        (names.format(index), each)
+        for index, each in enumerate(inputs)
+        if isinstance(each, ImageInput)
+    ]
+
+
 def image_bytes(image: ImageInput, where: str, policy: MediaPolicy, param: str) -> bytes | Any:
     """The image's bytes (or, given one in Python, the PIL image itself); a 400 or 413 that
     names `where` for what cannot be read or is too large."""
